@@ -1,0 +1,147 @@
+//! `corral doctor`: what this host supports, and what each gap means.
+
+use corral_runtime::plan::SandboxIdentity;
+use corral_runtime::{build_plan, launch, CommandTable, LaunchOptions, OutputMode, RunRequest};
+
+struct Finding {
+    ok: bool,
+    feature: &'static str,
+    detail: String,
+    meaning: &'static str,
+}
+
+fn read(path: &str) -> Option<String> {
+    std::fs::read_to_string(path)
+        .ok()
+        .map(|s| s.trim().to_string())
+}
+
+/// Runs every check; returns 0 when the full sandbox works here.
+pub fn doctor() -> i32 {
+    let mut findings = Vec::new();
+    let kernel = read("/proc/sys/kernel/osrelease").unwrap_or_else(|| "unknown".into());
+    let (_, euid) = corral_sys::process::uids();
+    println!(
+        "kernel {kernel}; running as uid {euid}{}",
+        if euid == 0 {
+            " (root: sandboxes run as uid 65534)"
+        } else {
+            ""
+        }
+    );
+
+    // User namespaces: the sysctls that commonly block them, then a real
+    // sandbox start, which is the only conclusive test.
+    let max = read("/proc/sys/user/max_user_namespaces");
+    findings.push(Finding {
+        ok: max.as_deref() != Some("0"),
+        feature: "user.max_user_namespaces",
+        detail: max.clone().unwrap_or_else(|| "unreadable".into()),
+        meaning: "0 forbids user namespaces: `sysctl -w user.max_user_namespaces=15000`",
+    });
+    if let Some(v) = read("/proc/sys/kernel/unprivileged_userns_clone") {
+        findings.push(Finding {
+            ok: v != "0",
+            feature: "kernel.unprivileged_userns_clone",
+            detail: v,
+            meaning: "0 (Debian/older Ubuntu) forbids unprivileged user namespaces: `sysctl -w kernel.unprivileged_userns_clone=1`",
+        });
+    }
+    if let Some(v) = read("/proc/sys/kernel/apparmor_restrict_unprivileged_userns") {
+        findings.push(Finding {
+            ok: v != "1" || euid == 0,
+            feature: "kernel.apparmor_restrict_unprivileged_userns",
+            detail: v,
+            meaning: "1 (Ubuntu 24.04 default) strips capabilities in new user namespaces: add an AppArmor profile granting `userns,` to the corral binary, or `sysctl -w kernel.apparmor_restrict_unprivileged_userns=0`",
+        });
+    }
+    let (ok, detail) = probe_sandbox();
+    findings.push(Finding {
+        ok,
+        feature: "full sandbox start",
+        detail,
+        meaning: "corral refuses to run without its namespaces; fix the findings above",
+    });
+    let landlock = corral_sys::probe::landlock_abi();
+    findings.push(Finding {
+        ok: landlock.is_ok(),
+        feature: "landlock",
+        detail: match landlock {
+            Ok(v) => format!("ABI {v}"),
+            Err(e) => format!("unavailable: {e}"),
+        },
+        meaning: "the second filesystem layer needs Landlock (boot with lsm=...,landlock)",
+    });
+    let seccomp = read("/proc/sys/kernel/seccomp/actions_avail");
+    findings.push(Finding {
+        ok: seccomp.is_some(),
+        feature: "seccomp filters",
+        detail: seccomp.unwrap_or_else(|| "unavailable".into()),
+        meaning: "the syscall layer needs CONFIG_SECCOMP_FILTER",
+    });
+    let v2 = read("/sys/fs/cgroup/cgroup.controllers")
+        .or_else(|| read("/sys/fs/cgroup/unified/cgroup.controllers"));
+    let v1: Vec<&str> = ["memory", "pids", "cpu", "freezer"]
+        .into_iter()
+        .filter(|c| std::path::Path::new(&format!("/sys/fs/cgroup/{c}/tasks")).exists())
+        .collect();
+    findings.push(Finding {
+        ok: v2.as_deref().is_some_and(|c| !c.is_empty()) || !v1.is_empty(),
+        feature: "cgroups",
+        detail: format!(
+            "v2 controllers: [{}]; v1 controllers: [{}]",
+            v2.unwrap_or_default(),
+            v1.join(" ")
+        ),
+        meaning: "memory/pids limits need cgroup controllers delegated to corral",
+    });
+    let mut all_ok = true;
+    for f in &findings {
+        all_ok &= f.ok || !matches!(f.feature, "full sandbox start");
+        println!(
+            "{} {:<46} {}",
+            if f.ok { "ok  " } else { "MISS" },
+            f.feature,
+            f.detail
+        );
+        if !f.ok {
+            println!("     -> {}", f.meaning);
+        }
+    }
+    if all_ok {
+        0
+    } else {
+        corral_runtime::EXIT_CORRAL_ERROR
+    }
+}
+
+/// Starts a real sandbox running `sh -c 'exit 0'`.
+fn probe_sandbox() -> (bool, String) {
+    let profile = corral_policy::builtin::code();
+    let table = CommandTable::resolve(&profile);
+    let request = RunRequest {
+        argv: vec!["sh".into(), "-c".into(), "exit 0".into()],
+        ..Default::default()
+    };
+    let identity = SandboxIdentity::for_current_process(&profile);
+    let plan = match build_plan(&profile, &table, &request, identity, &|_| None) {
+        Ok((p, _)) => p,
+        Err(e) => return (false, format!("cannot plan a probe: {e}")),
+    };
+    let opts = LaunchOptions {
+        output: OutputMode::Capture { limit: 4096 },
+        timeout: Some(std::time::Duration::from_secs(10)),
+    };
+    match launch(&plan, &opts) {
+        Ok(o) if o.failure.is_none() && o.exit_code == 0 => {
+            (true, format!("works ({} ms)", o.wall.as_millis()))
+        }
+        Ok(o) => (
+            false,
+            o.failure
+                .map(|(_, m)| m)
+                .unwrap_or_else(|| format!("exit {}", o.exit_code)),
+        ),
+        Err(e) => (false, e.to_string()),
+    }
+}

@@ -1,0 +1,142 @@
+//! `corral explain`: the effective sandbox of a profile, for review.
+
+use std::path::Path;
+
+use corral_policy::env::{ALWAYS_BLOCKED, BASE_ENV};
+use corral_runtime::resolve::Resolution;
+use corral_runtime::CommandTable;
+use serde_json::json;
+
+/// Prints the profile; returns the exit status.
+pub fn explain(name: Option<&str>, config: Option<&Path>, as_json: bool) -> i32 {
+    let config = match crate::load_config(config) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("corral: {e}");
+            return corral_runtime::EXIT_CORRAL_ERROR;
+        }
+    };
+    let name = name.unwrap_or(corral_policy::builtin::DEFAULT_PROFILE);
+    let profile = match config.profile(name) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("corral: {e}");
+            return corral_runtime::EXIT_CORRAL_ERROR;
+        }
+    };
+    let table = CommandTable::resolve(profile);
+    let commands: Vec<(String, String)> = table
+        .entries()
+        .iter()
+        .map(|(n, r)| {
+            let where_ = match r {
+                Resolution::Found(p) => p.clone(),
+                Resolution::Missing(dirs) => format!("NOT FOUND (searched {})", dirs.join(", ")),
+            };
+            (n.clone(), where_)
+        })
+        .collect();
+    let layers = [
+        ("namespaces", "user, mount, pid, ipc, uts, net (loopback only), cgroup"),
+        ("root", "pivot_root into a fresh read-only tmpfs; host root detached"),
+        ("privileges", "all capabilities dropped (bounding, ambient, effective, permitted, inheritable), no_new_privs, setsid, die-with-parent, fds beyond 0-2 closed"),
+        ("identity", "the invoking user; when corral runs as root, the profile's unprivileged uid/gid"),
+        ("pid 1", "corral's init: reaps, forwards signals, non-dumpable, empty environment; kills the whole tree when the program ends"),
+        ("seccomp", "not yet enforced (planned: default deny-list and strict allowlist)"),
+        ("landlock", "not yet enforced (planned: rules mirroring the mounts)"),
+    ];
+    if as_json {
+        let v = json!({
+            "profile": profile,
+            "commands": commands.iter().map(|(n, p)| json!({"name": n, "path": p})).collect::<Vec<_>>(),
+            "env_base": BASE_ENV.iter().map(|(k, v)| json!({"name": k, "value": v})).collect::<Vec<_>>(),
+            "env_always_blocked": ALWAYS_BLOCKED.iter().map(|(p, why)| json!({"pattern": p, "why": why})).collect::<Vec<_>>(),
+            "layers": layers.iter().map(|(k, v)| json!({"layer": k, "state": v})).collect::<Vec<_>>(),
+        });
+        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+        return 0;
+    }
+    let fs = &profile.filesystem;
+    println!("profile {}: {}", profile.name, profile.description);
+    println!("hostname: {}", profile.hostname);
+    println!("\nfilesystem (root is a read-only tmpfs; everything else is listed):");
+    for p in &fs.system {
+        let state = match std::fs::symlink_metadata(p.as_path()) {
+            Ok(m) if m.file_type().is_symlink() => "symlink, recreated",
+            Ok(_) => "read-only bind",
+            Err(_) => "absent on this host, skipped",
+        };
+        println!("  {p:<28} {state}");
+    }
+    for m in &fs.read_only {
+        println!("  {:<28} read-only bind of {}", m.dest.as_str(), m.source);
+    }
+    for m in &fs.read_write {
+        println!("  {:<28} read-WRITE bind of {}", m.dest.as_str(), m.source);
+    }
+    println!(
+        "  {:<28} read-write: --workdir, or a {} tmpfs",
+        "/workspace", fs.workspace_size
+    );
+    println!("  {:<28} tmpfs, {}", "/tmp", fs.tmp_size);
+    println!(
+        "  {:<28} procfs of the sandbox's own pid namespace",
+        "/proc"
+    );
+    println!(
+        "  {:<28} null zero full random urandom, fd/stdin/stdout/stderr links, shm{}",
+        "/dev",
+        if fs.dev_pts { ", pts + ptmx" } else { "" }
+    );
+    println!(
+        "  {:<28} generated: passwd, group, hosts, hostname",
+        "/etc/*"
+    );
+    for d in &fs.deny {
+        println!("  {d:<28} DENIED (empty, mode 000, read-only)");
+    }
+    println!("\nenvironment (starts empty):");
+    for (k, v) in BASE_ENV {
+        println!("  {k}={v}  (base)");
+    }
+    for (k, v) in &profile.env.set {
+        println!("  {k}={v}  (set)");
+    }
+    for k in &profile.env.pass {
+        println!("  {k}  (passed from the caller when present)");
+    }
+    let blocked: Vec<&str> = ALWAYS_BLOCKED
+        .iter()
+        .map(|(p, _)| *p)
+        .chain(profile.env.block.iter().map(String::as_str))
+        .collect();
+    println!("  always stripped: {}", blocked.join(" "));
+    println!(
+        "\ncommands (resolved once; requests name these, never paths{}):",
+        if profile.commands.allow_paths {
+            " — except: this profile ALLOWS absolute paths"
+        } else {
+            ""
+        }
+    );
+    for (n, p) in &commands {
+        println!("  {n:<12} {p}");
+    }
+    for rule in &profile.commands.deny_args {
+        println!("  deny args matching: {rule}");
+    }
+    println!("\nlimits:");
+    match profile.limits.timeout_secs {
+        Some(t) => println!("  wall timeout: {t}s"),
+        None => println!("  wall timeout: none (set --timeout)"),
+    }
+    println!(
+        "\nidentity when corral runs as root: uid {} gid {}",
+        profile.identity.uid, profile.identity.gid
+    );
+    println!("\nlayers:");
+    for (k, v) in layers {
+        println!("  {k:<11} {v}");
+    }
+    0
+}

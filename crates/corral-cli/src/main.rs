@@ -1,0 +1,95 @@
+//! `corral`: the command-line front end. Thin by design: argument parsing,
+//! printing and exit codes live here; decisions live in `corral-policy` and
+//! `corral-runtime`.
+#![forbid(unsafe_code)]
+
+mod doctor;
+mod explain;
+mod run;
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+use corral_policy::Config;
+
+/// A Linux sandbox for code nobody should trust.
+#[derive(Parser)]
+#[command(name = "corral", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run a command in a sandbox.
+    Run(run::RunArgs),
+    /// Validate a config file; errors name the key and the line.
+    Check {
+        /// The config file.
+        file: PathBuf,
+    },
+    /// Print the effective sandbox of a profile: mounts, env, commands,
+    /// limits, layers.
+    Explain {
+        /// Profile name (default: code).
+        profile: Option<String>,
+        /// Config file with extra profiles.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Report what this host supports, and what each missing piece means.
+    Doctor,
+}
+
+fn main() {
+    // Re-entered as the sandbox helper: go there before anything else runs
+    // (no argument parsing, no threads, no async runtime).
+    if corral_runtime::launch::is_helper_invocation(std::env::args_os().nth(1).as_deref()) {
+        corral_runtime::helper::main();
+    }
+    let cli = Cli::parse();
+    let code = match cli.command {
+        Cmd::Run(args) => run::run(args),
+        Cmd::Check { file } => check(&file),
+        Cmd::Explain {
+            profile,
+            config,
+            json,
+        } => explain::explain(profile.as_deref(), config.as_deref(), json),
+        Cmd::Doctor => doctor::doctor(),
+    };
+    std::process::exit(code);
+}
+
+fn check(file: &std::path::Path) -> i32 {
+    match Config::load(file) {
+        Ok(config) => {
+            let names: Vec<&str> = config.profiles.keys().map(String::as_str).collect();
+            println!(
+                "{}: ok ({} profiles: {})",
+                file.display(),
+                names.len(),
+                names.join(", ")
+            );
+            0
+        }
+        Err(e) => {
+            eprintln!("corral: {e}");
+            corral_runtime::EXIT_CORRAL_ERROR
+        }
+    }
+}
+
+/// Loads the config file if one is given, else the built-in profiles.
+pub(crate) fn load_config(
+    path: Option<&std::path::Path>,
+) -> Result<Config, corral_policy::ConfigError> {
+    match path {
+        Some(p) => Config::load(p),
+        None => Ok(Config::default()),
+    }
+}

@@ -1,0 +1,121 @@
+//! Structured audit events with stable reason codes.
+//!
+//! Every security decision corral takes (a command refused, an environment
+//! variable stripped, ...) becomes one [`AuditEvent`]. The `code` strings are
+//! a public contract: monitoring matches on them, so they never change
+//! meaning once released.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+/// How serious an event is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Level {
+    /// A normal decision worth recording.
+    Info,
+    /// Something was removed or weakened; the run went on.
+    Warn,
+    /// The request was refused.
+    Error,
+}
+
+/// Stable reason codes, serialised as dotted strings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum ReasonCode {
+    /// An environment variable matched the blocklist and was stripped.
+    #[serde(rename = "env.blocked")]
+    EnvBlocked,
+    /// The command is not in the profile's allowlist.
+    #[serde(rename = "command.not_allowed")]
+    CommandNotAllowed,
+    /// The request named a path, and the profile allows only names.
+    #[serde(rename = "command.path_rejected")]
+    CommandPathRejected,
+    /// The command line matched an argument deny pattern.
+    #[serde(rename = "command.args_denied")]
+    CommandArgsDenied,
+    /// The allowed command is not installed where the sandbox can see it.
+    #[serde(rename = "command.not_found")]
+    CommandNotFound,
+    /// The request was malformed (empty command, NUL byte).
+    #[serde(rename = "command.invalid")]
+    CommandInvalid,
+}
+
+impl ReasonCode {
+    /// The stable string form, e.g. `env.blocked`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReasonCode::EnvBlocked => "env.blocked",
+            ReasonCode::CommandNotAllowed => "command.not_allowed",
+            ReasonCode::CommandPathRejected => "command.path_rejected",
+            ReasonCode::CommandArgsDenied => "command.args_denied",
+            ReasonCode::CommandNotFound => "command.not_found",
+            ReasonCode::CommandInvalid => "command.invalid",
+        }
+    }
+}
+
+/// One security decision.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AuditEvent {
+    /// Always `"security"`, so JSON-lines consumers can tell our events from
+    /// anything else on the same stream.
+    pub event: &'static str,
+    /// Severity.
+    pub level: Level,
+    /// Stable reason code.
+    pub code: ReasonCode,
+    /// A human-readable sentence.
+    pub message: String,
+    /// Structured details (the variable name, the rule, the command).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub fields: BTreeMap<String, serde_json::Value>,
+}
+
+impl AuditEvent {
+    /// A new event with no fields.
+    pub fn new(level: Level, code: ReasonCode, message: impl Into<String>) -> Self {
+        AuditEvent {
+            event: "security",
+            level,
+            code,
+            message: message.into(),
+            fields: BTreeMap::new(),
+        }
+    }
+
+    /// Adds a structured field.
+    pub fn with(mut self, key: &str, value: impl Into<serde_json::Value>) -> Self {
+        self.fields.insert(key.to_string(), value.into());
+        self
+    }
+
+    /// The event as one JSON line (no trailing newline).
+    pub fn to_json_line(&self) -> String {
+        // Serialising a struct of strings and JSON values cannot fail.
+        serde_json::to_string(self).unwrap_or_else(|_| String::from("{}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn serialises_stable_codes() {
+        let e = AuditEvent::new(Level::Warn, ReasonCode::EnvBlocked, "stripped")
+            .with("name", "LD_PRELOAD");
+        let v: serde_json::Value = serde_json::from_str(&e.to_json_line()).unwrap();
+        assert_eq!(v["code"], "env.blocked");
+        assert_eq!(v["level"], "warn");
+        assert_eq!(v["event"], "security");
+        assert_eq!(v["fields"]["name"], "LD_PRELOAD");
+        assert_eq!(
+            ReasonCode::CommandArgsDenied.as_str(),
+            "command.args_denied"
+        );
+    }
+}

@@ -1,0 +1,657 @@
+//! Config files: TOML profiles on top of the built-in ones.
+//!
+//! ```toml
+//! [profile.analysis]
+//! extends = "code"
+//! hostname = "analysis"
+//! [profile.analysis.commands]
+//! deny_args = ["* -m pip *"]
+//! ```
+//!
+//! Unknown keys, bad sizes, relative or `..` paths and conflicting rules are
+//! errors naming the key and the line. A field given in a profile replaces
+//! the inherited one whole (lists are not appended), so what a profile says
+//! is what it gets.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use toml::Spanned;
+
+use crate::builtin;
+use crate::env::{validate_name, Blocklist};
+use crate::path::{MountSpec, SandboxPath};
+use crate::profile::Profile;
+use crate::size::ByteSize;
+
+/// A config error, with the file, line and key it is about.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}{}{}{message}", file_prefix(.file), line_prefix(.line), key_prefix(.key))]
+pub struct ConfigError {
+    /// The config file, when the error came from one.
+    pub file: Option<PathBuf>,
+    /// 1-based line in that file.
+    pub line: Option<usize>,
+    /// Dotted key, e.g. `profile.web.filesystem.read_only`.
+    pub key: String,
+    /// What is wrong and what to do.
+    pub message: String,
+}
+
+fn file_prefix(file: &Option<PathBuf>) -> String {
+    file.as_ref()
+        .map(|f| format!("{}:", f.display()))
+        .unwrap_or_default()
+}
+fn line_prefix(line: &Option<usize>) -> String {
+    line.map(|l| format!("line {l}: "))
+        .unwrap_or_else(|| " ".to_string())
+}
+fn key_prefix(key: &str) -> String {
+    if key.is_empty() {
+        String::new()
+    } else {
+        format!("{key}: ")
+    }
+}
+
+/// All profiles known to a run: the built-ins plus a config file's.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Profiles by name.
+    pub profiles: BTreeMap<String, Profile>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            profiles: builtin::all(),
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    #[serde(default)]
+    profile: BTreeMap<String, Spanned<RawProfile>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawProfile {
+    extends: Option<Spanned<String>>,
+    description: Option<String>,
+    hostname: Option<Spanned<String>>,
+    filesystem: Option<RawFilesystem>,
+    env: Option<RawEnv>,
+    commands: Option<RawCommands>,
+    limits: Option<RawLimits>,
+    identity: Option<RawIdentity>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFilesystem {
+    system: Option<Vec<Spanned<String>>>,
+    read_only: Option<Vec<Spanned<String>>>,
+    read_write: Option<Vec<Spanned<String>>>,
+    deny: Option<Vec<Spanned<String>>>,
+    tmp_size: Option<Spanned<RawSize>>,
+    workspace_size: Option<Spanned<RawSize>>,
+    dev_pts: Option<bool>,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum RawSize {
+    Bytes(u64),
+    Text(String),
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawEnv {
+    pass: Option<Vec<Spanned<String>>>,
+    set: Option<BTreeMap<String, Spanned<String>>>,
+    block: Option<Vec<Spanned<String>>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCommands {
+    allow: Option<Vec<Spanned<String>>>,
+    allow_paths: Option<bool>,
+    deny_args: Option<Vec<Spanned<String>>>,
+    search_path: Option<Vec<Spanned<String>>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLimits {
+    timeout_secs: Option<Spanned<u64>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawIdentity {
+    uid: Option<Spanned<u32>>,
+    gid: Option<Spanned<u32>>,
+}
+
+/// Turns byte offsets into line numbers and builds errors.
+struct Source<'a> {
+    text: &'a str,
+    file: Option<&'a Path>,
+}
+
+impl Source<'_> {
+    fn line_of(&self, offset: usize) -> usize {
+        self.text[..offset.min(self.text.len())]
+            .bytes()
+            .filter(|&b| b == b'\n')
+            .count()
+            + 1
+    }
+
+    fn err(
+        &self,
+        span: Option<std::ops::Range<usize>>,
+        key: impl Into<String>,
+        message: impl Into<String>,
+    ) -> ConfigError {
+        ConfigError {
+            file: self.file.map(Path::to_path_buf),
+            line: span.map(|s| self.line_of(s.start)),
+            key: key.into(),
+            message: message.into(),
+        }
+    }
+}
+
+impl Config {
+    /// Loads a config file on top of the built-in profiles.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+            file: Some(path.to_path_buf()),
+            line: None,
+            key: String::new(),
+            message: format!("cannot read config file: {e}"),
+        })?;
+        Config::parse(&text, Some(path))
+    }
+
+    /// Parses config text on top of the built-in profiles. `file` is only
+    /// used in error messages.
+    pub fn parse(text: &str, file: Option<&Path>) -> Result<Config, ConfigError> {
+        let src = Source { text, file };
+        let raw: RawConfig = toml::from_str(text)
+            .map_err(|e| src.err(e.span(), "", e.message().trim().to_string()))?;
+        let mut config = Config::default();
+        // Resolve `extends` in dependency order; a round that resolves
+        // nothing means the rest extend each other in a cycle.
+        let mut pending: Vec<(String, Spanned<RawProfile>)> = raw.profile.into_iter().collect();
+        while !pending.is_empty() {
+            let unresolved: Vec<String> = pending.iter().map(|(n, _)| n.clone()).collect();
+            let mut next = Vec::new();
+            for (name, raw) in pending {
+                let key = format!("profile.{name}");
+                let base_name = raw.get_ref().extends.as_ref().map(|s| s.get_ref().clone());
+                // Wait while the base is a file profile not yet built.
+                if base_name
+                    .as_ref()
+                    .is_some_and(|b| b != &name && unresolved.contains(b))
+                {
+                    next.push((name, raw));
+                    continue;
+                }
+                let base = match &base_name {
+                    Some(b) if b == &name => builtin::all().remove(b),
+                    Some(b) => config.profiles.get(b).cloned(),
+                    None => builtin::all().remove(&name),
+                };
+                let base = match (base, &base_name) {
+                    (Some(mut p), _) => {
+                        p.name = name.clone();
+                        p
+                    }
+                    (None, None) => builtin::base(&name),
+                    (None, Some(b)) => {
+                        let span = raw.get_ref().extends.as_ref().map(|s| s.span());
+                        return Err(src.err(
+                            span,
+                            format!("{key}.extends"),
+                            format!("unknown profile `{b}` (known: {})", known(&config)),
+                        ));
+                    }
+                };
+                let profile = apply(&src, &key, base, raw.into_inner())?;
+                config.profiles.insert(name, profile);
+            }
+            if next.len() == unresolved.len() {
+                let (name, raw) = &next[0];
+                let span = raw.get_ref().extends.as_ref().map(|s| s.span());
+                return Err(src.err(
+                    span,
+                    format!("profile.{name}.extends"),
+                    "profiles extend each other in a cycle",
+                ));
+            }
+            pending = next;
+        }
+        Ok(config)
+    }
+
+    /// The named profile, or an error listing the known ones.
+    pub fn profile(&self, name: &str) -> Result<&Profile, ConfigError> {
+        self.profiles.get(name).ok_or_else(|| ConfigError {
+            file: None,
+            line: None,
+            key: String::from("profile"),
+            message: format!("unknown profile `{name}` (known: {})", known(self)),
+        })
+    }
+}
+
+fn known(config: &Config) -> String {
+    config
+        .profiles
+        .keys()
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn path_list(
+    src: &Source,
+    key: &str,
+    list: Vec<Spanned<String>>,
+) -> Result<Vec<(SandboxPath, std::ops::Range<usize>)>, ConfigError> {
+    list.into_iter()
+        .map(|s| {
+            let span = s.span();
+            SandboxPath::new(s.get_ref())
+                .map(|p| (p, span.clone()))
+                .map_err(|e| src.err(Some(span), key, e.to_string()))
+        })
+        .collect()
+}
+
+fn mount_list(
+    src: &Source,
+    key: &str,
+    list: Vec<Spanned<String>>,
+) -> Result<Vec<(MountSpec, std::ops::Range<usize>)>, ConfigError> {
+    list.into_iter()
+        .map(|s| {
+            let span = s.span();
+            MountSpec::parse(s.get_ref(), None)
+                .map(|m| (m, span.clone()))
+                .map_err(|e| src.err(Some(span), key, e.to_string()))
+        })
+        .collect()
+}
+
+fn size(src: &Source, key: &str, raw: Spanned<RawSize>) -> Result<ByteSize, ConfigError> {
+    let span = raw.span();
+    let value = match raw.into_inner() {
+        RawSize::Bytes(n) => ByteSize(n),
+        RawSize::Text(t) => {
+            ByteSize::parse(&t).map_err(|e| src.err(Some(span.clone()), key, e.to_string()))?
+        }
+    };
+    if value.bytes() < 4096 {
+        return Err(src.err(
+            Some(span),
+            key,
+            format!("{value} is too small: at least 4KiB"),
+        ));
+    }
+    Ok(value)
+}
+
+fn strings(list: Vec<Spanned<String>>) -> Vec<String> {
+    list.into_iter().map(Spanned::into_inner).collect()
+}
+
+/// Applies a raw profile on top of `p`, validating every field.
+fn apply(src: &Source, key: &str, mut p: Profile, raw: RawProfile) -> Result<Profile, ConfigError> {
+    if let Some(d) = raw.description {
+        p.description = d;
+    }
+    if let Some(h) = raw.hostname {
+        let span = h.span();
+        let h = h.into_inner();
+        validate_hostname(&h).map_err(|m| src.err(Some(span), format!("{key}.hostname"), m))?;
+        p.hostname = h;
+    }
+    // Spans of mount destinations, for conflict messages.
+    let mut dests: Vec<(SandboxPath, Option<std::ops::Range<usize>>, &str)> = Vec::new();
+    let mut deny_spans = Vec::new();
+    if let Some(fs) = raw.filesystem {
+        let k = format!("{key}.filesystem");
+        if let Some(list) = fs.system {
+            p.filesystem.system = path_list(src, &format!("{k}.system"), list)?
+                .into_iter()
+                .map(|(p, _)| p)
+                .collect();
+        }
+        if let Some(list) = fs.read_only {
+            let parsed = mount_list(src, &format!("{k}.read_only"), list)?;
+            dests.extend(
+                parsed
+                    .iter()
+                    .map(|(m, s)| (m.dest.clone(), Some(s.clone()), "read_only")),
+            );
+            p.filesystem.read_only = parsed.into_iter().map(|(m, _)| m).collect();
+        }
+        if let Some(list) = fs.read_write {
+            let parsed = mount_list(src, &format!("{k}.read_write"), list)?;
+            dests.extend(
+                parsed
+                    .iter()
+                    .map(|(m, s)| (m.dest.clone(), Some(s.clone()), "read_write")),
+            );
+            p.filesystem.read_write = parsed.into_iter().map(|(m, _)| m).collect();
+        }
+        if let Some(list) = fs.deny {
+            let parsed = path_list(src, &format!("{k}.deny"), list)?;
+            deny_spans = parsed.iter().map(|(p, s)| (p.clone(), s.clone())).collect();
+            p.filesystem.deny = parsed.into_iter().map(|(p, _)| p).collect();
+        }
+        if let Some(s) = fs.tmp_size {
+            p.filesystem.tmp_size = size(src, &format!("{k}.tmp_size"), s)?;
+        }
+        if let Some(s) = fs.workspace_size {
+            p.filesystem.workspace_size = size(src, &format!("{k}.workspace_size"), s)?;
+        }
+        if let Some(b) = fs.dev_pts {
+            p.filesystem.dev_pts = b;
+        }
+    }
+    // Conflicts: a destination that is reserved, mounted twice, or denied.
+    for (i, (dest, span, field)) in dests.iter().enumerate() {
+        let k = format!("{key}.filesystem.{field}");
+        if let Some(why) = reserved_destination(dest) {
+            return Err(src.err(span.clone(), k, format!("cannot mount at `{dest}`: {why}")));
+        }
+        if let Some((_, _, other)) = dests[..i].iter().find(|(d, _, _)| d == dest) {
+            return Err(src.err(
+                span.clone(),
+                k,
+                format!(
+                    "`{dest}` is also mounted by filesystem.{other}; mount each destination once"
+                ),
+            ));
+        }
+        if let Some((deny, _)) = deny_spans.iter().find(|(d, _)| d == dest) {
+            return Err(src.err(
+                span.clone(),
+                k,
+                format!("`{deny}` is both mounted and denied; remove one of the two rules"),
+            ));
+        }
+    }
+    if let Some(env) = raw.env {
+        let k = format!("{key}.env");
+        let mut block = p.env.block.clone();
+        if let Some(list) = env.block {
+            for pat in &list {
+                if let Err(e) = Blocklist::new(std::slice::from_ref(pat.get_ref())) {
+                    return Err(src.err(Some(pat.span()), format!("{k}.block"), e.to_string()));
+                }
+            }
+            block = strings(list);
+        }
+        let blocklist = Blocklist::new(&block)
+            .map_err(|e| src.err(None, format!("{k}.block"), e.to_string()))?;
+        if let Some(list) = env.pass {
+            for name in &list {
+                check_env_name(src, &format!("{k}.pass"), name, &blocklist)?;
+            }
+            p.env.pass = strings(list);
+        }
+        if let Some(set) = env.set {
+            let mut out = BTreeMap::new();
+            for (name, value) in set {
+                let spanned = Spanned::new(value.span(), name.clone());
+                check_env_name(src, &format!("{k}.set"), &spanned, &blocklist)?;
+                if value.get_ref().contains('\0') {
+                    return Err(src.err(
+                        Some(value.span()),
+                        format!("{k}.set.{name}"),
+                        "value contains a NUL byte",
+                    ));
+                }
+                out.insert(name, value.into_inner());
+            }
+            p.env.set = out;
+        }
+        p.env.block = block;
+    }
+    if let Some(c) = raw.commands {
+        let k = format!("{key}.commands");
+        if let Some(list) = c.allow {
+            for name in &list {
+                let n = name.get_ref();
+                if n.is_empty() || n.contains('/') || n.contains('\0') || n == "." || n == ".." {
+                    return Err(src.err(Some(name.span()), format!("{k}.allow"), format!("`{n}` is not a bare command name; list names such as `python3`, and use allow_paths for paths")));
+                }
+            }
+            p.commands.allow = strings(list);
+        }
+        if let Some(b) = c.allow_paths {
+            p.commands.allow_paths = b;
+        }
+        if let Some(list) = c.deny_args {
+            for rule in &list {
+                if let Err(e) =
+                    crate::commands::compile_deny_args(std::slice::from_ref(rule.get_ref()))
+                {
+                    return Err(src.err(
+                        Some(rule.span()),
+                        format!("{k}.deny_args"),
+                        e.to_string(),
+                    ));
+                }
+            }
+            p.commands.deny_args = strings(list);
+        }
+        if let Some(list) = c.search_path {
+            p.commands.search_path = path_list(src, &format!("{k}.search_path"), list)?
+                .into_iter()
+                .map(|(p, _)| p)
+                .collect();
+        }
+    }
+    if let Some(l) = raw.limits {
+        if let Some(t) = l.timeout_secs {
+            if *t.get_ref() == 0 {
+                return Err(src.err(
+                    Some(t.span()),
+                    format!("{key}.limits.timeout_secs"),
+                    "must be at least 1",
+                ));
+            }
+            p.limits.timeout_secs = Some(t.into_inner());
+        }
+    }
+    if let Some(id) = raw.identity {
+        for (field, value, target) in [
+            ("uid", id.uid, &mut p.identity.uid),
+            ("gid", id.gid, &mut p.identity.gid),
+        ] {
+            if let Some(v) = value {
+                if *v.get_ref() == 0 {
+                    return Err(src.err(
+                        Some(v.span()),
+                        format!("{key}.identity.{field}"),
+                        "the sandbox never runs as host root; pick an unprivileged id",
+                    ));
+                }
+                *target = v.into_inner();
+            }
+        }
+    }
+    Ok(p)
+}
+
+fn check_env_name(
+    src: &Source,
+    key: &str,
+    name: &Spanned<String>,
+    blocklist: &Blocklist,
+) -> Result<(), ConfigError> {
+    validate_name(name.get_ref()).map_err(|e| src.err(Some(name.span()), key, e.to_string()))?;
+    if let Some((rule, why)) = blocklist.matching(name.get_ref()) {
+        return Err(src.err(
+            Some(name.span()),
+            key,
+            format!(
+                "`{}` is always blocked (rule `{rule}`: {why}); remove it",
+                name.get_ref()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Why a mount destination is not allowed, if it is not.
+pub fn reserved_destination(dest: &SandboxPath) -> Option<&'static str> {
+    const RESERVED: [&str; 3] = ["/proc", "/dev", "/tmp"];
+    if dest.is_root() {
+        return Some("the root is corral's own read-only tmpfs");
+    }
+    for r in RESERVED {
+        if let Ok(r) = SandboxPath::new(r) {
+            if dest.starts_with(&r) {
+                return Some("/proc, /dev and /tmp are set up by corral");
+            }
+        }
+    }
+    if dest.as_str() == "/workspace" {
+        return Some("/workspace is the workdir; use --workdir");
+    }
+    None
+}
+
+/// Checks a hostname: 1 to 63 characters of letters, digits, `-` and `.`.
+pub fn validate_hostname(h: &str) -> Result<(), String> {
+    let ok = !h.is_empty()
+        && h.len() <= 63
+        && h.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.')
+        && !h.starts_with('-');
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "hostname `{h}` is invalid: use 1 to 63 letters, digits, `-` or `.`"
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(text: &str) -> ConfigError {
+        Config::parse(text, Some(Path::new("corral.toml"))).unwrap_err()
+    }
+
+    #[test]
+    fn builtins_are_there() {
+        let c = Config::default();
+        let code = c.profile("code").unwrap();
+        assert_eq!(code.commands.allow, ["python3", "node", "sh", "bash"]);
+        assert!(c
+            .profile("nope")
+            .unwrap_err()
+            .to_string()
+            .contains("known: code"));
+    }
+
+    #[test]
+    fn extends_and_overrides() {
+        let c = Config::parse(
+            r#"
+[profile.a]
+extends = "code"
+hostname = "alpha"
+[profile.a.commands]
+allow = ["python3"]
+deny_args = ["*pip*"]
+[profile.b]
+extends = "a"
+[profile.b.filesystem]
+tmp_size = "16MiB"
+read_only = ["/opt/data:/data"]
+"#,
+            None,
+        )
+        .unwrap();
+        let b = c.profile("b").unwrap();
+        assert_eq!(b.hostname, "alpha");
+        assert_eq!(b.commands.allow, ["python3"]);
+        assert_eq!(b.filesystem.tmp_size, ByteSize(16 << 20));
+        assert_eq!(b.filesystem.read_only[0].dest.as_str(), "/data");
+        assert_eq!(b.name, "b");
+    }
+
+    #[test]
+    fn unknown_key_names_key_and_line() {
+        let e = err("[profile.a]\nextends = \"code\"\n\n[profile.a.filesystem]\nread_olny = []\n");
+        let msg = e.to_string();
+        assert_eq!(e.line, Some(5), "{msg}");
+        assert!(msg.contains("read_olny"), "{msg}");
+        assert!(msg.starts_with("corral.toml:line 5"), "{msg}");
+    }
+
+    #[test]
+    fn bad_values_name_key_and_line() {
+        let e = err("[profile.a]\n[profile.a.filesystem]\ntmp_size = \"12 parsecs\"\n");
+        assert_eq!(
+            (e.line, e.key.as_str()),
+            (Some(3), "profile.a.filesystem.tmp_size")
+        );
+        let e = err("[profile.a.filesystem]\nread_write = [\n  \"/ok\",\n  \"rel/path\",\n]\n");
+        assert_eq!(
+            (e.line, e.key.as_str()),
+            (Some(4), "profile.a.filesystem.read_write")
+        );
+        assert!(e.message.contains("relative"));
+        let e = err("[profile.a.filesystem]\ndeny = [\"/usr/../etc\"]\n");
+        assert!(e.message.contains(".."));
+        let e = err("[profile.a]\nextends = \"missing\"\n");
+        assert_eq!(e.key, "profile.a.extends");
+        let e = err("[profile.a]\nhostname = \"bad host\"\n");
+        assert_eq!(e.line, Some(2));
+        let e = err("[profile.a.commands]\nallow = [\"/bin/sh\"]\n");
+        assert_eq!(e.key, "profile.a.commands.allow");
+        let e = err("[profile.a.identity]\nuid = 0\n");
+        assert_eq!(e.key, "profile.a.identity.uid");
+    }
+
+    #[test]
+    fn conflicts_are_errors() {
+        let e = err("[profile.a.filesystem]\nread_only = [\"/a:/x\"]\nread_write = [\"/b:/x\"]\n");
+        assert_eq!(e.line, Some(3));
+        assert!(e.message.contains("also mounted"));
+        let e = err("[profile.a.filesystem]\nread_only = [\"/a\"]\ndeny = [\"/a\"]\n");
+        assert!(e.message.contains("both mounted and denied"));
+        let e = err("[profile.a.filesystem]\nread_only = [\"/host/proc:/proc/x\"]\n");
+        assert!(e.message.contains("/proc"));
+        let e = err("[profile.a.env]\nset = { LD_PRELOAD = \"/x.so\" }\n");
+        assert!(e.message.contains("always blocked"), "{e}");
+        assert_eq!(e.line, Some(2));
+        let e = err("[profile.a.env]\npass = [\"OK\", \"NODE_OPTIONS\"]\n");
+        assert!(e.message.contains("always blocked"));
+    }
+
+    #[test]
+    fn extends_cycle_is_an_error() {
+        let e = err("[profile.a]\nextends = \"b\"\n[profile.b]\nextends = \"a\"\n");
+        assert!(e.message.contains("cycle"), "{e}");
+    }
+}

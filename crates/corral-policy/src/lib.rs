@@ -1,0 +1,24 @@
+//! Pure policy types for corral.
+//!
+//! Everything here is data and validation: what a sandbox may see, run and
+//! receive. Nothing in this crate touches the kernel, so every rule can be
+//! unit-tested and reviewed without root. The runtime turns a validated
+//! [`Profile`] plus a request into a launch plan; the server (later) exposes
+//! the same types over HTTP and MCP.
+#![forbid(unsafe_code)]
+
+pub mod audit;
+pub mod builtin;
+pub mod commands;
+pub mod config;
+pub mod env;
+pub mod path;
+pub mod profile;
+pub mod size;
+
+pub use audit::{AuditEvent, Level, ReasonCode};
+pub use commands::{CommandDecision, CommandRejection};
+pub use config::{Config, ConfigError};
+pub use path::{MountSpec, PathError, SandboxPath};
+pub use profile::{CommandPolicy, EnvPolicy, Filesystem, Identity, Limits, Profile};
+pub use size::ByteSize;

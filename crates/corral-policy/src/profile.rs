@@ -1,0 +1,112 @@
+//! A validated profile: the complete policy for one sandbox.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::path::{MountSpec, SandboxPath};
+use crate::size::ByteSize;
+
+/// The complete, validated policy of one sandbox. Built from a built-in
+/// profile, optionally overridden by a config file, then by CLI flags.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Profile {
+    /// The profile's name (`code`, or one from a config file).
+    pub name: String,
+    /// One line saying what the profile is for.
+    pub description: String,
+    /// Hostname inside the sandbox's UTS namespace.
+    pub hostname: String,
+    /// What the sandbox sees of the filesystem.
+    pub filesystem: Filesystem,
+    /// What environment the program receives.
+    pub env: EnvPolicy,
+    /// Which commands may run, and which argument lists are refused.
+    pub commands: CommandPolicy,
+    /// Resource and time limits.
+    pub limits: Limits,
+    /// Which host identity runs the program when corral itself is root.
+    pub identity: Identity,
+}
+
+/// The sandbox's filesystem: a fresh read-only root holding only what is
+/// listed here, plus `/proc`, a minimal `/dev`, a tmpfs `/tmp` and the
+/// workspace.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Filesystem {
+    /// System paths bound read-only at the same place when they exist on the
+    /// host (a missing one is skipped: `/lib64` is not on every machine).
+    /// Symlinks such as a merged-usr `/bin -> usr/bin` are recreated as
+    /// symlinks.
+    pub system: Vec<SandboxPath>,
+    /// Extra read-only binds; the source must exist.
+    pub read_only: Vec<MountSpec>,
+    /// Extra read-write binds; the source must exist.
+    pub read_write: Vec<MountSpec>,
+    /// Paths made inaccessible even if a mount above exposes them.
+    pub deny: Vec<SandboxPath>,
+    /// Size of the tmpfs at `/tmp`.
+    pub tmp_size: ByteSize,
+    /// Size of the tmpfs used as `/workspace` when no workdir is given.
+    pub workspace_size: ByteSize,
+    /// Whether `/dev/pts` and `/dev/ptmx` exist (a private devpts instance).
+    pub dev_pts: bool,
+}
+
+/// Environment policy. The program starts from an empty environment; only
+/// the profile's base variables, `pass` and `set` reach it, and the
+/// blocklist (see [`crate::env`]) always wins.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct EnvPolicy {
+    /// Names copied from the invoking environment when present.
+    pub pass: Vec<String>,
+    /// Variables set to fixed values.
+    pub set: BTreeMap<String, String>,
+    /// Extra glob patterns of names that are always stripped, on top of the
+    /// built-in blocklist.
+    pub block: Vec<String>,
+}
+
+/// Command policy: an allowlist of command names resolved to absolute paths
+/// once, plus argument deny patterns.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CommandPolicy {
+    /// Bare command names that may run (`python3`, `node`, ...).
+    pub allow: Vec<String>,
+    /// Whether a request may name an absolute path instead of an allowed
+    /// name. Off by default: `/bin/bash` would bypass the allowlist.
+    pub allow_paths: bool,
+    /// Glob patterns matched against the whole command line (arguments
+    /// joined by single spaces); a match refuses the command.
+    pub deny_args: Vec<String>,
+    /// Directories searched, in order, to resolve allowed names. Only
+    /// directories visible inside the sandbox count.
+    pub search_path: Vec<SandboxPath>,
+}
+
+/// Time and resource limits.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Limits {
+    /// Wall-clock limit in seconds; `None` means no limit.
+    pub timeout_secs: Option<u64>,
+}
+
+/// The unprivileged host identity the program runs as when corral is
+/// started as root. When corral runs as an ordinary user, the program runs
+/// as that user and these are unused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Identity {
+    /// Host uid (default 65534, `nobody`).
+    pub uid: u32,
+    /// Host gid (default 65534, `nogroup`).
+    pub gid: u32,
+}
+
+impl Default for Identity {
+    fn default() -> Self {
+        Identity {
+            uid: 65534,
+            gid: 65534,
+        }
+    }
+}

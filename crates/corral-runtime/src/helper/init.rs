@@ -1,0 +1,144 @@
+//! PID 1 of the sandbox, and the last steps of the program before execve.
+
+use std::ffi::CString;
+use std::os::fd::{AsRawFd, OwnedFd};
+
+use corral_sys::exec::ExecArgs;
+use corral_sys::process::{self, Fork, WaitStatus};
+use corral_sys::{fd, mount, net, ns, signal};
+
+use super::{rootfs, Control};
+use crate::plan::SandboxPlan;
+use crate::protocol::{FailureKind, HelperMessage};
+use crate::{EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND};
+
+/// Runs as PID 1: builds the sandbox, starts the program, then reaps,
+/// forwards signals and, when the program ends, kills whatever it left
+/// behind and reports its status.
+pub(super) fn run(plan: SandboxPlan, mut ctrl: Control, lifeline: OwnedFd) -> ! {
+    // Die with the helper; it may have died before this was armed, which
+    // the lifeline pipe tells us.
+    if process::set_parent_death_signal(libc::SIGKILL).is_err()
+        || fd::pipe_writer_gone(lifeline.as_raw_fd())
+    {
+        process::exit_now(crate::EXIT_CORRAL_ERROR);
+    }
+    drop(lifeline);
+    if let Err((kind, msg)) = rootfs::build(&plan) {
+        ctrl.fail(kind, msg);
+    }
+    if let Err(e) = ns::sethostname(&plan.hostname) {
+        ctrl.fail(
+            FailureKind::Setup,
+            format!("sethostname {:?}: {e}", plan.hostname),
+        );
+    }
+    if let Err(e) = net::loopback_up() {
+        ctrl.fail(FailureKind::Setup, format!("bringing up loopback: {e}"));
+    }
+    // PID 1 holds the plan in memory: nobody in the sandbox may read it
+    // through /proc/1/mem, environ or ptrace.
+    if let Err(e) = process::set_non_dumpable() {
+        ctrl.fail(FailureKind::Privileges, format!("PR_SET_DUMPABLE: {e}"));
+    }
+    let exec = match ExecArgs::new(&plan.exec_path, &plan.argv, &plan.env) {
+        Ok(e) => e,
+        Err(_) => ctrl.fail(
+            FailureKind::ExecFailed,
+            "argv or environment contains a NUL byte".into(),
+        ),
+    };
+    let cwd = match CString::new(plan.cwd.as_str()) {
+        Ok(c) => c,
+        Err(_) => ctrl.fail(
+            FailureKind::Setup,
+            "working directory contains a NUL byte".into(),
+        ),
+    };
+    let program = match process::fork_in_single_threaded_helper() {
+        Err(e) => ctrl.fail(FailureKind::Setup, format!("fork of the program: {e}")),
+        Ok(Fork::Child) => exec_program(&exec, &cwd, &plan.exec_path, ctrl),
+        Ok(Fork::Parent(pid)) => pid,
+    };
+    drop(exec);
+    drop(plan);
+    fd::stdio_to_devnull();
+    reap(program, ctrl)
+}
+
+/// The program's own process: final hardening, then execve. Everything here
+/// is a plain syscall on data prepared before the fork.
+fn exec_program(exec: &ExecArgs, cwd: &CString, path: &str, mut ctrl: Control) -> ! {
+    let step = |ctrl: &mut Control, what: &str, r: Result<(), corral_sys::Errno>| {
+        if let Err(e) = r {
+            ctrl.fail(FailureKind::Privileges, format!("{what}: {e}"));
+        }
+    };
+    // A fresh signal state: the blocked mask would survive execve.
+    step(&mut ctrl, "resetting signals", signal::reset_all());
+    // New session, no controlling terminal: TIOCSTI cannot inject input
+    // into the invoking terminal (CVE-2017-5226).
+    step(&mut ctrl, "setsid", process::setsid());
+    step(
+        &mut ctrl,
+        "PR_SET_PDEATHSIG",
+        process::set_parent_death_signal(libc::SIGKILL),
+    );
+    // Every capability in every set, bounding and ambient included.
+    step(
+        &mut ctrl,
+        "dropping capabilities",
+        process::drop_all_capabilities(),
+    );
+    // No execve can grant privileges again (setuid binaries stay inert).
+    step(
+        &mut ctrl,
+        "PR_SET_NO_NEW_PRIVS",
+        process::set_no_new_privs(),
+    );
+    step(&mut ctrl, "chdir to the workspace", mount::chdir(cwd));
+    let err = exec.exec();
+    let (kind, code) = if err.0 == libc::ENOENT {
+        (FailureKind::ExecNotFound, EXIT_NOT_FOUND)
+    } else {
+        (FailureKind::ExecFailed, EXIT_NOT_EXECUTABLE)
+    };
+    ctrl.send(&HelperMessage::Failed {
+        kind,
+        message: format!("cannot execute {path}: {err}"),
+    });
+    process::exit_now(code)
+}
+
+/// PID 1's loop. Signals arrive synchronously; SIGCHLD reaps every child
+/// (orphans are re-parented to us); others are forwarded to the program.
+fn reap(program: i32, mut ctrl: Control) -> ! {
+    let mut status: Option<WaitStatus> = None;
+    loop {
+        let sig = signal::wait_any().unwrap_or(libc::SIGCHLD);
+        if sig != libc::SIGCHLD {
+            if status.is_none() {
+                let _ = process::kill(program, sig);
+            }
+            continue;
+        }
+        while let Ok(Some((pid, ws))) = process::waitpid(-1, true) {
+            if pid == program {
+                status = Some(ws);
+            }
+        }
+        if let Some(ws) = status {
+            // The program is gone: so is everything it left running
+            // (daemons, double forks). kill(-1) from PID 1 reaches every
+            // process of this pid namespace and nothing outside it.
+            let _ = process::kill(-1, libc::SIGKILL);
+            while process::waitpid(-1, false).is_ok() {}
+            let (code, signal) = match ws {
+                WaitStatus::Exited(c) => (Some(c), None),
+                WaitStatus::Signaled(s) => (None, Some(s)),
+            };
+            ctrl.send(&HelperMessage::Exited { code, signal });
+            process::exit_now(0)
+        }
+    }
+}

@@ -1,0 +1,196 @@
+//! The sandbox helper: corral's own binary re-entered as
+//! `corral __sandbox-helper`, single-threaded, before any async runtime.
+//!
+//! Process tree and hardening order (see docs/architecture.md):
+//!
+//! ```text
+//! corral (parent; may be multi-threaded)
+//!  └─ helper: read plan → [root: become the sandbox uid] → PDEATHSIG
+//!       → unshare(user) → uid/gid maps → unshare(mnt,pid,ipc,uts,net,cgroup)
+//!       └─ init (PID 1 of the new pid namespace): build the root
+//!            filesystem → pivot_root → hostname, loopback → non-dumpable
+//!            └─ program: reset signals → setsid → PDEATHSIG → drop every
+//!                 capability → no_new_privs → chdir → execve
+//! ```
+//!
+//! Because this process is single-threaded and freshly exec'd, it may
+//! allocate and use the standard library freely between its forks.
+
+mod init;
+mod rootfs;
+
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::fd::OwnedFd;
+
+use corral_sys::process::{self, Fork, WaitStatus};
+use corral_sys::{fd, ns, signal, Errno};
+
+use crate::plan::SandboxPlan;
+use crate::protocol::{FailureKind, HelperMessage, MAX_PLAN_BYTES};
+use crate::EXIT_CORRAL_ERROR;
+
+/// The control socket, shared by the helper, init and the program's
+/// pre-exec child (each writes whole messages).
+pub(crate) struct Control(File);
+
+impl Control {
+    pub(crate) fn send(&mut self, msg: &HelperMessage) {
+        if let Ok(bytes) = serde_json::to_vec(msg) {
+            // Best effort: if the parent is gone, nobody is left to tell.
+            let _ = self.0.write_all(&bytes);
+        }
+    }
+
+    pub(crate) fn fail(&mut self, kind: FailureKind, message: String) -> ! {
+        self.send(&HelperMessage::Failed { kind, message });
+        process::exit_now(EXIT_CORRAL_ERROR)
+    }
+}
+
+/// Entry point of `corral __sandbox-helper`. Never returns.
+pub fn main() -> ! {
+    let Ok(ctrl) = fd::take_inherited(fd::HELPER_CONTROL_FD) else {
+        eprintln!("corral: the sandbox helper is internal; run `corral run` instead");
+        process::exit_now(EXIT_CORRAL_ERROR);
+    };
+    let mut ctrl = Control(File::from(ctrl));
+    let plan = match read_plan(&mut ctrl.0) {
+        Ok(plan) => plan,
+        Err(msg) => ctrl.fail(FailureKind::Protocol, msg),
+    };
+    run(plan, ctrl)
+}
+
+fn read_plan(ctrl: &mut File) -> Result<SandboxPlan, String> {
+    let mut buf = vec![0u8; MAX_PLAN_BYTES];
+    let n = ctrl
+        .read(&mut buf)
+        .map_err(|e| format!("reading the plan: {e}"))?;
+    serde_json::from_slice(&buf[..n]).map_err(|e| format!("decoding the plan: {e}"))
+}
+
+fn run(plan: SandboxPlan, mut ctrl: Control) -> ! {
+    // 1. Nothing inherited beyond stdio and the control socket reaches the
+    //    sandbox (close_range(2)).
+    if let Err(e) = fd::close_from(4) {
+        ctrl.fail(FailureKind::Setup, format!("close_range: {e}"));
+    }
+    // 2. corral started as root: become the unprivileged sandbox identity
+    //    before anything else, so even a kernel bug in namespace set-up
+    //    runs as an ordinary user (the program must never be host root).
+    let id = plan.identity;
+    if id.drop_from_root {
+        if let Err(e) = process::become_user(id.uid, id.gid) {
+            ctrl.fail(
+                FailureKind::Identity,
+                format!("switching to uid {} gid {}: {e}", id.uid, id.gid),
+            );
+        }
+        if let Err(e) = process::set_dumpable() {
+            ctrl.fail(
+                FailureKind::Identity,
+                format!("PR_SET_DUMPABLE after the uid change: {e}"),
+            );
+        }
+    }
+    // 3. Die with corral (set after the uid change, which clears it), and
+    //    bail out if corral already died before we got here.
+    if process::set_parent_death_signal(libc::SIGKILL).is_err()
+        || process::getppid() != plan.parent_pid
+    {
+        process::exit_now(EXIT_CORRAL_ERROR);
+    }
+    // 4. The user namespace first, on its own, so its absence gets its own
+    //    diagnosis (Ubuntu 24.04's AppArmor restriction, sysctls).
+    if let Err(e) = ns::unshare(ns::CLONE_NEWUSER) {
+        ctrl.fail(FailureKind::UserNamespace, userns_hint(e));
+    }
+    if let Err(e) = write_id_maps(id.uid, id.gid) {
+        ctrl.fail(
+            FailureKind::UserNamespace,
+            format!("writing uid/gid maps: {e}"),
+        );
+    }
+    // 5. Every other namespace, owned by the new user namespace.
+    let flags = ns::CLONE_NEWNS
+        | ns::CLONE_NEWPID
+        | ns::CLONE_NEWIPC
+        | ns::CLONE_NEWUTS
+        | ns::CLONE_NEWNET
+        | ns::CLONE_NEWCGROUP;
+    if let Err(e) = ns::unshare(flags) {
+        ctrl.fail(
+            FailureKind::Namespace,
+            format!("unshare(mount, pid, ipc, uts, net, cgroup): {e}"),
+        );
+    }
+    // 6. Signals are taken synchronously from here on (sigwaitinfo), never
+    //    in handlers.
+    if let Err(e) = signal::block_all() {
+        ctrl.fail(FailureKind::Setup, format!("blocking signals: {e}"));
+    }
+    // A lifeline: init checks, after arming its own death signal, that we
+    // are still alive (its getppid() is 0 across the pid namespace).
+    let (lifeline_read, lifeline_write) = match fd::pipe() {
+        Ok(p) => p,
+        Err(e) => ctrl.fail(FailureKind::Setup, format!("pipe: {e}")),
+    };
+    match process::fork_in_single_threaded_helper() {
+        Err(e) => ctrl.fail(
+            FailureKind::Namespace,
+            format!("fork into the pid namespace: {e}"),
+        ),
+        Ok(Fork::Child) => {
+            drop(lifeline_write);
+            init::run(plan, ctrl, lifeline_read)
+        }
+        Ok(Fork::Parent(init_pid)) => {
+            drop(lifeline_read);
+            drop(plan);
+            drop(ctrl);
+            fd::stdio_to_devnull();
+            supervise(init_pid, lifeline_write)
+        }
+    }
+}
+
+/// The helper's last job: forward signals to init and leave with init's
+/// status. Holding `_lifeline` open tells init we are alive.
+fn supervise(init_pid: i32, _lifeline: OwnedFd) -> ! {
+    loop {
+        let Ok(sig) = signal::wait_any() else {
+            process::exit_now(EXIT_CORRAL_ERROR);
+        };
+        if sig == libc::SIGCHLD {
+            match process::waitpid(init_pid, true) {
+                Ok(Some((_, WaitStatus::Exited(code)))) => process::exit_now(code),
+                Ok(Some((_, WaitStatus::Signaled(s)))) => process::exit_now(128 + s),
+                Ok(None) => {}
+                Err(_) => process::exit_now(EXIT_CORRAL_ERROR),
+            }
+        } else {
+            let _ = process::kill(init_pid, sig);
+        }
+    }
+}
+
+fn write_id_maps(uid: u32, gid: u32) -> std::io::Result<()> {
+    // setgroups must be denied before an unprivileged gid_map write
+    // (user_namespaces(7), CVE-2014-8989).
+    std::fs::write("/proc/self/setgroups", "deny")?;
+    std::fs::write("/proc/self/uid_map", format!("{uid} {uid} 1\n"))?;
+    std::fs::write("/proc/self/gid_map", format!("{gid} {gid} 1\n"))?;
+    Ok(())
+}
+
+fn userns_hint(e: Errno) -> String {
+    format!(
+        "user namespaces are unavailable: unshare(CLONE_NEWUSER) failed with {e}. \
+         corral needs them to build its sandbox without privileges. Likely causes: \
+         kernel.apparmor_restrict_unprivileged_userns=1 (Ubuntu 24.04), \
+         user.max_user_namespaces=0, or a container that forbids them. \
+         `corral doctor` checks each and says how to fix it. \
+         corral does not silently fall back to a weaker sandbox."
+    )
+}

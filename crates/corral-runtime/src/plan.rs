@@ -1,0 +1,506 @@
+//! Planning: from a profile and a request to the exact list of steps the
+//! helper performs. Pure apart from looking at the host filesystem (which
+//! paths exist, which are symlinks), so it is unit-tested without root.
+
+use std::path::PathBuf;
+
+use corral_policy::commands::{self, CommandDecision, CommandRejection};
+use corral_policy::config::reserved_destination;
+use corral_policy::env::{self, EnvError, EnvRequest};
+use corral_policy::{AuditEvent, Level, MountSpec, Profile, ReasonCode, SandboxPath};
+use serde::{Deserialize, Serialize};
+
+use crate::resolve::{CommandTable, Resolution};
+
+/// Where the workspace appears inside the sandbox.
+pub const WORKSPACE: &str = "/workspace";
+
+/// What the caller asks to run.
+#[derive(Debug, Clone, Default)]
+pub struct RunRequest {
+    /// The command and its arguments.
+    pub argv: Vec<String>,
+    /// Host directory bound read-write at `/workspace`; `None` gives a
+    /// fresh tmpfs that disappears with the sandbox.
+    pub workdir: Option<PathBuf>,
+    /// Extra read-only binds.
+    pub read_only: Vec<MountSpec>,
+    /// Extra read-write binds.
+    pub read_write: Vec<MountSpec>,
+    /// Extra environment.
+    pub env: EnvRequest,
+}
+
+/// Who runs the program, decided by who runs corral.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SandboxIdentity {
+    /// Host uid of the program (and the same number inside).
+    pub uid: u32,
+    /// Host gid of the program (and the same number inside).
+    pub gid: u32,
+    /// Whether the helper starts as root and must switch to `uid`/`gid`
+    /// before creating the user namespace.
+    pub drop_from_root: bool,
+}
+
+impl SandboxIdentity {
+    /// The identity for the current process: itself when unprivileged, the
+    /// profile's unprivileged identity when root.
+    pub fn for_current_process(profile: &Profile) -> Self {
+        let (_, euid) = corral_sys::process::uids();
+        if euid == 0 {
+            SandboxIdentity {
+                uid: profile.identity.uid,
+                gid: profile.identity.gid,
+                drop_from_root: true,
+            }
+        } else {
+            SandboxIdentity {
+                uid: euid,
+                gid: corral_sys::process::getgid(),
+                drop_from_root: false,
+            }
+        }
+    }
+}
+
+/// One filesystem step inside the new root, in order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum MountOp {
+    /// Bind a host path (recursively).
+    Bind {
+        /// Host path.
+        source: String,
+        /// Sandbox path.
+        dest: SandboxPath,
+        /// Read-write instead of read-only.
+        writable: bool,
+    },
+    /// Create a symlink (recreating a host symlink such as `/bin -> usr/bin`).
+    Symlink {
+        /// Link target, as on the host.
+        target: String,
+        /// Sandbox path.
+        dest: SandboxPath,
+    },
+    /// Mount a fresh tmpfs.
+    Tmpfs {
+        /// Sandbox path.
+        dest: SandboxPath,
+        /// Size limit in bytes.
+        size: u64,
+        /// Mode of the root directory.
+        mode: u32,
+    },
+}
+
+impl MountOp {
+    /// The sandbox path this step creates.
+    pub fn dest(&self) -> &SandboxPath {
+        match self {
+            MountOp::Bind { dest, .. }
+            | MountOp::Symlink { dest, .. }
+            | MountOp::Tmpfs { dest, .. } => dest,
+        }
+    }
+}
+
+/// A small file corral writes into the sandbox's root (`/etc/passwd`, ...).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GeneratedFile {
+    /// Sandbox path.
+    pub path: SandboxPath,
+    /// Contents.
+    pub contents: String,
+}
+
+/// Everything the helper needs, decided in advance. Sent as JSON over the
+/// control socket.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SandboxPlan {
+    /// pid of the corral process that spawned the helper; the helper exits
+    /// if its parent is already someone else.
+    pub parent_pid: i32,
+    /// Who runs the program.
+    pub identity: SandboxIdentity,
+    /// Hostname in the UTS namespace.
+    pub hostname: String,
+    /// Size of `/tmp`.
+    pub tmp_size: u64,
+    /// Whether `/dev/pts` and `/dev/ptmx` exist.
+    pub dev_pts: bool,
+    /// Filesystem steps, parents before children.
+    pub mounts: Vec<MountOp>,
+    /// Paths hidden after all mounts.
+    pub deny: Vec<SandboxPath>,
+    /// Files written into the root.
+    pub files: Vec<GeneratedFile>,
+    /// Working directory.
+    pub cwd: SandboxPath,
+    /// Absolute path of the program inside the sandbox.
+    pub exec_path: String,
+    /// argv, `argv[0]` as requested.
+    pub argv: Vec<String>,
+    /// Environment as `NAME=VALUE`.
+    pub env: Vec<String>,
+}
+
+/// Why a run was refused before anything started.
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    /// The command was refused by the profile.
+    #[error("{rejection}")]
+    Rejected {
+        /// The reason.
+        rejection: CommandRejection,
+        /// The audit event recording it.
+        event: Box<AuditEvent>,
+    },
+    /// The command is allowed but not installed where the sandbox sees it.
+    #[error("command `{command}` is allowed but was not found in the sandbox's search path ({searched})")]
+    NotFound {
+        /// The name.
+        command: String,
+        /// Directories searched.
+        searched: String,
+        /// The audit event recording it.
+        event: Box<AuditEvent>,
+    },
+    /// An environment entry is malformed.
+    #[error(transparent)]
+    Env(#[from] EnvError),
+    /// A mount request is unusable.
+    #[error("{0}")]
+    Mount(String),
+}
+
+impl PlanError {
+    /// The process exit status this error maps to.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            PlanError::NotFound { .. } => crate::EXIT_NOT_FOUND,
+            _ => crate::EXIT_CORRAL_ERROR,
+        }
+    }
+
+    /// The audit event, for refusals.
+    pub fn event(&self) -> Option<&AuditEvent> {
+        match self {
+            PlanError::Rejected { event, .. } | PlanError::NotFound { event, .. } => Some(event),
+            _ => None,
+        }
+    }
+
+    /// A stable code for JSON error objects.
+    pub fn code(&self) -> &'static str {
+        match self {
+            PlanError::Rejected { event, .. } | PlanError::NotFound { event, .. } => {
+                event.code.as_str()
+            }
+            PlanError::Env(_) => "env.invalid",
+            PlanError::Mount(_) => "mount.invalid",
+        }
+    }
+}
+
+/// Builds the plan. Returns it with the audit events of the decisions taken
+/// (stripped variables).
+pub fn build_plan(
+    profile: &Profile,
+    commands: &CommandTable,
+    request: &RunRequest,
+    identity: SandboxIdentity,
+    lookup_env: &dyn Fn(&str) -> Option<String>,
+) -> Result<(SandboxPlan, Vec<AuditEvent>), PlanError> {
+    let exec_path = match commands::check(&profile.commands, &profile.name, &request.argv) {
+        Ok(CommandDecision::Path(path)) => path.to_string(),
+        Ok(CommandDecision::Named(name)) => match commands.get(&name) {
+            Some(Resolution::Found(path)) => path.clone(),
+            other => {
+                let searched = match other {
+                    Some(Resolution::Missing(dirs)) => dirs.join(", "),
+                    _ => String::from("(not resolved for this profile)"),
+                };
+                let event = AuditEvent::new(
+                    Level::Error,
+                    ReasonCode::CommandNotFound,
+                    format!("command `{name}` not found in {searched}"),
+                )
+                .with("command", name.as_str());
+                return Err(PlanError::NotFound {
+                    command: name,
+                    searched,
+                    event: Box::new(event),
+                });
+            }
+        },
+        Err(rejection) => {
+            let event = Box::new(rejection.audit_event(&request.argv));
+            return Err(PlanError::Rejected { rejection, event });
+        }
+    };
+    let (env, events) = env::build(&profile.env, &request.env, lookup_env)?;
+    let mounts = plan_mounts(profile, request)?;
+    let plan = SandboxPlan {
+        parent_pid: corral_sys::process::getpid(),
+        identity,
+        hostname: profile.hostname.clone(),
+        tmp_size: profile.filesystem.tmp_size.bytes(),
+        dev_pts: profile.filesystem.dev_pts,
+        mounts,
+        deny: profile.filesystem.deny.clone(),
+        files: generated_files(&profile.hostname, identity),
+        cwd: SandboxPath::new(WORKSPACE).map_err(|e| PlanError::Mount(e.to_string()))?,
+        exec_path,
+        argv: request.argv.clone(),
+        env: env.into_iter().map(|(k, v)| format!("{k}={v}")).collect(),
+    };
+    Ok((plan, events))
+}
+
+/// Orders the filesystem steps: system paths (symlinks recreated, missing
+/// ones skipped), then the profile's and the request's binds, then the
+/// workspace; parents always before children.
+fn plan_mounts(profile: &Profile, request: &RunRequest) -> Result<Vec<MountOp>, PlanError> {
+    let mut ops = Vec::new();
+    for path in &profile.filesystem.system {
+        match std::fs::symlink_metadata(path.as_path()) {
+            Err(_) => continue,
+            Ok(meta) if meta.file_type().is_symlink() => {
+                let target = std::fs::read_link(path.as_path())
+                    .map_err(|e| PlanError::Mount(format!("cannot read symlink {path}: {e}")))?;
+                let target = target
+                    .to_str()
+                    .ok_or_else(|| {
+                        PlanError::Mount(format!("symlink {path} has a non-UTF-8 target"))
+                    })?
+                    .to_string();
+                ops.push(MountOp::Symlink {
+                    target,
+                    dest: path.clone(),
+                });
+            }
+            Ok(_) => ops.push(MountOp::Bind {
+                source: path.to_string(),
+                dest: path.clone(),
+                writable: false,
+            }),
+        }
+    }
+    let explicit = profile
+        .filesystem
+        .read_only
+        .iter()
+        .chain(&request.read_only)
+        .map(|m| (m, false))
+        .chain(
+            profile
+                .filesystem
+                .read_write
+                .iter()
+                .chain(&request.read_write)
+                .map(|m| (m, true)),
+        );
+    for (spec, writable) in explicit {
+        if let Some(why) = reserved_destination(&spec.dest) {
+            return Err(PlanError::Mount(format!("cannot mount {spec}: {why}")));
+        }
+        if let Some(other) = ops.iter().find(|op| op.dest() == &spec.dest) {
+            if !matches!(other, MountOp::Bind { source, .. } if profile.filesystem.system.iter().any(|s| s.as_str() == source))
+            {
+                return Err(PlanError::Mount(format!(
+                    "{} is mounted twice; mount each destination once",
+                    spec.dest
+                )));
+            }
+            // An explicit bind replaces the system bind of the same path.
+            ops.retain(|op| op.dest() != &spec.dest);
+        }
+        if let Err(e) = std::fs::metadata(spec.source.as_path()) {
+            return Err(PlanError::Mount(format!(
+                "cannot mount {spec}: {} does not exist or is unreadable ({e})",
+                spec.source
+            )));
+        }
+        ops.push(MountOp::Bind {
+            source: spec.source.to_string(),
+            dest: spec.dest.clone(),
+            writable,
+        });
+    }
+    let workspace = SandboxPath::new(WORKSPACE).map_err(|e| PlanError::Mount(e.to_string()))?;
+    match &request.workdir {
+        Some(dir) => {
+            let canonical = std::fs::canonicalize(dir)
+                .map_err(|e| PlanError::Mount(format!("workdir {}: {e}", dir.display())))?;
+            if !canonical.is_dir() {
+                return Err(PlanError::Mount(format!(
+                    "workdir {} is not a directory",
+                    dir.display()
+                )));
+            }
+            let source = canonical
+                .to_str()
+                .ok_or_else(|| PlanError::Mount(format!("workdir {} is not UTF-8", dir.display())))?
+                .to_string();
+            ops.push(MountOp::Bind {
+                source,
+                dest: workspace,
+                writable: true,
+            });
+        }
+        None => ops.push(MountOp::Tmpfs {
+            dest: workspace,
+            size: profile.filesystem.workspace_size.bytes(),
+            mode: 0o755,
+        }),
+    }
+    // Parents first: a bind at /a must not land on top of one at /a/b.
+    ops.sort_by_key(|op| op.dest().as_str().matches('/').count());
+    Ok(ops)
+}
+
+/// `/etc/passwd`, `/etc/group`, `/etc/hosts` and `/etc/hostname` written by
+/// corral: programs that look up their own user or `localhost` work, and
+/// nothing of the host's account database leaks in.
+fn generated_files(hostname: &str, id: SandboxIdentity) -> Vec<GeneratedFile> {
+    let mut passwd = String::new();
+    let mut group = String::new();
+    if id.uid != 65534 {
+        passwd.push_str(&format!(
+            "sandbox:x:{}:{}:corral sandbox:{WORKSPACE}:/bin/sh\n",
+            id.uid, id.gid
+        ));
+    }
+    if id.gid != 65534 {
+        group.push_str(&format!("sandbox:x:{}:\n", id.gid));
+    }
+    passwd.push_str("nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n");
+    group.push_str("nogroup:x:65534:\n");
+    let files = [
+        ("/etc/passwd", passwd),
+        ("/etc/group", group),
+        ("/etc/hostname", format!("{hostname}\n")),
+        (
+            "/etc/hosts",
+            format!("127.0.0.1\tlocalhost {hostname}\n::1\tlocalhost ip6-localhost ip6-loopback\n"),
+        ),
+    ];
+    files
+        .into_iter()
+        .filter_map(|(path, contents)| {
+            SandboxPath::new(path)
+                .ok()
+                .map(|path| GeneratedFile { path, contents })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn identity() -> SandboxIdentity {
+        SandboxIdentity {
+            uid: 1000,
+            gid: 1000,
+            drop_from_root: false,
+        }
+    }
+
+    fn request(argv: &[&str]) -> RunRequest {
+        RunRequest {
+            argv: argv.iter().map(|s| s.to_string()).collect(),
+            ..Default::default()
+        }
+    }
+
+    fn plan_for(
+        profile: &Profile,
+        req: &RunRequest,
+    ) -> Result<(SandboxPlan, Vec<AuditEvent>), PlanError> {
+        build_plan(
+            profile,
+            &CommandTable::resolve(profile),
+            req,
+            identity(),
+            &|_| None,
+        )
+    }
+
+    #[test]
+    fn plans_a_snippet() {
+        let profile = corral_policy::builtin::code();
+        let (plan, events) = plan_for(&profile, &request(&["sh", "-c", "echo hi"])).unwrap();
+        assert!(events.is_empty());
+        assert!(
+            plan.exec_path.ends_with("sh")
+                || plan.exec_path.contains("dash")
+                || plan.exec_path.contains("bash")
+        );
+        assert_eq!(plan.argv[0], "sh");
+        assert_eq!(plan.cwd.as_str(), "/workspace");
+        assert!(plan.env.iter().any(|e| e == "HOME=/workspace"));
+        // /usr is bound read-only, the workspace is a tmpfs, and parents
+        // come before children.
+        assert!(plan.mounts.iter().any(
+            |m| matches!(m, MountOp::Bind { dest, writable: false, .. } if dest.as_str() == "/usr")
+        ));
+        assert!(
+            matches!(plan.mounts.last(), Some(MountOp::Tmpfs { .. }))
+                || plan.mounts.iter().any(
+                    |m| matches!(m, MountOp::Tmpfs { dest, .. } if dest.as_str() == "/workspace")
+                )
+        );
+        let depths: Vec<usize> = plan
+            .mounts
+            .iter()
+            .map(|m| m.dest().as_str().matches('/').count())
+            .collect();
+        assert!(depths.windows(2).all(|w| w[0] <= w[1]));
+        assert!(plan.files.iter().any(
+            |f| f.path.as_str() == "/etc/passwd" && f.contents.contains("sandbox:x:1000:1000")
+        ));
+        assert!(!plan
+            .mounts
+            .iter()
+            .any(|m| m.dest().as_str() == "/etc/shadow" || m.dest().as_str() == "/etc/passwd"));
+    }
+
+    #[test]
+    fn refusals_carry_events_and_exit_codes() {
+        let profile = corral_policy::builtin::code();
+        let err = plan_for(&profile, &request(&["/bin/sh"])).unwrap_err();
+        assert_eq!(err.exit_code(), 125);
+        assert_eq!(err.event().unwrap().code, ReasonCode::CommandPathRejected);
+        let err = plan_for(&profile, &request(&["perl"])).unwrap_err();
+        assert_eq!(err.code(), "command.not_allowed");
+        let mut missing = profile.clone();
+        missing
+            .commands
+            .allow
+            .push("definitely-not-installed-xyz".into());
+        let err = plan_for(&missing, &request(&["definitely-not-installed-xyz"])).unwrap_err();
+        assert_eq!(err.exit_code(), 127);
+    }
+
+    #[test]
+    fn bad_mounts_are_refused() {
+        let profile = corral_policy::builtin::code();
+        let mut req = request(&["sh"]);
+        req.read_only
+            .push(MountSpec::parse("/usr:/proc/x", None).unwrap());
+        assert!(matches!(plan_for(&profile, &req), Err(PlanError::Mount(_))));
+        let mut req = request(&["sh"]);
+        req.read_only
+            .push(MountSpec::parse("/nonexistent-corral-path", None).unwrap());
+        assert!(matches!(plan_for(&profile, &req), Err(PlanError::Mount(_))));
+        let mut req = request(&["sh"]);
+        req.read_only
+            .push(MountSpec::parse("/usr/share:/data", None).unwrap());
+        req.read_write
+            .push(MountSpec::parse("/usr/lib:/data", None).unwrap());
+        assert!(matches!(plan_for(&profile, &req), Err(PlanError::Mount(_))));
+    }
+}

@@ -1,0 +1,56 @@
+//! Messages on the control socket between corral and its sandbox helper.
+//!
+//! The parent sends one [`crate::SandboxPlan`] as JSON. The helper, the
+//! sandbox's init and the program's pre-exec child answer with
+//! [`HelperMessage`]s, one JSON object per `SOCK_SEQPACKET` message. The
+//! program's copy of the socket is close-on-exec, so a successful exec
+//! sends nothing; init reports how the program ended.
+
+use serde::{Deserialize, Serialize};
+
+/// What went wrong while building the sandbox, by stage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureKind {
+    /// The plan could not be read.
+    Protocol,
+    /// Dropping root to the sandbox identity failed.
+    Identity,
+    /// User namespaces are not available to this user on this host.
+    UserNamespace,
+    /// Another namespace could not be created.
+    Namespace,
+    /// A mount step failed.
+    Mount,
+    /// Hostname, loopback or another small step failed.
+    Setup,
+    /// Dropping privileges failed.
+    Privileges,
+    /// execve failed with ENOENT.
+    ExecNotFound,
+    /// execve failed otherwise (EACCES, ENOEXEC, ...).
+    ExecFailed,
+}
+
+/// A message from the helper side.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum HelperMessage {
+    /// Setup failed; nothing of the program ran.
+    Failed {
+        /// The stage.
+        kind: FailureKind,
+        /// What failed, with paths and the errno name.
+        message: String,
+    },
+    /// The program ended.
+    Exited {
+        /// Exit code, when it exited.
+        code: Option<i32>,
+        /// Signal, when a signal killed it.
+        signal: Option<i32>,
+    },
+}
+
+/// Largest plan accepted on the control socket.
+pub const MAX_PLAN_BYTES: usize = 4 << 20;

@@ -1,0 +1,145 @@
+//! Resolving allowlisted command names to absolute paths, once.
+//!
+//! A name resolves to the first executable file named so in the profile's
+//! search path whose real location is visible inside the sandbox. A shim
+//! outside the mounted tree (pyenv's `~/.pyenv/shims/python3`, say) is never
+//! chosen, because the sandbox could not run it.
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use corral_policy::{Profile, SandboxPath};
+
+/// Where a command resolved to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Resolution {
+    /// The absolute path to exec inside the sandbox.
+    Found(String),
+    /// Not installed anywhere the sandbox can see; the directories searched.
+    Missing(Vec<String>),
+}
+
+/// Every allowlisted name of a profile, resolved. Built once per profile
+/// (at CLI start-up, or when the server loads its config), never per
+/// request, so a request cannot influence where a name points.
+#[derive(Debug, Clone, Default)]
+pub struct CommandTable {
+    entries: BTreeMap<String, Resolution>,
+}
+
+/// The host trees the sandbox sees, as (host source, sandbox destination).
+pub fn visible_trees(profile: &Profile) -> Vec<(PathBuf, SandboxPath)> {
+    let fs = &profile.filesystem;
+    let mut trees: Vec<(PathBuf, SandboxPath)> = fs
+        .system
+        .iter()
+        .map(|p| (p.as_path().to_path_buf(), p.clone()))
+        .collect();
+    trees.extend(
+        fs.read_only
+            .iter()
+            .chain(&fs.read_write)
+            .map(|m| (m.source.as_path().to_path_buf(), m.dest.clone())),
+    );
+    trees
+}
+
+/// Maps a canonical host path to where it appears in the sandbox, if it
+/// does (and is not under a denied path).
+pub fn sandbox_location(profile: &Profile, host: &Path) -> Option<String> {
+    for (source, dest) in visible_trees(profile) {
+        // Compare against the canonical source: `/lib` may be a symlink.
+        let source = std::fs::canonicalize(&source).unwrap_or(source);
+        if let Ok(rest) = host.strip_prefix(&source) {
+            let inside = Path::new(dest.as_str()).join(rest);
+            let inside = inside.to_str()?.to_string();
+            let denied = profile
+                .filesystem
+                .deny
+                .iter()
+                .any(|d| SandboxPath::new(&inside).is_ok_and(|p| p.starts_with(d)));
+            return (!denied).then_some(inside);
+        }
+    }
+    None
+}
+
+impl CommandTable {
+    /// Resolves every name in the profile's allowlist.
+    pub fn resolve(profile: &Profile) -> CommandTable {
+        let entries = profile
+            .commands
+            .allow
+            .iter()
+            .map(|name| (name.clone(), resolve_one(profile, name)))
+            .collect();
+        CommandTable { entries }
+    }
+
+    /// The resolution of `name`, if it is allowlisted.
+    pub fn get(&self, name: &str) -> Option<&Resolution> {
+        self.entries.get(name)
+    }
+
+    /// All entries, for `corral explain`.
+    pub fn entries(&self) -> &BTreeMap<String, Resolution> {
+        &self.entries
+    }
+}
+
+fn resolve_one(profile: &Profile, name: &str) -> Resolution {
+    let mut searched = Vec::new();
+    for dir in &profile.commands.search_path {
+        searched.push(dir.to_string());
+        let candidate = dir.as_path().join(name);
+        let Ok(real) = std::fs::canonicalize(&candidate) else {
+            continue;
+        };
+        let Ok(meta) = std::fs::metadata(&real) else {
+            continue;
+        };
+        if !meta.is_file() || meta.permissions().mode() & 0o111 == 0 {
+            continue;
+        }
+        if let Some(inside) = sandbox_location(profile, &real) {
+            return Resolution::Found(inside);
+        }
+    }
+    Resolution::Missing(searched)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resolves_sh_inside_the_system_tree() {
+        let profile = corral_policy::builtin::code();
+        let table = CommandTable::resolve(&profile);
+        match table.get("sh") {
+            Some(Resolution::Found(path)) => {
+                assert!(
+                    path.starts_with("/usr/") || path.starts_with("/bin/"),
+                    "{path}"
+                );
+            }
+            other => panic!("sh should resolve, got {other:?}"),
+        }
+        assert!(
+            table.get("perl").is_none(),
+            "only allowlisted names are resolved"
+        );
+    }
+
+    #[test]
+    fn names_outside_the_visible_tree_are_missing() {
+        let mut profile = corral_policy::builtin::code();
+        profile
+            .filesystem
+            .system
+            .retain(|p| p.as_str() == "/etc/ld.so.cache");
+        let table = CommandTable::resolve(&profile);
+        assert!(matches!(table.get("sh"), Some(Resolution::Missing(_))));
+    }
+}

@@ -1,0 +1,79 @@
+//! The result of one run: what `corral run --json` prints and what the
+//! service returns. Field names carry their units; the schema is documented
+//! in README.md and only grows.
+
+use corral_policy::AuditEvent;
+use serde::Serialize;
+
+/// Which protections were in force for this run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Enforced {
+    /// Namespaces the program ran in.
+    pub namespaces: Vec<&'static str>,
+    /// Host uid and gid the program ran as (never 0).
+    pub uid: u32,
+    /// Host gid.
+    pub gid: u32,
+    /// Whether every capability was dropped (always true).
+    pub capabilities_dropped: bool,
+    /// Whether no_new_privs was set (always true).
+    pub no_new_privs: bool,
+    /// Root filesystem: "pivot_root" into a fresh read-only tmpfs.
+    pub root: &'static str,
+}
+
+impl Enforced {
+    /// What the current launcher enforces for `uid`/`gid`.
+    pub fn full_sandbox(uid: u32, gid: u32) -> Self {
+        Enforced {
+            namespaces: vec!["user", "mount", "pid", "ipc", "uts", "net", "cgroup"],
+            uid,
+            gid,
+            capabilities_dropped: true,
+            no_new_privs: true,
+            root: "pivot_root",
+        }
+    }
+}
+
+/// corral's own error, when the program did not run (or did not run to
+/// completion because corral refused or failed).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ErrorInfo {
+    /// Stable code, e.g. `command.not_allowed`, `sandbox.user_namespace`.
+    pub code: String,
+    /// What happened and what to do.
+    pub message: String,
+}
+
+/// One run's outcome.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunResult {
+    /// corral's exit status: the program's code, 128+N for signal N, 125
+    /// corral error, 126 not executable, 127 not found.
+    pub exit_code: i32,
+    /// The signal that ended the program, if one did.
+    pub signal: Option<i32>,
+    /// Whether the wall-clock timeout ended the run.
+    pub timed_out: bool,
+    /// Captured standard output (UTF-8, invalid bytes replaced).
+    pub stdout: String,
+    /// Captured standard error.
+    pub stderr: String,
+    /// Bytes the program wrote to stdout in total.
+    pub stdout_bytes: u64,
+    /// Bytes the program wrote to stderr in total.
+    pub stderr_bytes: u64,
+    /// Whether `stdout` holds less than the program wrote.
+    pub stdout_truncated: bool,
+    /// Whether `stderr` holds less than the program wrote.
+    pub stderr_truncated: bool,
+    /// Wall-clock time from launch to the end of the sandbox, in ms.
+    pub wall_ms: u64,
+    /// corral's own error, if any.
+    pub error: Option<ErrorInfo>,
+    /// Security events of this run (stripped variables, refusals).
+    pub events: Vec<AuditEvent>,
+    /// Protections in force; `null` when the sandbox never started.
+    pub enforced: Option<Enforced>,
+}

@@ -1,0 +1,166 @@
+//! File descriptors: the helper's control socket, closing inherited fds,
+//! polling, and placing an fd at a fixed number in a spawned child.
+
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::process::Command;
+
+use crate::{cvt, Errno, SysResult};
+
+/// The fd number at which the sandbox helper finds its control socket.
+pub const HELPER_CONTROL_FD: RawFd = 3;
+
+/// A connected `AF_UNIX`/`SOCK_SEQPACKET` pair (message boundaries kept,
+/// close-on-exec): the parent talks to the helper over it.
+pub fn seqpacket_pair() -> SysResult<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: `fds` has room for the two fds socketpair writes.
+    cvt(unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
+            0,
+            fds.as_mut_ptr(),
+        )
+    })?;
+    // SAFETY: socketpair returned two new fds that nothing else owns.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// Closes every fd from `first` upwards (`close_range(2)`).
+pub fn close_from(first: u32) -> SysResult<()> {
+    // SAFETY: close_range takes integers; closing fds we do not own is the
+    // point (they were inherited and must not reach the sandbox).
+    cvt(unsafe { libc::syscall(libc::SYS_close_range, first, u32::MAX, 0u32) }).map(drop)
+}
+
+/// Closes one raw fd, ignoring errors (used on inherited stdio).
+pub fn close_raw(fd: RawFd) {
+    // SAFETY: closing an fd number; the caller no longer uses it.
+    unsafe { libc::close(fd) };
+}
+
+/// Sets or clears `FD_CLOEXEC`.
+pub fn set_cloexec(fd: RawFd, on: bool) -> SysResult<()> {
+    let flag = if on { libc::FD_CLOEXEC } else { 0 };
+    // SAFETY: fcntl F_SETFD takes an integer.
+    cvt(unsafe { libc::fcntl(fd, libc::F_SETFD, flag) }).map(drop)
+}
+
+/// Sets `O_NONBLOCK`.
+pub fn set_nonblocking(fd: RawFd) -> SysResult<()> {
+    // SAFETY: F_GETFL/F_SETFL take integers.
+    let flags = cvt(unsafe { libc::fcntl(fd, libc::F_GETFL) })?;
+    // SAFETY: as above.
+    cvt(unsafe { libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) }).map(drop)
+}
+
+/// Arranges for `fd` to appear as `target` (without close-on-exec) in the
+/// child `cmd` spawns. The closure runs between fork and exec of a possibly
+/// multi-threaded process, so it only calls `dup2`/`fcntl`, which are
+/// async-signal-safe, and allocates nothing.
+pub fn pass_fd_as(cmd: &mut Command, fd: &OwnedFd, target: RawFd) {
+    use std::os::unix::process::CommandExt;
+    let src = fd.as_raw_fd();
+    // SAFETY: the closure only makes async-signal-safe calls (dup2, fcntl)
+    // on integers captured by value; it allocates nothing and takes no lock.
+    unsafe {
+        cmd.pre_exec(move || {
+            if src == target {
+                if libc::fcntl(target, libc::F_SETFD, 0) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            } else if libc::dup2(src, target) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+/// One fd to watch with [`poll`].
+#[derive(Debug, Clone, Copy)]
+pub struct PollFd {
+    /// The fd.
+    pub fd: RawFd,
+    /// Set by [`poll`] when the fd is readable or hung up.
+    pub ready: bool,
+}
+
+/// Waits up to `timeout_ms` (-1: forever) until one of `fds` is readable
+/// or hung up. Returns how many are ready (0 on timeout).
+pub fn poll(fds: &mut [PollFd], timeout_ms: i32) -> SysResult<usize> {
+    let mut raw: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|p| libc::pollfd {
+            fd: p.fd,
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    // SAFETY: `raw` is a valid array of `raw.len()` pollfd structs.
+    let n = unsafe { libc::poll(raw.as_mut_ptr(), raw.len() as libc::nfds_t, timeout_ms) };
+    if n < 0 {
+        let e = Errno::last();
+        if e.0 == libc::EINTR {
+            return Ok(0);
+        }
+        return Err(e);
+    }
+    for (p, r) in fds.iter_mut().zip(&raw) {
+        p.ready = r.revents != 0;
+    }
+    Ok(n as usize)
+}
+
+/// Takes ownership of an fd inherited at a fixed number (the helper's
+/// control socket), after checking it is open, and marks it close-on-exec
+/// so the sandboxed program never inherits it.
+pub fn take_inherited(fd: RawFd) -> SysResult<OwnedFd> {
+    // SAFETY: F_GETFD only queries the fd table.
+    cvt(unsafe { libc::fcntl(fd, libc::F_GETFD) })?;
+    set_cloexec(fd, true)?;
+    // SAFETY: the fd is open (checked above), was placed here by our parent
+    // for us alone, and nothing else in this process wraps it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// A close-on-exec pipe: (read end, write end).
+pub fn pipe() -> SysResult<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: `fds` has room for the two fds pipe2 writes.
+    cvt(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) })?;
+    // SAFETY: pipe2 returned two new fds that nothing else owns.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// Whether the write side of a pipe is gone (every writer closed), checked
+/// without blocking.
+pub fn pipe_writer_gone(read_end: RawFd) -> bool {
+    let mut p = libc::pollfd {
+        fd: read_end,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd, zero timeout.
+    let n = unsafe { libc::poll(&mut p, 1, 0) };
+    n > 0 && p.revents & libc::POLLHUP != 0
+}
+
+/// Redirects stdin, stdout and stderr to `/dev/null` so a supervisor
+/// process keeps no copy of the program's pipes (the parent sees EOF as
+/// soon as the program's tree is gone).
+pub fn stdio_to_devnull() {
+    // SAFETY: open with a static NUL-terminated path.
+    let null = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
+    for fd in 0..3 {
+        if null >= 0 {
+            // SAFETY: dup2 onto the stdio numbers, which we own.
+            unsafe { libc::dup2(null, fd) };
+        } else {
+            close_raw(fd);
+        }
+    }
+    if null > 2 {
+        close_raw(null);
+    }
+}

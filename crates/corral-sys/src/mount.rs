@@ -1,0 +1,215 @@
+//! Mounts: the classic `mount(2)` family and the fd-based mount API
+//! (`open_tree`, `move_mount`, `mount_setattr`, kernel 5.12+), plus
+//! `openat2` for resolving paths without following symlinks.
+
+use std::ffi::CStr;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+
+use crate::{cvt, SysResult};
+
+// From include/uapi/linux/mount.h; defined here so the build does not
+// depend on how recent the libc crate is.
+/// `open_tree`: clone the tree instead of opening the mount itself.
+pub const OPEN_TREE_CLONE: u32 = 1;
+/// `open_tree`: close-on-exec.
+pub const OPEN_TREE_CLOEXEC: u32 = libc::O_CLOEXEC as u32;
+/// `move_mount`: the source is the fd itself.
+pub const MOVE_MOUNT_F_EMPTY_PATH: u32 = 0x04;
+/// `move_mount`: the target is the fd itself.
+pub const MOVE_MOUNT_T_EMPTY_PATH: u32 = 0x40;
+/// Mount attribute: read-only.
+pub const MOUNT_ATTR_RDONLY: u64 = 0x01;
+/// Mount attribute: ignore setuid/setgid bits.
+pub const MOUNT_ATTR_NOSUID: u64 = 0x02;
+/// Mount attribute: no device access.
+pub const MOUNT_ATTR_NODEV: u64 = 0x04;
+/// Mount attribute: no exec.
+pub const MOUNT_ATTR_NOEXEC: u64 = 0x08;
+/// `AT_RECURSIVE`: apply to the whole subtree.
+pub const AT_RECURSIVE: u32 = 0x8000;
+/// openat2 `RESOLVE_NO_MAGICLINKS`.
+pub const RESOLVE_NO_MAGICLINKS: u64 = 0x02;
+/// openat2 `RESOLVE_NO_SYMLINKS`.
+pub const RESOLVE_NO_SYMLINKS: u64 = 0x04;
+/// openat2 `RESOLVE_BENEATH`.
+pub const RESOLVE_BENEATH: u64 = 0x08;
+/// openat2 `RESOLVE_IN_ROOT`.
+pub const RESOLVE_IN_ROOT: u64 = 0x10;
+
+#[repr(C)]
+struct MountAttr {
+    attr_set: u64,
+    attr_clr: u64,
+    propagation: u64,
+    userns_fd: u64,
+}
+
+#[repr(C)]
+struct OpenHow {
+    flags: u64,
+    mode: u64,
+    resolve: u64,
+}
+
+/// `mount(2)`.
+pub fn mount(
+    source: Option<&CStr>,
+    target: &CStr,
+    fstype: Option<&CStr>,
+    flags: u64,
+    data: Option<&CStr>,
+) -> SysResult<()> {
+    let ptr = |s: Option<&CStr>| s.map_or(std::ptr::null(), CStr::as_ptr);
+    // SAFETY: every pointer is either null (allowed by mount(2) for the
+    // arguments we leave out) or a NUL-terminated string alive for the call.
+    cvt(unsafe {
+        libc::mount(
+            ptr(source),
+            target.as_ptr(),
+            ptr(fstype),
+            flags as libc::c_ulong,
+            ptr(data).cast(),
+        )
+    })
+    .map(drop)
+}
+
+/// `umount2(2)`.
+pub fn umount2(target: &CStr, flags: i32) -> SysResult<()> {
+    // SAFETY: `target` is a NUL-terminated string alive for the call.
+    cvt(unsafe { libc::umount2(target.as_ptr(), flags) }).map(drop)
+}
+
+/// `pivot_root(2)`.
+pub fn pivot_root(new_root: &CStr, put_old: &CStr) -> SysResult<()> {
+    // SAFETY: both are NUL-terminated strings alive for the call.
+    cvt(unsafe { libc::syscall(libc::SYS_pivot_root, new_root.as_ptr(), put_old.as_ptr()) })
+        .map(drop)
+}
+
+/// `chroot(2)`.
+pub fn chroot(path: &CStr) -> SysResult<()> {
+    // SAFETY: `path` is a NUL-terminated string alive for the call.
+    cvt(unsafe { libc::chroot(path.as_ptr()) }).map(drop)
+}
+
+/// `chdir(2)`.
+pub fn chdir(path: &CStr) -> SysResult<()> {
+    // SAFETY: `path` is a NUL-terminated string alive for the call.
+    cvt(unsafe { libc::chdir(path.as_ptr()) }).map(drop)
+}
+
+/// `open_tree(2)`: a detached copy of the mount tree at `path` (relative to
+/// `dirfd`, or the fd itself when `path` is empty and `AT_EMPTY_PATH` is in
+/// `flags`).
+pub fn open_tree(dirfd: RawFd, path: &CStr, flags: u32) -> SysResult<OwnedFd> {
+    // SAFETY: `path` is NUL-terminated and alive; dirfd is an integer.
+    let fd = cvt(unsafe { libc::syscall(libc::SYS_open_tree, dirfd, path.as_ptr(), flags) })?;
+    // SAFETY: on success open_tree returns a new fd that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// Attaches the detached tree `from` onto the object `to` refers to
+/// (`move_mount(2)` with both paths empty).
+pub fn move_mount_fds(from: BorrowedFd<'_>, to: BorrowedFd<'_>) -> SysResult<()> {
+    let empty = c"";
+    // SAFETY: both fds are valid for the call; the empty paths are static
+    // NUL-terminated strings; the flags say both sides are the fds.
+    cvt(unsafe {
+        libc::syscall(
+            libc::SYS_move_mount,
+            from.as_raw_fd(),
+            empty.as_ptr(),
+            to.as_raw_fd(),
+            empty.as_ptr(),
+            MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH,
+        )
+    })
+    .map(drop)
+}
+
+/// `mount_setattr(2)`: sets (`set`) and clears (`clear`) mount attributes
+/// on the mount at `dirfd`/`path`. Unlike a remount it never clears a flag
+/// it was not asked to, so flags locked by a parent user namespace stay.
+pub fn mount_setattr(dirfd: RawFd, path: &CStr, flags: u32, set: u64, clear: u64) -> SysResult<()> {
+    let attr = MountAttr {
+        attr_set: set,
+        attr_clr: clear,
+        propagation: 0,
+        userns_fd: 0,
+    };
+    // SAFETY: `path` is NUL-terminated; `attr` is a valid mount_attr whose
+    // size we pass, alive for the call.
+    cvt(unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            dirfd,
+            path.as_ptr(),
+            flags,
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    })
+    .map(drop)
+}
+
+/// `openat2(2)` with `resolve` flags (e.g. `RESOLVE_BENEATH |
+/// RESOLVE_NO_SYMLINKS`): the kernel refuses, rather than follows, any
+/// path that would leave `dirfd` or cross a symlink, with no
+/// check-then-open race.
+pub fn openat2(
+    dirfd: RawFd,
+    path: &CStr,
+    flags: i32,
+    mode: u32,
+    resolve: u64,
+) -> SysResult<OwnedFd> {
+    let how = OpenHow {
+        flags: (flags | libc::O_CLOEXEC) as u64,
+        mode: mode as u64,
+        resolve,
+    };
+    // SAFETY: `path` is NUL-terminated; `how` is a valid open_how whose size
+    // we pass, alive for the call.
+    let fd = cvt(unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            dirfd,
+            path.as_ptr(),
+            &how as *const OpenHow,
+            std::mem::size_of::<OpenHow>(),
+        )
+    })?;
+    // SAFETY: on success openat2 returns a new fd that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// `mkdirat(2)`.
+pub fn mkdirat(dirfd: RawFd, path: &CStr, mode: u32) -> SysResult<()> {
+    // SAFETY: `path` is NUL-terminated and alive for the call.
+    cvt(unsafe { libc::mkdirat(dirfd, path.as_ptr(), mode) }).map(drop)
+}
+
+/// `symlinkat(2)`: creates `linkpath` (relative to `dirfd`) pointing to
+/// `target`.
+pub fn symlinkat(target: &CStr, dirfd: RawFd, linkpath: &CStr) -> SysResult<()> {
+    // SAFETY: both strings are NUL-terminated and alive for the call.
+    cvt(unsafe { libc::symlinkat(target.as_ptr(), dirfd, linkpath.as_ptr()) }).map(drop)
+}
+
+/// `openat(2)` that creates a regular file without following a symlink at
+/// the last component. Returns the new fd.
+pub fn create_file_at(dirfd: RawFd, name: &CStr, mode: u32) -> SysResult<OwnedFd> {
+    // SAFETY: `name` is NUL-terminated and alive; flags forbid following a
+    // final symlink.
+    let fd = cvt(unsafe {
+        libc::openat(
+            dirfd,
+            name.as_ptr(),
+            libc::O_CREAT | libc::O_WRONLY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            mode as libc::c_uint,
+        )
+    })?;
+    // SAFETY: on success openat returns a new fd that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}

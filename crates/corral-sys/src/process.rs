@@ -1,0 +1,251 @@
+//! Processes: fork, wait, signals to processes, identity, privileges.
+
+use crate::{cvt, Errno, SysResult};
+
+/// Which side of a `fork` we are on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fork {
+    /// In the parent; the child's pid.
+    Parent(i32),
+    /// In the child.
+    Child,
+}
+
+/// `fork(2)`, refused unless the calling process has exactly one thread.
+///
+/// After `fork` the child has only the calling thread; any lock another
+/// thread held (the allocator's, stdio's) would stay locked forever. corral
+/// forks only in its single-threaded sandbox helper, and this check makes
+/// that a property of the API rather than of the caller's care.
+pub fn fork_in_single_threaded_helper() -> SysResult<Fork> {
+    let threads = std::fs::read_dir("/proc/self/task")
+        .map(|d| d.count())
+        .map_err(|e| Errno(e.raw_os_error().unwrap_or(libc::EIO)))?;
+    if threads != 1 {
+        return Err(Errno(libc::EDEADLK));
+    }
+    // SAFETY: the process is single-threaded (checked above), so the child
+    // inherits no lock held by another thread.
+    let pid = cvt(unsafe { libc::fork() })?;
+    Ok(if pid == 0 {
+        Fork::Child
+    } else {
+        Fork::Parent(pid)
+    })
+}
+
+/// How a child ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitStatus {
+    /// Exited with this code.
+    Exited(i32),
+    /// Killed by this signal.
+    Signaled(i32),
+}
+
+/// `waitpid(2)`. Returns `None` with `WNOHANG` when nothing has changed.
+/// Stopped/continued reports are skipped (we never ask for them).
+pub fn waitpid(pid: i32, nohang: bool) -> SysResult<Option<(i32, WaitStatus)>> {
+    let mut status = 0;
+    let flags = if nohang { libc::WNOHANG } else { 0 } | libc::__WALL;
+    loop {
+        // SAFETY: `status` is a valid, writable c_int for the duration of
+        // the call.
+        let ret = unsafe { libc::waitpid(pid, &mut status, flags) };
+        if ret < 0 {
+            let e = Errno::last();
+            if e.0 == libc::EINTR {
+                continue;
+            }
+            return Err(e);
+        }
+        if ret == 0 {
+            return Ok(None);
+        }
+        let ws = if libc::WIFEXITED(status) {
+            WaitStatus::Exited(libc::WEXITSTATUS(status))
+        } else if libc::WIFSIGNALED(status) {
+            WaitStatus::Signaled(libc::WTERMSIG(status))
+        } else {
+            continue;
+        };
+        return Ok(Some((ret, ws)));
+    }
+}
+
+/// `kill(2)`.
+pub fn kill(pid: i32, sig: i32) -> SysResult<()> {
+    // SAFETY: kill takes plain integers and touches no memory of ours.
+    cvt(unsafe { libc::kill(pid, sig) }).map(drop)
+}
+
+/// `_exit(2)`: ends the process at once without running destructors or
+/// flushing stdio (correct in a forked child).
+pub fn exit_now(code: i32) -> ! {
+    // SAFETY: _exit never returns and touches no memory of ours.
+    unsafe { libc::_exit(code) }
+}
+
+/// `getpid(2)`.
+pub fn getpid() -> i32 {
+    // SAFETY: getpid has no preconditions.
+    unsafe { libc::getpid() }
+}
+
+/// `getppid(2)`.
+pub fn getppid() -> i32 {
+    // SAFETY: getppid has no preconditions.
+    unsafe { libc::getppid() }
+}
+
+/// Real and effective user ids.
+pub fn uids() -> (u32, u32) {
+    // SAFETY: getuid/geteuid have no preconditions.
+    unsafe { (libc::getuid(), libc::geteuid()) }
+}
+
+/// Real group id.
+pub fn getgid() -> u32 {
+    // SAFETY: getgid has no preconditions.
+    unsafe { libc::getgid() }
+}
+
+/// Becomes `uid`/`gid` for real, effective and saved ids, with no
+/// supplementary groups. Used when corral starts as root: the sandbox must
+/// never run as host root.
+pub fn become_user(uid: u32, gid: u32) -> SysResult<()> {
+    // SAFETY: a null list with size 0 clears the supplementary groups.
+    cvt(unsafe { libc::setgroups(0, std::ptr::null()) })?;
+    // SAFETY: plain integer arguments.
+    cvt(unsafe { libc::setresgid(gid, gid, gid) })?;
+    // SAFETY: plain integer arguments.
+    cvt(unsafe { libc::setresuid(uid, uid, uid) })?;
+    Ok(())
+}
+
+/// `setsid(2)`: a new session with no controlling terminal, so `TIOCSTI`
+/// cannot push keystrokes into the invoking terminal (CVE-2017-5226).
+pub fn setsid() -> SysResult<()> {
+    // SAFETY: setsid has no memory arguments.
+    cvt(unsafe { libc::setsid() }).map(drop)
+}
+
+fn prctl(option: i32, arg: libc::c_ulong) -> SysResult<()> {
+    // SAFETY: every option passed by this module takes integer arguments
+    // only; unused arguments are zero as prctl(2) requires.
+    cvt(unsafe {
+        libc::prctl(
+            option,
+            arg,
+            0 as libc::c_ulong,
+            0 as libc::c_ulong,
+            0 as libc::c_ulong,
+        )
+    })
+    .map(drop)
+}
+
+/// `PR_SET_PDEATHSIG`: receive `sig` when the parent thread dies.
+pub fn set_parent_death_signal(sig: i32) -> SysResult<()> {
+    prctl(libc::PR_SET_PDEATHSIG, sig as libc::c_ulong)
+}
+
+/// `PR_SET_DUMPABLE 0`: no core dumps, and `/proc/PID/{mem,environ,...}`
+/// and ptrace are closed to processes without `CAP_SYS_PTRACE`.
+pub fn set_non_dumpable() -> SysResult<()> {
+    prctl(libc::PR_SET_DUMPABLE, 0)
+}
+
+/// `PR_SET_DUMPABLE 1`. Changing uid from root makes a process
+/// non-dumpable, which also makes its `/proc/self/uid_map` root-owned and
+/// unwritable; the helper restores the flag to write its own maps.
+pub fn set_dumpable() -> SysResult<()> {
+    prctl(libc::PR_SET_DUMPABLE, 1)
+}
+
+/// `PR_SET_NO_NEW_PRIVS`: execve can never grant privileges again (setuid
+/// bits and file capabilities are ignored).
+pub fn set_no_new_privs() -> SysResult<()> {
+    // SAFETY: PR_SET_NO_NEW_PRIVS takes integer arguments only.
+    cvt(unsafe {
+        libc::prctl(
+            libc::PR_SET_NO_NEW_PRIVS,
+            1 as libc::c_ulong,
+            0 as libc::c_ulong,
+            0 as libc::c_ulong,
+            0 as libc::c_ulong,
+        )
+    })
+    .map(drop)
+}
+
+/// Drops every capability from every set: bounding (so no exec can regain
+/// one), ambient, and effective/permitted/inheritable.
+pub fn drop_all_capabilities() -> SysResult<()> {
+    let last = last_capability();
+    for cap in 0..=last {
+        if let Err(e) = prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong) {
+            // EINVAL: the kernel does not know this cap; nothing to drop.
+            if e.0 != libc::EINVAL {
+                return Err(e);
+            }
+        }
+    }
+    // SAFETY: PR_CAP_AMBIENT_CLEAR_ALL takes integer arguments only.
+    cvt(unsafe {
+        libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong,
+            0 as libc::c_ulong,
+            0 as libc::c_ulong,
+            0 as libc::c_ulong,
+        )
+    })?;
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: i32,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+    let header = Header {
+        version: LINUX_CAPABILITY_VERSION_3,
+        pid: 0,
+    };
+    let data = [Data {
+        effective: 0,
+        permitted: 0,
+        inheritable: 0,
+    }; 2];
+    // SAFETY: header and data match the kernel's v3 capset layout
+    // (capability.h: one header, two 32-bit data words) and live across the
+    // call.
+    cvt(unsafe { libc::syscall(libc::SYS_capset, &header as *const Header, data.as_ptr()) })?;
+    Ok(())
+}
+
+/// The highest capability number this kernel knows
+/// (`/proc/sys/kernel/cap_last_cap`), or 63 when it cannot be read.
+/// Dropping unknown numbers is harmless (EINVAL is ignored).
+pub fn last_capability() -> u32 {
+    std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(63)
+}
+
+/// Sets a resource limit (soft and hard).
+pub fn set_rlimit(resource: libc::__rlimit_resource_t, value: u64) -> SysResult<()> {
+    let lim = libc::rlimit {
+        rlim_cur: value,
+        rlim_max: value,
+    };
+    // SAFETY: `lim` is a valid rlimit that outlives the call.
+    cvt(unsafe { libc::setrlimit(resource, &lim) }).map(drop)
+}
