@@ -1,0 +1,217 @@
+//! The CLI contract: exit codes, `--json`, refusals, `check`, `explain`,
+//! `doctor`.
+
+mod common;
+use common::*;
+
+#[test]
+fn runs_python_and_prints_42() {
+    let out = run(&[], &["python3", "-c", "print(42)"]);
+    assert_eq!(text(&out.stdout), "42\n");
+    assert_eq!(out.status.code(), Some(0));
+}
+
+#[test]
+fn exit_status_is_the_commands_own_or_128_plus_signal() {
+    assert_eq!(sh("exit 3").0, 3);
+    assert_eq!(sh("kill -TERM $$").0, 128 + 15);
+    let (v, out) = run_json(&[], &["sh", "-c", "kill -KILL $$"]);
+    assert_eq!(out.status.code(), Some(137));
+    assert_eq!(v["exit_code"], 137);
+    assert_eq!(v["signal"], 9);
+}
+
+#[test]
+fn json_result_has_the_documented_fields() {
+    let (v, out) = run_json(
+        &[],
+        &[
+            "python3",
+            "-c",
+            "import sys; print('out'); print('err', file=sys.stderr); sys.exit(4)",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(4));
+    assert_eq!(v["exit_code"], 4);
+    assert_eq!(v["signal"], serde_json::Value::Null);
+    assert_eq!(v["timed_out"], false);
+    assert_eq!(v["stdout"], "out\n");
+    assert_eq!(v["stderr"], "err\n");
+    assert_eq!(v["stdout_bytes"], 4);
+    assert_eq!(v["stderr_bytes"], 4);
+    assert_eq!(v["stdout_truncated"], false);
+    assert!(v["wall_ms"].as_u64().is_some());
+    assert_eq!(v["error"], serde_json::Value::Null);
+    assert_eq!(v["enforced"]["no_new_privs"], true);
+    assert_eq!(v["enforced"]["uid"], sandbox_uid());
+    let ns: Vec<&str> = v["enforced"]["namespaces"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_str().unwrap())
+        .collect();
+    assert_eq!(ns, ["user", "mount", "pid", "ipc", "uts", "net", "cgroup"]);
+}
+
+#[test]
+fn commands_outside_the_allowlist_exit_125_with_an_event() {
+    let out = run(&[], &["perl", "-e", "print 1"]);
+    assert_eq!(out.status.code(), Some(125));
+    let ev = events(&out.stderr);
+    assert_eq!(ev.len(), 1, "{}", text(&out.stderr));
+    assert_eq!(ev[0]["code"], "command.not_allowed");
+    assert!(text(&out.stderr).contains("not allowed by profile `code`"));
+}
+
+#[test]
+fn absolute_paths_are_rejected_unless_the_profile_allows_them() {
+    let out = run(&[], &["/bin/sh", "-c", "echo pwned"]);
+    assert_eq!(out.status.code(), Some(125));
+    assert!(!text(&out.stdout).contains("pwned"));
+    assert_eq!(events(&out.stderr)[0]["code"], "command.path_rejected");
+    let (_d, cfg) = config(
+        "[profile.paths]\nextends = \"code\"\n[profile.paths.commands]\nallow_paths = true\n",
+    );
+    let cfg = cfg.to_str().unwrap();
+    let out = run(
+        &["--config", cfg, "--profile", "paths"],
+        &["/bin/sh", "-c", "echo fine"],
+    );
+    assert_eq!(text(&out.stdout), "fine\n", "{}", text(&out.stderr));
+}
+
+#[test]
+fn argument_deny_patterns_exit_125_naming_the_rule() {
+    let (_d, cfg) = config("[profile.nopip]\nextends = \"code\"\n[profile.nopip.commands]\ndeny_args = [\"* -m pip *\"]\n");
+    let cfg = cfg.to_str().unwrap();
+    let out = run(
+        &["--config", cfg, "--profile", "nopip"],
+        &["python3", "-m", "pip", "install", "x"],
+    );
+    assert_eq!(out.status.code(), Some(125));
+    let ev = events(&out.stderr);
+    assert_eq!(ev[0]["code"], "command.args_denied");
+    assert_eq!(ev[0]["fields"]["rule"], "* -m pip *");
+    let out = run(
+        &["--config", cfg, "--profile", "nopip"],
+        &["python3", "-c", "print('ok')"],
+    );
+    assert_eq!(text(&out.stdout), "ok\n");
+}
+
+#[test]
+fn not_found_is_127_and_not_executable_is_126() {
+    let data = tempfile::tempdir().unwrap();
+    let script = data.path().join("script");
+    std::fs::write(&script, "#!/bin/sh\necho hi\n").unwrap();
+    // Readable but not executable.
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+    std::fs::set_permissions(
+        data.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let (_d, cfg) = config("[profile.p]\nextends = \"code\"\n[profile.p.commands]\nallow_paths = true\nallow = [\"sh\", \"corral-no-such-command\"]\n");
+    let cfg = cfg.to_str().unwrap();
+    let ro = format!("{}:/data", data.path().display());
+    let out = run(
+        &["--config", cfg, "--profile", "p", "--ro", &ro],
+        &["/data/script"],
+    );
+    assert_eq!(out.status.code(), Some(126), "{}", text(&out.stderr));
+    let out = run(
+        &["--config", cfg, "--profile", "p", "--ro", &ro],
+        &["/data/missing"],
+    );
+    assert_eq!(out.status.code(), Some(127), "{}", text(&out.stderr));
+    let out = run(
+        &["--config", cfg, "--profile", "p"],
+        &["corral-no-such-command"],
+    );
+    assert_eq!(out.status.code(), Some(127));
+    assert_eq!(events(&out.stderr)[0]["code"], "command.not_found");
+}
+
+#[test]
+fn hostile_arguments_reach_the_program_verbatim_without_a_shell() {
+    let args = [
+        "$(id)",
+        "; rm -rf /",
+        "`touch /tmp/x`",
+        "a\nb",
+        "--",
+        "*",
+        "'\"",
+    ];
+    let mut argv = vec![
+        "python3",
+        "-c",
+        "import sys, json; print(json.dumps(sys.argv[1:]))",
+    ];
+    argv.extend_from_slice(&args);
+    let out = run(&[], &argv);
+    let got: Vec<String> = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(got, args);
+}
+
+#[test]
+fn check_validates_and_names_key_and_line() {
+    let (_d, good) = config("[profile.a]\nextends = \"code\"\nhostname = \"alpha\"\n");
+    let out = corral().arg("check").arg(&good).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("ok"));
+    let (_d, bad) =
+        config("[profile.a]\nextends = \"code\"\n\n[profile.a.limits]\ntimeout_sec = 5\n");
+    let out = corral().arg("check").arg(&bad).output().unwrap();
+    assert_eq!(out.status.code(), Some(125));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("line 5") && err.contains("timeout_sec"),
+        "{err}"
+    );
+    // A run with a bad config is refused the same way.
+    let out = run(&["--config", bad.to_str().unwrap()], &["sh", "-c", "true"]);
+    assert_eq!(out.status.code(), Some(125));
+}
+
+#[test]
+fn unknown_profile_is_refused() {
+    let out = run(&["--profile", "nope"], &["sh", "-c", "true"]);
+    assert_eq!(out.status.code(), Some(125));
+    assert!(text(&out.stderr).contains("unknown profile `nope`"));
+}
+
+#[test]
+fn explain_lists_mounts_commands_and_layers() {
+    let out = corral().arg("explain").output().unwrap();
+    assert!(out.status.success());
+    let s = text(&out.stdout);
+    for needle in [
+        "profile code",
+        "/usr",
+        "read-only bind",
+        "/workspace",
+        "python3",
+        "LD_*",
+        "namespaces",
+        "always stripped",
+    ] {
+        assert!(s.contains(needle), "explain lacks {needle:?}:\n{s}");
+    }
+    assert!(!s.contains("/etc/shadow"));
+    let out = corral().args(["explain", "--json"]).output().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["profile"]["name"], "code");
+}
+
+#[test]
+fn doctor_reports_a_working_sandbox() {
+    let out = corral().arg("doctor").output().unwrap();
+    let s = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{s}");
+    assert!(
+        s.contains("full sandbox start") && s.contains("works"),
+        "{s}"
+    );
+    assert!(s.contains("landlock"), "{s}");
+}

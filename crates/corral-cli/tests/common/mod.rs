@@ -1,0 +1,134 @@
+//! Shared helpers for the integration tests: run the real `corral` binary.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+
+/// The corral binary under test: `CORRAL_BIN` when the suite runs as
+/// another user from a copied location, else cargo's build.
+pub fn corral_bin() -> PathBuf {
+    std::env::var_os("CORRAL_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_corral")))
+}
+
+/// A `corral` command with a clean, predictable environment.
+pub fn corral() -> Command {
+    let mut c = Command::new(corral_bin());
+    c.env_clear()
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .stdin(Stdio::null());
+    c
+}
+
+/// Runs `corral run [flags] -- argv` and returns the output.
+pub fn run(flags: &[&str], argv: &[&str]) -> Output {
+    let mut c = corral();
+    c.arg("run").args(flags).arg("--").args(argv);
+    c.output().expect("spawn corral")
+}
+
+/// Runs `corral run --json` and parses the result object.
+pub fn run_json(flags: &[&str], argv: &[&str]) -> (serde_json::Value, Output) {
+    let mut all = vec!["--json"];
+    all.extend_from_slice(flags);
+    let out = run(&all, argv);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "not JSON ({e}): stdout={} stderr={}",
+            text(&out.stdout),
+            text(&out.stderr)
+        )
+    });
+    (v, out)
+}
+
+pub fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Runs a python snippet in the default sandbox; asserts success; returns stdout.
+pub fn py(code: &str) -> String {
+    let out = run(&[], &["python3", "-c", code]);
+    assert!(
+        out.status.success(),
+        "python failed: status={:?} stdout={} stderr={}",
+        out.status,
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    text(&out.stdout)
+}
+
+/// Runs a shell snippet in the default sandbox; returns (code, stdout, stderr).
+pub fn sh(script: &str) -> (i32, String, String) {
+    let out = run(&[], &["sh", "-c", script]);
+    (
+        out.status.code().unwrap_or(-1),
+        text(&out.stdout),
+        text(&out.stderr),
+    )
+}
+
+pub fn is_root() -> bool {
+    // SAFETY-free: geteuid via /proc to keep tests free of unsafe.
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .and_then(|l| l.split_whitespace().nth(2).map(|u| u == "0"))
+        })
+        .unwrap_or(false)
+}
+
+/// The uid the sandboxed program runs as.
+pub fn sandbox_uid() -> u32 {
+    if is_root() {
+        65534
+    } else {
+        std::fs::read_to_string("/proc/self/status")
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find(|l| l.starts_with("Uid:"))
+                    .and_then(|l| l.split_whitespace().nth(2).and_then(|u| u.parse().ok()))
+            })
+            .unwrap_or(0)
+    }
+}
+
+/// A temporary directory the sandbox user can use as a workdir.
+pub fn workdir() -> tempfile::TempDir {
+    let dir = tempfile::Builder::new()
+        .prefix("corral-test-")
+        .tempdir()
+        .expect("tempdir");
+    if is_root() {
+        // corral as root runs the program as uid 65534; give it its workdir.
+        let status = Command::new("chown")
+            .arg("65534:65534")
+            .arg(dir.path())
+            .status()
+            .expect("chown");
+        assert!(status.success());
+    }
+    dir
+}
+
+/// Writes a config file and returns its path (kept alive by the TempDir).
+pub fn config(text: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("corral.toml");
+    std::fs::write(&path, text).expect("write config");
+    (dir, path)
+}
+
+/// Parses the JSON-lines security events corral wrote to stderr.
+pub fn events(stderr: &[u8]) -> Vec<serde_json::Value> {
+    text(stderr)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v["event"] == "security")
+        .collect()
+}

@@ -1,0 +1,210 @@
+//! The sandbox's filesystem: read-only system, one writable workspace,
+//! private /tmp, no host secrets, no symlink escapes.
+
+mod common;
+use common::*;
+
+#[test]
+fn writes_outside_the_workspace_and_tmp_fail() {
+    let script = "import os\n\
+        for p in ['/usr/corral-x', '/etc/corral-x', '/corral-x', '/bin/corral-x', '/dev/corral-x', '/proc/corral-x', '/proc/sys/kernel/hostname']:\n\
+        \x20   try:\n\
+        \x20       open(p, 'w').write('x')\n\
+        \x20       print('WROTE', p)\n\
+        \x20   except OSError as e:\n\
+        \x20       print('denied', p, e.errno)\n\
+        open('/workspace/ok', 'w').write('x'); open('/tmp/ok', 'w').write('x')\n\
+        print('workspace+tmp ok')\n";
+    let s = py(script);
+    assert!(!s.contains("WROTE"), "{s}");
+    assert_eq!(s.matches("denied").count(), 7, "{s}");
+    assert!(s.contains("workspace+tmp ok"), "{s}");
+    assert!(!std::path::Path::new("/usr/corral-x").exists());
+}
+
+#[test]
+fn host_secrets_and_root_only_files_are_unreadable() {
+    // /etc/shadow is not in the sandbox at all.
+    let (code, _, _) = sh("test -e /etc/shadow");
+    assert_eq!(code, 1);
+    // The generated /etc/passwd holds no host accounts.
+    let (_, passwd, _) = sh("cat /etc/passwd");
+    assert!(!passwd.contains("root:"), "{passwd}");
+    // Even when a root-only file is bound in on purpose, the program (never
+    // host root) cannot read it.
+    let out = run(
+        &["--ro", "/etc/shadow:/data/shadow"],
+        &["sh", "-c", "cat /data/shadow"],
+    );
+    assert_ne!(out.status.code(), Some(0));
+    assert!(
+        text(&out.stderr).contains("Permission denied"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(out.stdout.is_empty());
+    if is_root() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(
+            dir.path(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .unwrap();
+        let secret = dir.path().join("secret");
+        std::fs::write(&secret, "root-only").unwrap();
+        std::fs::set_permissions(&secret, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+            .unwrap();
+        let ro = format!("{}:/data", dir.path().display());
+        let out = run(&["--ro", &ro], &["sh", "-c", "cat /data/secret"]);
+        assert!(!text(&out.stdout).contains("root-only"));
+        assert!(text(&out.stderr).contains("Permission denied"));
+    }
+}
+
+#[test]
+fn workdir_is_bound_read_write_at_workspace() {
+    let dir = workdir();
+    std::fs::write(dir.path().join("input.txt"), "from host").unwrap();
+    let out = run(
+        &["--workdir", dir.path().to_str().unwrap()],
+        &[
+            "sh",
+            "-c",
+            "pwd; cat input.txt; echo from sandbox > output.txt",
+        ],
+    );
+    assert_eq!(
+        text(&out.stdout),
+        "/workspace\nfrom host",
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("output.txt")).unwrap(),
+        "from sandbox\n"
+    );
+}
+
+#[test]
+fn default_workspace_is_fresh_and_gone_afterwards() {
+    assert_eq!(
+        sh("ls -A /workspace; echo x > /workspace/f; cat /workspace/f").1,
+        "x\n"
+    );
+    assert_eq!(
+        sh("ls -A /workspace").1,
+        "",
+        "a second run must not see the first one's files"
+    );
+}
+
+#[test]
+fn symlinks_in_the_workspace_cannot_reach_host_files() {
+    let dir = workdir();
+    let outside = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink("/etc", dir.path().join("etc-link")).unwrap();
+    std::os::unix::fs::symlink(outside.path(), dir.path().join("out-link")).unwrap();
+    let out = run(
+        &["--workdir", dir.path().to_str().unwrap()],
+        &[
+            "sh",
+            "-c",
+            "echo pwned > etc-link/corral-pwned; echo pwned > out-link/pwned; ls etc-link/shadow",
+        ],
+    );
+    assert_ne!(out.status.code(), Some(0));
+    assert!(!std::path::Path::new("/etc/corral-pwned").exists());
+    assert_eq!(
+        std::fs::read_dir(outside.path()).unwrap().count(),
+        0,
+        "a write landed outside the workspace"
+    );
+}
+
+#[test]
+fn mounts_never_follow_symlinks_planted_in_the_workspace() {
+    let dir = workdir();
+    let target = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(target.path(), dir.path().join("sub")).unwrap();
+    let out = run(
+        &[
+            "--workdir",
+            dir.path().to_str().unwrap(),
+            "--ro",
+            "/usr/share:/workspace/sub/x",
+        ],
+        &["sh", "-c", "true"],
+    );
+    assert_eq!(out.status.code(), Some(125));
+    assert!(
+        text(&out.stderr).contains("symlink"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(std::fs::read_dir(target.path()).unwrap().count(), 0);
+}
+
+#[test]
+fn extra_binds_are_read_only_or_read_write_as_asked() {
+    let ro = workdir();
+    let rw = workdir();
+    std::fs::write(ro.path().join("a"), "A").unwrap();
+    let ro_flag = format!("{}:/in", ro.path().display());
+    let rw_flag = format!("{}:/out", rw.path().display());
+    let out = run(
+        &["--ro", &ro_flag, "--rw", &rw_flag],
+        &[
+            "sh",
+            "-c",
+            "cat /in/a; echo x > /in/b || echo ro-denied; echo y > /out/c && echo rw-ok",
+        ],
+    );
+    let s = text(&out.stdout);
+    assert!(
+        s.starts_with('A') && s.contains("ro-denied") && s.contains("rw-ok"),
+        "{s} {}",
+        text(&out.stderr)
+    );
+    assert!(!ro.path().join("b").exists());
+    assert_eq!(std::fs::read_to_string(rw.path().join("c")).unwrap(), "y\n");
+}
+
+#[test]
+fn denied_paths_are_hidden() {
+    let (_d, cfg) = config("[profile.d]\nextends = \"code\"\n[profile.d.filesystem]\ndeny = [\"/usr/share/doc\", \"/etc/nsswitch.conf\"]\n");
+    let out = run(
+        &["--config", cfg.to_str().unwrap(), "--profile", "d"],
+        &["sh", "-c", "ls /usr/share/doc | wc -l; cat /etc/nsswitch.conf && echo readable; echo x > /usr/share/doc/x || echo write-denied"],
+    );
+    let s = text(&out.stdout);
+    assert!(s.starts_with("0\n"), "{s} {}", text(&out.stderr));
+    assert!(!s.contains("readable") && s.contains("write-denied"), "{s}");
+}
+
+#[test]
+fn dev_is_minimal_and_tmp_is_private() {
+    let (code, out, err) =
+        sh("ls /dev | tr '\\n' ' '; echo; echo hi > /dev/null && head -c 4 /dev/urandom | wc -c");
+    assert_eq!(code, 0, "{err}");
+    let mut lines = out.lines();
+    let devs = lines.next().unwrap();
+    assert_eq!(
+        devs.trim(),
+        "fd full null random shm stderr stdin stdout urandom zero",
+        "{out}"
+    );
+    assert_eq!(lines.next(), Some("4"));
+    let marker = tempfile::Builder::new()
+        .prefix("corral-host-tmp-")
+        .tempfile_in("/tmp")
+        .unwrap();
+    let name = marker
+        .path()
+        .file_name()
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_string();
+    let (code, _, _) = sh(&format!("test -e /tmp/{name}"));
+    assert_eq!(code, 1, "host /tmp is visible in the sandbox");
+}

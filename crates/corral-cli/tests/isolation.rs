@@ -1,0 +1,216 @@
+//! Isolation properties, each proven by a real program inside.
+
+mod common;
+use common::*;
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+#[test]
+fn host_environment_secrets_never_reach_the_sandbox() {
+    let script = "import os, glob\n\
+        print(sorted(os.environ))\n\
+        leaks = []\n\
+        for p in glob.glob('/proc/[0-9]*'):\n\
+        \x20   for f in ('environ', 'cmdline'):\n\
+        \x20       try:\n\
+        \x20           data = open(p + '/' + f, 'rb').read()\n\
+        \x20       except OSError:\n\
+        \x20           continue\n\
+        \x20       if (b'hunter' + b'2') in data: leaks.append(p + '/' + f)\n\
+        print('LEAKS', leaks)\n";
+    let out = corral()
+        .env("SECRET_TOKEN", "hunter2")
+        .env("AWS_SECRET_ACCESS_KEY", "hunter2")
+        .args(["run", "--", "python3", "-c", script])
+        .output()
+        .unwrap();
+    let s = text(&out.stdout);
+    assert!(out.status.success(), "{s} {}", text(&out.stderr));
+    assert!(!s.contains("SECRET_TOKEN") && !s.contains("AWS_"), "{s}");
+    assert!(s.contains("LEAKS []"), "{s}");
+}
+
+#[test]
+fn blocked_variables_are_stripped_with_a_warning_event() {
+    let out = corral()
+        .env("NODE_OPTIONS", "--require /evil.js")
+        .args([
+            "run",
+            "--env",
+            "NODE_OPTIONS",
+            "--set-env",
+            "LD_PRELOAD=/evil.so",
+            "--set-env",
+            "PYTHONPATH=/evil",
+            "--set-env",
+            "GREETING=hello",
+            "--",
+            "sh",
+            "-c",
+            "env",
+        ])
+        .output()
+        .unwrap();
+    let env = text(&out.stdout);
+    assert!(env.contains("GREETING=hello"), "{env}");
+    for name in ["LD_PRELOAD", "PYTHONPATH", "NODE_OPTIONS"] {
+        assert!(!env.contains(name), "{name} leaked: {env}");
+    }
+    let ev = events(&out.stderr);
+    let names: Vec<&str> = ev
+        .iter()
+        .map(|e| e["fields"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        ["NODE_OPTIONS", "LD_PRELOAD", "PYTHONPATH"],
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(ev
+        .iter()
+        .all(|e| e["code"] == "env.blocked" && e["level"] == "warn"));
+    // --json carries the same events.
+    let (v, _) = run_json(&["--set-env", "BASH_ENV=/x"], &["sh", "-c", "true"]);
+    assert_eq!(v["events"][0]["code"], "env.blocked");
+}
+
+#[test]
+fn pid_one_is_corrals_init_and_reveals_nothing() {
+    let s = py("import os\n\
+        print('cmdline', open('/proc/1/cmdline','rb').read())\n\
+        try:\n    print('environ', open('/proc/1/environ','rb').read())\nexcept OSError as e:\n    print('environ-denied', e.errno)\n\
+        try:\n    open('/proc/1/mem','rb').read(1)\nexcept OSError as e:\n    print('mem-denied', e.errno)\n\
+        print('mypid', os.getpid())\n");
+    assert!(
+        s.contains("cmdline b'corral-sandbox\\x00__sandbox-helper\\x00'"),
+        "{s}"
+    );
+    assert!(
+        s.contains("environ b''") || s.contains("environ-denied"),
+        "{s}"
+    );
+    assert!(s.contains("mem-denied"), "{s}");
+}
+
+#[test]
+fn only_sandbox_processes_are_visible() {
+    let s = py("import os\nprint(sorted(int(p) for p in os.listdir('/proc') if p.isdigit()))");
+    let pids: Vec<u32> = serde_json::from_str(s.trim()).unwrap();
+    assert!(
+        pids.len() <= 3,
+        "expected init and the program only: {pids:?}"
+    );
+    assert_eq!(pids[0], 1);
+    assert!(!pids.contains(&std::process::id()));
+}
+
+#[test]
+fn kill_minus_one_only_hits_the_sandbox() {
+    let mut victim = Command::new("sleep");
+    victim.arg("60").stdin(Stdio::null());
+    if is_root() {
+        use std::os::unix::process::CommandExt;
+        // Same uid as the sandboxed program, so only isolation protects it.
+        victim.uid(65534).gid(65534);
+    }
+    let mut victim = victim.spawn().unwrap();
+    let (code, _, err) = sh("kill -KILL -1; echo done");
+    std::thread::sleep(Duration::from_millis(200));
+    let alive = victim.try_wait().unwrap().is_none();
+    let _ = victim.kill();
+    let _ = victim.wait();
+    assert!(
+        alive,
+        "a host process died from kill(-1) inside the sandbox"
+    );
+    // The shell itself may be killed by its own kill -1; either way corral
+    // returns and reports it.
+    assert!(code == 0 || code == 137, "code {code}: {err}");
+}
+
+#[test]
+fn capabilities_are_zero_and_no_new_privs_is_set() {
+    let (code, out, _) = sh("grep -E '^(Cap(Inh|Prm|Eff|Bnd|Amb)|NoNewPrivs):' /proc/self/status");
+    assert_eq!(code, 0);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 6, "{out}");
+    for l in lines {
+        let value = l.split_whitespace().nth(1).unwrap();
+        if l.starts_with("NoNewPrivs") {
+            assert_eq!(value, "1", "{l}");
+        } else {
+            assert_eq!(value, "0000000000000000", "{l}");
+        }
+    }
+}
+
+#[test]
+fn runs_as_an_unprivileged_host_identity() {
+    let (code, out, _) = sh("id -u; id -g; cat /proc/self/uid_map");
+    assert_eq!(code, 0);
+    let mut lines = out.lines();
+    let uid: u32 = lines.next().unwrap().parse().unwrap();
+    assert_eq!(uid, sandbox_uid());
+    assert_ne!(uid, 0, "the sandbox must never run as root");
+    let map: Vec<&str> = lines.nth(1).unwrap().split_whitespace().collect();
+    assert_eq!(map, [uid.to_string(), uid.to_string(), "1".to_string()]);
+}
+
+#[test]
+fn hostname_comes_from_the_policy() {
+    assert_eq!(sh("hostname").1, "corral\n");
+    let (_d, cfg) = config("[profile.h]\nextends = \"code\"\nhostname = \"tenant-7\"\n");
+    let out = run(
+        &["--config", cfg.to_str().unwrap(), "--profile", "h"],
+        &["sh", "-c", "hostname; cat /etc/hostname"],
+    );
+    assert_eq!(text(&out.stdout), "tenant-7\ntenant-7\n");
+}
+
+#[test]
+fn no_file_descriptor_leaks_into_the_sandbox() {
+    // corral inherits fd 9 (no close-on-exec) from a wrapper shell; it must
+    // not reach the program.
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg("exec 9</etc/hostname; exec \"$@\"")
+        .arg("sh")
+        .arg(corral_bin())
+        .args([
+            "run",
+            "--",
+            "python3",
+            "-c",
+            "import os; print(sorted(int(f) for f in os.listdir('/proc/self/fd')))",
+        ])
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    // 0-2 are stdio; 3 is the directory python is listing.
+    assert_eq!(
+        text(&out.stdout).trim(),
+        "[0, 1, 2, 3]",
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn sysv_ipc_and_network_are_private() {
+    let (code, out, err) = sh("cat /proc/sysvipc/shm | wc -l; ls /sys/class/net 2>/dev/null || cat /proc/net/dev | tail -n +3 | cut -d: -f1");
+    assert_eq!(code, 0, "{err}");
+    let mut lines = out.lines();
+    assert_eq!(
+        lines.next(),
+        Some("1"),
+        "only the header of an empty shm table: {out}"
+    );
+    let ifaces: Vec<&str> = lines.map(str::trim).filter(|l| !l.is_empty()).collect();
+    assert_eq!(ifaces, ["lo"], "{out}");
+    let s = py("import socket\ns = socket.socket()\ntry:\n    s.connect(('127.0.0.1', 9))\nexcept OSError as e:\n    print('refused', e.errno)\n");
+    assert!(s.starts_with("refused"), "{s}");
+}

@@ -1,0 +1,68 @@
+//! Lifetime: timeouts kill the whole tree, leftovers die with the program,
+//! and the sandbox dies with corral.
+
+mod common;
+use common::*;
+
+use std::time::{Duration, Instant};
+
+#[test]
+fn timeout_kills_the_tree_promptly() {
+    let start = Instant::now();
+    let (v, out) = run_json(
+        &["--timeout", "1"],
+        &["sh", "-c", "trap '' TERM; sleep 30 & sleep 30"],
+    );
+    let took = start.elapsed();
+    assert_eq!(v["timed_out"], true);
+    assert_eq!(out.status.code(), Some(137));
+    assert!(took < Duration::from_secs(5), "took {took:?}");
+}
+
+#[test]
+fn leftovers_die_when_the_program_exits() {
+    // A double-forked daemon holding stdout would keep corral waiting for
+    // EOF if it survived the program.
+    let start = Instant::now();
+    let (v, _) = run_json(&[], &["sh", "-c", "(setsid sleep 30 &) ; echo started"]);
+    assert_eq!(v["stdout"], "started\n");
+    assert_eq!(v["exit_code"], 0);
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "the daemon outlived the program"
+    );
+}
+
+#[test]
+fn sandbox_dies_with_corral() {
+    let token = format!("corral-orphan-{}", std::process::id());
+    let mut child = corral()
+        .args([
+            "run",
+            "--",
+            "sh",
+            "-c",
+            &format!("exec -a {token} sleep 60"),
+        ])
+        .spawn()
+        .unwrap();
+    let present = || {
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+            .any(|c| String::from_utf8_lossy(&c).contains(&token))
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !present() {
+        assert!(Instant::now() < deadline, "sandboxed sleep never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while present() {
+        assert!(Instant::now() < deadline, "the sandbox outlived corral");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
