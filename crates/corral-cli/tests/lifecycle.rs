@@ -40,9 +40,10 @@ fn sandbox_dies_with_corral() {
         .args([
             "run",
             "--",
-            "sh",
+            "python3",
             "-c",
-            &format!("exec -a {token} sleep 60"),
+            "import time; time.sleep(60)",
+            &token,
         ])
         .spawn()
         .unwrap();
@@ -51,7 +52,8 @@ fn sandbox_dies_with_corral() {
             .unwrap()
             .filter_map(|e| e.ok())
             .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
-            .any(|c| String::from_utf8_lossy(&c).contains(&token))
+            // The sandboxed python, not corral (whose argv holds the token too).
+            .any(|c| c.starts_with(b"python3\0") && String::from_utf8_lossy(&c).contains(&token))
     };
     let deadline = Instant::now() + Duration::from_secs(10);
     while !present() {

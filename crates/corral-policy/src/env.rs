@@ -163,6 +163,9 @@ pub fn parse_assignment(text: &str) -> Result<(String, String), EnvError> {
     Ok((name.to_string(), value.to_string()))
 }
 
+/// Environment variables as (name, value), sorted by name.
+pub type EnvVars = Vec<(String, String)>;
+
 /// What the request adds on top of the profile.
 #[derive(Debug, Clone, Default)]
 pub struct EnvRequest {
@@ -179,7 +182,7 @@ pub fn build(
     policy: &EnvPolicy,
     request: &EnvRequest,
     lookup: &dyn Fn(&str) -> Option<String>,
-) -> Result<(Vec<(String, String)>, Vec<AuditEvent>), EnvError> {
+) -> Result<(EnvVars, Vec<AuditEvent>), EnvError> {
     let blocklist = Blocklist::new(&policy.block)?;
     let mut env: BTreeMap<String, String> = BASE_ENV
         .iter()

@@ -67,7 +67,7 @@ pub fn mount(
             ptr(source),
             target.as_ptr(),
             ptr(fstype),
-            flags as libc::c_ulong,
+            flags,
             ptr(data).cast(),
         )
     })

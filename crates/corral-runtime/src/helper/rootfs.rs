@@ -41,21 +41,15 @@ fn mount_err(what: String) -> impl FnOnce(Errno) -> StepError {
     move |e| (FailureKind::Mount, format!("{what}: {e}"))
 }
 
-const MS_FLAGS_TMPFS: u64 = (libc::MS_NOSUID | libc::MS_NODEV) as u64;
+const MS_FLAGS_TMPFS: libc::c_ulong = libc::MS_NOSUID | libc::MS_NODEV;
 const RESOLVE_STRICT: u64 = m::RESOLVE_BENEATH | m::RESOLVE_NO_SYMLINKS | m::RESOLVE_NO_MAGICLINKS;
 
 /// Builds the root and pivots into it. On return the process's root is the
 /// sandbox root, its cwd is `/`, and the host filesystem is unreachable.
 pub(super) fn build(plan: &SandboxPlan) -> Result<(), StepError> {
     // Nothing we mount may propagate back to the host (mount_namespaces(7)).
-    m::mount(
-        None,
-        c"/",
-        None,
-        (libc::MS_REC | libc::MS_PRIVATE) as u64,
-        None,
-    )
-    .map_err(mount_err("making / private".into()))?;
+    m::mount(None, c"/", None, libc::MS_REC | libc::MS_PRIVATE, None)
+        .map_err(mount_err("making / private".into()))?;
     // Scratch root: a tiny tmpfs on /tmp, then pivot into it so the host
     // root sits at /oldroot and the sandbox root is built at /newroot.
     m::mount(
@@ -123,7 +117,7 @@ pub(super) fn build(plan: &SandboxPlan) -> Result<(), StepError> {
         Some(c"proc"),
         c"/newroot/proc",
         Some(c"proc"),
-        (libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC) as u64,
+        libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
         None,
     )
     .map_err(mount_err("mounting /proc".into()))?;
@@ -313,7 +307,7 @@ fn mount_dev(newroot: &OwnedFd, plan: &SandboxPlan) -> Result<(), StepError> {
         Some(c"tmpfs"),
         c"/newroot/dev",
         Some(c"tmpfs"),
-        (libc::MS_NOSUID | libc::MS_NOEXEC) as u64,
+        libc::MS_NOSUID | libc::MS_NOEXEC,
         Some(c"mode=0755,size=64k"),
     )
     .map_err(mount_err("mounting /dev".into()))?;
@@ -350,7 +344,7 @@ fn mount_dev(newroot: &OwnedFd, plan: &SandboxPlan) -> Result<(), StepError> {
         Some(c"tmpfs"),
         c"/newroot/dev/shm",
         Some(c"tmpfs"),
-        (libc::MS_NOSUID | libc::MS_NODEV) as u64,
+        libc::MS_NOSUID | libc::MS_NODEV,
         Some(&shm),
     )
     .map_err(mount_err("mounting /dev/shm".into()))?;
@@ -360,7 +354,7 @@ fn mount_dev(newroot: &OwnedFd, plan: &SandboxPlan) -> Result<(), StepError> {
             Some(c"devpts"),
             c"/newroot/dev/pts",
             Some(c"devpts"),
-            (libc::MS_NOSUID | libc::MS_NOEXEC) as u64,
+            libc::MS_NOSUID | libc::MS_NOEXEC,
             Some(c"newinstance,ptmxmode=0666,mode=620"),
         )
         .map_err(mount_err("mounting /dev/pts".into()))?;

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# The whole corral test suite, from a fresh Debian machine:
+#   1. installs what the tests need (apt),
+#   2. checks formatting and lints, builds,
+#   3. runs every test as root,
+#   4. runs every test again as an unprivileged user it creates.
+# .ci/run calls exactly this script.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ "$(id -u)" -ne 0 ]; then
+    echo "scripts/test.sh: run as root (sudo ./scripts/test.sh): the suite runs once as root and once as an unprivileged user it creates" >&2
+    exit 2
+fi
+export PATH="$HOME/.cargo/bin:/usr/local/cargo/bin:$PATH"
+export CARGO_TERM_COLOR=never
+
+# --- 1. packages the tests use inside and around sandboxes ---------------
+need=()
+for pkg in python3 nodejs util-linux passwd iproute2 procps; do
+    dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
+done
+if [ "${#need[@]}" -gt 0 ]; then
+    echo "== installing: ${need[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+command -v cargo >/dev/null || { echo "scripts/test.sh: cargo not found; install Rust (rustup) first" >&2; exit 2; }
+
+# --- 2. style and build ---------------------------------------------------
+echo "== cargo fmt --check"
+cargo fmt --all -- --check
+echo "== cargo clippy -D warnings"
+cargo clippy --workspace --all-targets --quiet -- -D warnings
+echo "== build"
+cargo build --workspace --all-targets --quiet
+
+# --- 3. everything as root ------------------------------------------------
+log=$(mktemp /tmp/corral-test-log.XXXXXX)
+status=0
+echo "== tests as root"
+set +e -o pipefail
+cargo test --workspace --quiet 2>&1 | tee -a "$log" || status=1
+
+# --- 4. everything again as an unprivileged user --------------------------
+# The user gets copies of the test binaries and of corral in a directory it
+# can read (the checkout may live under /root).
+user=corral-test
+id "$user" >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin "$user"
+stage=$(mktemp -d /tmp/corral-unpriv.XXXXXX)
+trap 'rm -rf "$stage" "$log"' EXIT
+chmod 755 "$stage"
+cargo test --workspace --no-run --message-format=json --quiet 2>/dev/null \
+    | python3 -c 'import sys, json
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
+        print(m["executable"])' > "$stage/tests.list"
+cp target/debug/corral "$stage/corral"
+while read -r exe; do cp "$exe" "$stage/"; done < "$stage/tests.list"
+chmod -R a+rX "$stage"
+echo "== tests as $user (uid $(id -u "$user"))"
+cd "$stage"
+while read -r exe; do
+    name=$(basename "$exe")
+    echo "-- $name"
+    runuser -u "$user" -- env -i PATH=/usr/local/bin:/usr/bin:/bin HOME="$stage" CORRAL_BIN="$stage/corral" \
+        "$stage/$name" --quiet 2>&1 | tee -a "$log" || status=1
+done < "$stage/tests.list"
+
+# One closing line for both passes.
+read -r passed failed < <(awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } } END { print p+0, f+0 }' "$log")
+[ "$failed" -eq 0 ] || status=1
+echo "suite: $passed passed, $failed failed"
+exit $status
