@@ -2,6 +2,7 @@
 //! helper performs. Pure apart from looking at the host filesystem (which
 //! paths exist, which are symlinks), so it is unit-tested without root.
 
+use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 
 use corral_policy::commands::{self, CommandDecision, CommandRejection};
@@ -76,6 +77,11 @@ pub enum MountOp {
         dest: SandboxPath,
         /// Read-write instead of read-only.
         writable: bool,
+        /// When corral runs as root: the on-disk (uid, gid) shown as the
+        /// sandbox identity through an idmapped mount, so a workdir owned
+        /// by the invoking user is writable without chowning host files.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        idmap_from: Option<(u32, u32)>,
     },
     /// Create a symlink (recreating a host symlink such as `/bin -> usr/bin`).
     Symlink {
@@ -241,7 +247,7 @@ pub fn build_plan(
         }
     };
     let (env, events) = env::build(&profile.env, &request.env, lookup_env)?;
-    let mounts = plan_mounts(profile, request)?;
+    let mounts = plan_mounts(profile, request, identity)?;
     let plan = SandboxPlan {
         parent_pid: corral_sys::process::getpid(),
         identity,
@@ -262,7 +268,11 @@ pub fn build_plan(
 /// Orders the filesystem steps: system paths (symlinks recreated, missing
 /// ones skipped), then the profile's and the request's binds, then the
 /// workspace; parents always before children.
-fn plan_mounts(profile: &Profile, request: &RunRequest) -> Result<Vec<MountOp>, PlanError> {
+fn plan_mounts(
+    profile: &Profile,
+    request: &RunRequest,
+    identity: SandboxIdentity,
+) -> Result<Vec<MountOp>, PlanError> {
     let mut ops = Vec::new();
     for path in &profile.filesystem.system {
         match std::fs::symlink_metadata(path.as_path()) {
@@ -285,6 +295,7 @@ fn plan_mounts(profile: &Profile, request: &RunRequest) -> Result<Vec<MountOp>, 
                 source: path.to_string(),
                 dest: path.clone(),
                 writable: false,
+                idmap_from: None,
             }),
         }
     }
@@ -317,16 +328,21 @@ fn plan_mounts(profile: &Profile, request: &RunRequest) -> Result<Vec<MountOp>, 
             // An explicit bind replaces the system bind of the same path.
             ops.retain(|op| op.dest() != &spec.dest);
         }
-        if let Err(e) = std::fs::metadata(spec.source.as_path()) {
-            return Err(PlanError::Mount(format!(
+        let meta = std::fs::metadata(spec.source.as_path()).map_err(|e| {
+            PlanError::Mount(format!(
                 "cannot mount {spec}: {} does not exist or is unreadable ({e})",
                 spec.source
-            )));
-        }
+            ))
+        })?;
         ops.push(MountOp::Bind {
             source: spec.source.to_string(),
             dest: spec.dest.clone(),
             writable,
+            idmap_from: if writable {
+                idmap_owner(identity, &meta)
+            } else {
+                None
+            },
         });
     }
     let workspace = SandboxPath::new(WORKSPACE).map_err(|e| PlanError::Mount(e.to_string()))?;
@@ -344,10 +360,14 @@ fn plan_mounts(profile: &Profile, request: &RunRequest) -> Result<Vec<MountOp>, 
                 .to_str()
                 .ok_or_else(|| PlanError::Mount(format!("workdir {} is not UTF-8", dir.display())))?
                 .to_string();
+            let meta = std::fs::metadata(&canonical)
+                .map_err(|e| PlanError::Mount(format!("workdir {}: {e}", dir.display())))?;
+            let idmap_from = idmap_owner(identity, &meta);
             ops.push(MountOp::Bind {
                 source,
                 dest: workspace,
                 writable: true,
+                idmap_from,
             });
         }
         None => ops.push(MountOp::Tmpfs {
@@ -359,6 +379,15 @@ fn plan_mounts(profile: &Profile, request: &RunRequest) -> Result<Vec<MountOp>, 
     // Parents first: a bind at /a must not land on top of one at /a/b.
     ops.sort_by_key(|op| op.dest().as_str().matches('/').count());
     Ok(ops)
+}
+
+/// For a writable bind when corral runs as root (and the program as an
+/// unprivileged uid): the on-disk owner to show as the program's identity
+/// through an idmapped mount, so the invoking user's directory is writable
+/// inside without chowning host files.
+fn idmap_owner(identity: SandboxIdentity, meta: &std::fs::Metadata) -> Option<(u32, u32)> {
+    let owner = (meta.uid(), meta.gid());
+    (identity.drop_from_root && owner != (identity.uid, identity.gid)).then_some(owner)
 }
 
 /// `/etc/passwd`, `/etc/group`, `/etc/hosts` and `/etc/hostname` written by

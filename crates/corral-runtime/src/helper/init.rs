@@ -15,7 +15,12 @@ use crate::{EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND};
 /// Runs as PID 1: builds the sandbox, starts the program, then reaps,
 /// forwards signals and, when the program ends, kills whatever it left
 /// behind and reports its status.
-pub(super) fn run(plan: SandboxPlan, mut ctrl: Control, lifeline: OwnedFd) -> ! {
+pub(super) fn run(
+    plan: SandboxPlan,
+    mut ctrl: Control,
+    lifeline: OwnedFd,
+    prepared: Vec<(usize, OwnedFd)>,
+) -> ! {
     // Die with the helper; it may have died before this was armed, which
     // the lifeline pipe tells us.
     if process::set_parent_death_signal(libc::SIGKILL).is_err()
@@ -24,7 +29,7 @@ pub(super) fn run(plan: SandboxPlan, mut ctrl: Control, lifeline: OwnedFd) -> ! 
         process::exit_now(crate::EXIT_CORRAL_ERROR);
     }
     drop(lifeline);
-    if let Err((kind, msg)) = rootfs::build(&plan) {
+    if let Err((kind, msg)) = rootfs::build(&plan, prepared) {
         ctrl.fail(kind, msg);
     }
     if let Err(e) = ns::sethostname(&plan.hostname) {

@@ -19,14 +19,15 @@
 mod init;
 mod rootfs;
 
+use std::ffi::CString;
 use std::fs::File;
 use std::io::{Read, Write};
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, OwnedFd};
 
 use corral_sys::process::{self, Fork, WaitStatus};
-use corral_sys::{fd, ns, signal, Errno};
+use corral_sys::{fd, mount, ns, signal, Errno};
 
-use crate::plan::SandboxPlan;
+use crate::plan::{MountOp, SandboxPlan};
 use crate::protocol::{FailureKind, HelperMessage, MAX_PLAN_BYTES};
 use crate::EXIT_CORRAL_ERROR;
 
@@ -80,6 +81,12 @@ fn run(plan: SandboxPlan, mut ctrl: Control) -> ! {
     //    before anything else, so even a kernel bug in namespace set-up
     //    runs as an ordinary user (the program must never be host root).
     let id = plan.identity;
+    // Still root: clone the workdir as an idmapped mount now (it needs
+    // CAP_SYS_ADMIN over the host filesystem), attach it later inside.
+    let prepared = match prepare_idmapped(&plan) {
+        Ok(p) => p,
+        Err(msg) => ctrl.fail(FailureKind::Mount, msg),
+    };
     if id.drop_from_root {
         if let Err(e) = process::become_user(id.uid, id.gid) {
             ctrl.fail(
@@ -143,9 +150,10 @@ fn run(plan: SandboxPlan, mut ctrl: Control) -> ! {
         ),
         Ok(Fork::Child) => {
             drop(lifeline_write);
-            init::run(plan, ctrl, lifeline_read)
+            init::run(plan, ctrl, lifeline_read, prepared)
         }
         Ok(Fork::Parent(init_pid)) => {
+            drop(prepared);
             drop(lifeline_read);
             drop(plan);
             drop(ctrl);
@@ -171,6 +179,87 @@ fn supervise(init_pid: i32, _lifeline: OwnedFd) -> ! {
             }
         } else {
             let _ = process::kill(init_pid, sig);
+        }
+    }
+}
+
+/// Idmapped clones of the binds that ask for one, by index in the plan.
+fn prepare_idmapped(plan: &SandboxPlan) -> Result<Vec<(usize, OwnedFd)>, String> {
+    let mut out = Vec::new();
+    for (i, op) in plan.mounts.iter().enumerate() {
+        let MountOp::Bind {
+            source,
+            idmap_from: Some((ouid, ogid)),
+            ..
+        } = op
+        else {
+            continue;
+        };
+        let id = plan.identity;
+        let userns = idmap_userns(
+            &format!("{ouid} {} 1\n", id.uid),
+            &format!("{ogid} {} 1\n", id.gid),
+        )?;
+        let path =
+            CString::new(source.as_str()).map_err(|_| format!("{source:?} contains a NUL byte"))?;
+        let tree = mount::open_tree(
+            libc::AT_FDCWD,
+            &path,
+            mount::OPEN_TREE_CLONE | mount::OPEN_TREE_CLOEXEC,
+        )
+        .map_err(|e| format!("cloning {source} for an idmapped mount: {e}"))?;
+        mount::idmap_tree(tree.as_fd(), userns.as_fd()).map_err(|e| {
+            format!("idmapping {source} (uid {ouid} shown as {}): {e}; the filesystem may not support idmapped mounts", id.uid)
+        })?;
+        out.push((i, tree));
+    }
+    Ok(out)
+}
+
+/// A user namespace with the given maps, held only by the returned fd: a
+/// short-lived child unshares it, we (root) write its maps and keep a
+/// reference, and the child exits.
+fn idmap_userns(uid_map: &str, gid_map: &str) -> Result<OwnedFd, String> {
+    let err = |what: &str, e: &dyn std::fmt::Display| {
+        format!("creating the idmap user namespace ({what}): {e}")
+    };
+    let (ready_r, ready_w) = fd::pipe().map_err(|e| err("pipe", &e))?;
+    let (go_r, go_w) = fd::pipe().map_err(|e| err("pipe", &e))?;
+    match process::fork_in_single_threaded_helper().map_err(|e| err("fork", &e))? {
+        Fork::Child => {
+            drop(ready_r);
+            drop(go_w);
+            let ok = ns::unshare(ns::CLONE_NEWUSER).is_ok();
+            let _ = File::from(ready_w).write_all(&[u8::from(ok)]);
+            // Wait until the parent holds the namespace (it closes `go`).
+            let _ = File::from(go_r).read(&mut [0u8; 1]);
+            process::exit_now(0)
+        }
+        Fork::Parent(pid) => {
+            drop(ready_w);
+            drop(go_r);
+            let mut ok = [0u8; 1];
+            let result = (|| {
+                File::from(ready_r)
+                    .read_exact(&mut ok)
+                    .map_err(|e| err("handshake", &e))?;
+                if ok[0] != 1 {
+                    return Err(err(
+                        "unshare",
+                        &"the child could not create a user namespace",
+                    ));
+                }
+                std::fs::write(format!("/proc/{pid}/uid_map"), uid_map)
+                    .map_err(|e| err("uid_map", &e))?;
+                std::fs::write(format!("/proc/{pid}/gid_map"), gid_map)
+                    .map_err(|e| err("gid_map", &e))?;
+                File::open(format!("/proc/{pid}/ns/user"))
+                    .map(OwnedFd::from)
+                    .map_err(|e| err("ns/user", &e))
+            })();
+            drop(go_w);
+            let _ = process::waitpid(pid, false);
+            result
         }
     }
 }

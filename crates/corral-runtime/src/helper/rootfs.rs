@@ -46,7 +46,10 @@ const RESOLVE_STRICT: u64 = m::RESOLVE_BENEATH | m::RESOLVE_NO_SYMLINKS | m::RES
 
 /// Builds the root and pivots into it. On return the process's root is the
 /// sandbox root, its cwd is `/`, and the host filesystem is unreachable.
-pub(super) fn build(plan: &SandboxPlan) -> Result<(), StepError> {
+pub(super) fn build(
+    plan: &SandboxPlan,
+    mut prepared: Vec<(usize, OwnedFd)>,
+) -> Result<(), StepError> {
     // Nothing we mount may propagate back to the host (mount_namespaces(7)).
     m::mount(None, c"/", None, libc::MS_REC | libc::MS_PRIVATE, None)
         .map_err(mount_err("making / private".into()))?;
@@ -106,8 +109,14 @@ pub(super) fn build(plan: &SandboxPlan) -> Result<(), StepError> {
     for file in &plan.files {
         write_file(&newroot, file.path.relative(), file.contents.as_bytes())?;
     }
-    for op in &plan.mounts {
-        apply(&oldroot, &newroot, op)?;
+    for (i, op) in plan.mounts.iter().enumerate() {
+        match prepared.iter().position(|(j, _)| *j == i) {
+            Some(k) => {
+                let (_, tree) = prepared.swap_remove(k);
+                attach_prepared(&newroot, tree, op)?;
+            }
+            None => apply(&oldroot, &newroot, op)?,
+        }
     }
     mount_tmp(&newroot, plan)?;
     mount_dev(&newroot, plan)?;
@@ -257,6 +266,7 @@ fn apply(oldroot: &OwnedFd, newroot: &OwnedFd, op: &MountOp) -> Result<(), StepE
             source,
             dest,
             writable,
+            ..
         } => {
             let mut attrs = m::MOUNT_ATTR_NOSUID | m::MOUNT_ATTR_NODEV;
             if !writable {
@@ -283,6 +293,28 @@ fn apply(oldroot: &OwnedFd, newroot: &OwnedFd, op: &MountOp) -> Result<(), StepE
             .map_err(mount_err(format!("mounting tmpfs at {dest}")))
         }
     }
+}
+
+/// Attaches a tree the helper prepared before dropping root (an idmapped
+/// workdir) at the op's destination.
+fn attach_prepared(newroot: &OwnedFd, tree: OwnedFd, op: &MountOp) -> Result<(), StepError> {
+    let MountOp::Bind { source, dest, .. } = op else {
+        return Err((
+            FailureKind::Mount,
+            format!("prepared tree for a non-bind step at {}", op.dest()),
+        ));
+    };
+    m::mount_setattr(
+        tree.as_raw_fd(),
+        c"",
+        libc::AT_EMPTY_PATH as u32,
+        m::MOUNT_ATTR_NOSUID | m::MOUNT_ATTR_NODEV,
+        0,
+    )
+    .map_err(mount_err(format!("setting attributes on {source}")))?;
+    let target = ensure_target(newroot, dest.relative(), true)?;
+    m::move_mount_fds(tree.as_fd(), target.as_fd())
+        .map_err(mount_err(format!("attaching idmapped {source} at {dest}")))
 }
 
 fn mount_tmp(newroot: &OwnedFd, plan: &SandboxPlan) -> Result<(), StepError> {
