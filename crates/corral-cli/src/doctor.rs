@@ -118,7 +118,7 @@ pub fn doctor() -> i32 {
 /// Starts a real sandbox running `sh -c 'exit 0'`.
 fn probe_sandbox() -> (bool, String) {
     let profile = corral_policy::builtin::code();
-    let table = CommandTable::resolve(&profile);
+    let table = CommandTable::resolve(&profile, std::env::var("PATH").ok().as_deref());
     let request = RunRequest {
         argv: vec!["sh".into(), "-c".into(), "exit 0".into()],
         ..Default::default()
@@ -131,6 +131,7 @@ fn probe_sandbox() -> (bool, String) {
     let opts = LaunchOptions {
         output: OutputMode::Capture { limit: 4096 },
         timeout: Some(std::time::Duration::from_secs(10)),
+        forward_signals: false,
     };
     match launch(&plan, &opts) {
         Ok(o) if o.failure.is_none() && o.exit_code == 0 => {

@@ -24,7 +24,7 @@ pub fn explain(name: Option<&str>, config: Option<&Path>, as_json: bool) -> i32 
             return corral_runtime::EXIT_CORRAL_ERROR;
         }
     };
-    let table = CommandTable::resolve(profile);
+    let table = CommandTable::resolve(profile, std::env::var("PATH").ok().as_deref());
     let commands: Vec<(String, String)> = table
         .entries()
         .iter()

@@ -190,7 +190,7 @@ pub fn run(args: RunArgs) -> i32 {
     }
     request.env = env;
     // Resolved once, here, before anything of the request is looked at.
-    let commands = CommandTable::resolve(&profile);
+    let commands = CommandTable::resolve(&profile, std::env::var("PATH").ok().as_deref());
     let identity = SandboxIdentity::for_current_process(&profile);
     let lookup = |name: &str| std::env::var(name).ok();
     let (plan, mut events) = match build_plan(&profile, &commands, &request, identity, &lookup) {
@@ -215,6 +215,7 @@ pub fn run(args: RunArgs) -> i32 {
             OutputMode::Inherit
         },
         timeout: profile.limits.timeout_secs.map(Duration::from_secs),
+        forward_signals: !args.json,
     };
     let outcome = match launch(&plan, &opts) {
         Ok(o) => o,

@@ -215,3 +215,15 @@ fn doctor_reports_a_working_sandbox() {
     );
     assert!(s.contains("landlock"), "{s}");
 }
+
+#[test]
+fn runs_node_and_bash_too() {
+    let out = run(&[], &["node", "-e", "console.log(6 * 7)"]);
+    assert_eq!(text(&out.stdout), "42\n", "node: {}", text(&out.stderr));
+    let out = run(&[], &["bash", "-c", "echo $((6 * 7)) ${BASH_VERSINFO[0]}"]);
+    assert!(
+        text(&out.stdout).starts_with("42 "),
+        "bash: {}",
+        text(&out.stderr)
+    );
+}

@@ -68,3 +68,31 @@ fn sandbox_dies_with_corral() {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+#[test]
+fn signals_to_corral_reach_the_program() {
+    use std::io::{BufRead, BufReader};
+    let script = "import signal, sys, time\n\
+        def bye(*_):\n    print('got TERM', flush=True)\n    sys.exit(7)\n\
+        signal.signal(signal.SIGTERM, bye)\n\
+        print('ready', flush=True)\n\
+        time.sleep(30)\n";
+    let mut child = corral()
+        .args(["run", "--", "python3", "-c", script])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    assert_eq!(lines.next().unwrap().unwrap(), "ready");
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    assert_eq!(lines.next().unwrap().unwrap(), "got TERM");
+    assert_eq!(
+        child.wait().unwrap().code(),
+        Some(7),
+        "corral exits with the program's status"
+    );
+}

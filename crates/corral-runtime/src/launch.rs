@@ -14,6 +14,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use corral_sys::fd::{self, PollFd};
+use corral_sys::signal::SignalFd;
 
 use crate::plan::SandboxPlan;
 use crate::protocol::{FailureKind, HelperMessage};
@@ -38,7 +39,21 @@ pub struct LaunchOptions {
     pub output: OutputMode,
     /// Wall-clock limit.
     pub timeout: Option<Duration>,
+    /// Forward SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2
+    /// received by this process to the program (through the helper and
+    /// init). For the CLI; blocks those signals on the calling thread.
+    pub forward_signals: bool,
 }
+
+/// Signals the CLI forwards to the program.
+pub const FORWARDED_SIGNALS: [i32; 6] = [
+    libc::SIGINT,
+    libc::SIGTERM,
+    libc::SIGHUP,
+    libc::SIGQUIT,
+    libc::SIGUSR1,
+    libc::SIGUSR2,
+];
 
 /// A captured stream.
 #[derive(Debug, Clone, Default)]
@@ -113,10 +128,18 @@ fn spawn_err(what: &'static str) -> impl FnOnce(std::io::Error) -> LaunchError {
 pub fn launch(plan: &SandboxPlan, opts: &LaunchOptions) -> Result<Outcome, LaunchError> {
     let start = Instant::now();
     let (ours, theirs) = fd::seqpacket_pair().map_err(|e| spawn_err("socketpair")(e.into()))?;
+    let signals = if opts.forward_signals {
+        Some(SignalFd::new(&FORWARDED_SIGNALS).map_err(|e| spawn_err("signalfd")(e.into()))?)
+    } else {
+        None
+    };
     let mut cmd = Command::new("/proc/self/exe");
+    // Its own process group: a terminal's Ctrl-C reaches corral only, which
+    // forwards it once.
     cmd.arg0("corral-sandbox")
         .arg(HELPER_SUBCOMMAND)
         .env_clear()
+        .process_group(0)
         .stdin(Stdio::inherit());
     let capture = matches!(opts.output, OutputMode::Capture { .. });
     if capture {
@@ -136,7 +159,7 @@ pub fn launch(plan: &SandboxPlan, opts: &LaunchOptions) -> Result<Outcome, Launc
         OutputMode::Capture { limit } => limit,
         OutputMode::Inherit => 0,
     };
-    let mut pump = Pump::new(&mut child, ctrl, limit);
+    let mut pump = Pump::new(&mut child, ctrl, limit, signals);
     let deadline = opts.timeout.map(|t| start + t);
     let mut timed_out = false;
     while !pump.done() {
@@ -196,6 +219,8 @@ pub fn launch(plan: &SandboxPlan, opts: &LaunchOptions) -> Result<Outcome, Launc
 
 /// Reads the control socket and the output pipes until all are closed.
 struct Pump {
+    helper_pid: i32,
+    signals: Option<SignalFd>,
     ctrl: Option<File>,
     out: [Option<File>; 2],
     captured: [Captured; 2],
@@ -205,7 +230,7 @@ struct Pump {
 }
 
 impl Pump {
-    fn new(child: &mut Child, ctrl: File, limit: usize) -> Pump {
+    fn new(child: &mut Child, ctrl: File, limit: usize, signals: Option<SignalFd>) -> Pump {
         let out = [
             child
                 .stdout
@@ -220,6 +245,8 @@ impl Pump {
             let _ = fd::set_nonblocking(f.as_raw_fd());
         }
         Pump {
+            helper_pid: child.id() as i32,
+            signals,
             ctrl: Some(ctrl),
             out,
             captured: [Captured::default(), Captured::default()],
@@ -247,10 +274,21 @@ impl Pump {
                 ready: false,
             });
         }
+        if let Some(s) = &self.signals {
+            fds.push(PollFd {
+                fd: s.raw(),
+                ready: false,
+            });
+        }
         if fd::poll(&mut fds, timeout_ms).unwrap_or(0) == 0 {
             return;
         }
         let ready = |fd: i32| fds.iter().any(|p| p.fd == fd && p.ready);
+        if let Some(s) = self.signals.as_ref().filter(|s| ready(s.raw())) {
+            while let Some(sig) = s.take() {
+                let _ = corral_sys::process::kill(self.helper_pid, sig);
+            }
+        }
         if self.ctrl.as_ref().is_some_and(|c| ready(c.as_raw_fd())) {
             self.read_ctrl();
         }

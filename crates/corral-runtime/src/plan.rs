@@ -451,7 +451,7 @@ mod tests {
     ) -> Result<(SandboxPlan, Vec<AuditEvent>), PlanError> {
         build_plan(
             profile,
-            &CommandTable::resolve(profile),
+            &CommandTable::resolve(profile, None),
             req,
             identity(),
             &|_| None,

@@ -1,9 +1,10 @@
 //! Resolving allowlisted command names to absolute paths, once.
 //!
-//! A name resolves to the first executable file named so in the profile's
-//! search path whose real location is visible inside the sandbox. A shim
-//! outside the mounted tree (pyenv's `~/.pyenv/shims/python3`, say) is never
-//! chosen, because the sandbox could not run it.
+//! A name resolves to the first executable file named so in the invoking
+//! `PATH`, then the profile's search path, whose real location is visible
+//! inside the sandbox. A shim outside the mounted tree (pyenv's
+//! `~/.pyenv/shims/python3`, say) is skipped, because the sandbox could not
+//! run it; so are relative `PATH` entries.
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
@@ -66,13 +67,25 @@ pub fn sandbox_location(profile: &Profile, host: &Path) -> Option<String> {
 }
 
 impl CommandTable {
-    /// Resolves every name in the profile's allowlist.
-    pub fn resolve(profile: &Profile) -> CommandTable {
+    /// Resolves every name in the profile's allowlist against `host_path`
+    /// (the invoking `PATH`, if any) and then the profile's search path.
+    pub fn resolve(profile: &Profile, host_path: Option<&str>) -> CommandTable {
+        let mut dirs: Vec<PathBuf> = host_path
+            .unwrap_or_default()
+            .split(':')
+            .filter(|d| d.starts_with('/'))
+            .map(PathBuf::from)
+            .collect();
+        for d in &profile.commands.search_path {
+            if !dirs.iter().any(|x| x == d.as_path()) {
+                dirs.push(d.as_path().to_path_buf());
+            }
+        }
         let entries = profile
             .commands
             .allow
             .iter()
-            .map(|name| (name.clone(), resolve_one(profile, name)))
+            .map(|name| (name.clone(), resolve_one(profile, &dirs, name)))
             .collect();
         CommandTable { entries }
     }
@@ -88,11 +101,11 @@ impl CommandTable {
     }
 }
 
-fn resolve_one(profile: &Profile, name: &str) -> Resolution {
+fn resolve_one(profile: &Profile, dirs: &[PathBuf], name: &str) -> Resolution {
     let mut searched = Vec::new();
-    for dir in &profile.commands.search_path {
-        searched.push(dir.to_string());
-        let candidate = dir.as_path().join(name);
+    for dir in dirs {
+        searched.push(dir.display().to_string());
+        let candidate = dir.join(name);
         let Ok(real) = std::fs::canonicalize(&candidate) else {
             continue;
         };
@@ -116,7 +129,7 @@ mod tests {
     #[test]
     fn resolves_sh_inside_the_system_tree() {
         let profile = corral_policy::builtin::code();
-        let table = CommandTable::resolve(&profile);
+        let table = CommandTable::resolve(&profile, None);
         match table.get("sh") {
             Some(Resolution::Found(path)) => {
                 assert!(
@@ -139,7 +152,26 @@ mod tests {
             .filesystem
             .system
             .retain(|p| p.as_str() == "/etc/ld.so.cache");
-        let table = CommandTable::resolve(&profile);
+        let table = CommandTable::resolve(&profile, None);
         assert!(matches!(table.get("sh"), Some(Resolution::Missing(_))));
+    }
+
+    #[test]
+    fn shims_outside_the_sandbox_are_skipped() {
+        use std::os::unix::fs::PermissionsExt;
+        let shims = std::env::temp_dir().join(format!("corral-shims-{}", std::process::id()));
+        std::fs::create_dir_all(&shims).unwrap();
+        let shim = shims.join("sh");
+        std::fs::write(&shim, "#!/bin/sh\nexec /home/me/.pyenv/bin/sh \"$@\"\n").unwrap();
+        std::fs::set_permissions(&shim, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let profile = corral_policy::builtin::code();
+        let path = format!("relative/bin:{}:/usr/bin:/bin", shims.display());
+        let table = CommandTable::resolve(&profile, Some(&path));
+        let found = table.get("sh").cloned();
+        std::fs::remove_dir_all(&shims).unwrap();
+        match found {
+            Some(Resolution::Found(p)) => assert!(!p.contains("corral-shims"), "{p}"),
+            other => panic!("{other:?}"),
+        }
     }
 }

@@ -57,3 +57,57 @@ pub fn wait_any() -> SysResult<i32> {
         }
     }
 }
+
+/// A `signalfd(2)` for a set of signals, which are blocked on the calling
+/// thread so they arrive only through the fd. Used by the CLI to forward
+/// SIGINT/SIGTERM/... to the sandbox from its poll loop.
+pub struct SignalFd {
+    fd: std::os::fd::OwnedFd,
+}
+
+impl SignalFd {
+    /// Blocks `signals` on this thread and opens a non-blocking,
+    /// close-on-exec signalfd for them.
+    pub fn new(signals: &[i32]) -> SysResult<SignalFd> {
+        use std::os::fd::FromRawFd;
+        // SAFETY: sigset_t is plain data; sigemptyset initialises it.
+        let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+        // SAFETY: `set` is a valid sigset_t.
+        unsafe { libc::sigemptyset(&mut set) };
+        for &s in signals {
+            // SAFETY: `set` is initialised; invalid numbers return EINVAL.
+            cvt(unsafe { libc::sigaddset(&mut set, s) })?;
+        }
+        // SAFETY: `set` is initialised; a null old-set pointer is allowed.
+        let ret = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+        if ret != 0 {
+            return Err(Errno(ret));
+        }
+        // SAFETY: -1 asks for a new fd; `set` is initialised.
+        let fd = cvt(unsafe { libc::signalfd(-1, &set, libc::SFD_NONBLOCK | libc::SFD_CLOEXEC) })?;
+        // SAFETY: signalfd returned a new fd that nothing else owns.
+        let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+        Ok(SignalFd { fd })
+    }
+
+    /// The fd, for polling.
+    pub fn raw(&self) -> std::os::fd::RawFd {
+        std::os::fd::AsRawFd::as_raw_fd(&self.fd)
+    }
+
+    /// Takes one pending signal, if any.
+    pub fn take(&self) -> Option<i32> {
+        // SAFETY: signalfd_siginfo is plain data; all-zero is valid.
+        let mut info: libc::signalfd_siginfo = unsafe { std::mem::zeroed() };
+        let size = std::mem::size_of::<libc::signalfd_siginfo>();
+        // SAFETY: `info` is a writable buffer of exactly `size` bytes.
+        let n = unsafe {
+            libc::read(
+                self.raw(),
+                (&mut info as *mut libc::signalfd_siginfo).cast(),
+                size,
+            )
+        };
+        (n == size as isize).then_some(info.ssi_signo as i32)
+    }
+}
