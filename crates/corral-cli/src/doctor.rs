@@ -129,11 +129,13 @@ fn probe_sandbox() -> (bool, String) {
         Err(e) => return (false, format!("cannot plan a probe: {e}")),
     };
     let opts = LaunchOptions {
-        output: OutputMode::Capture { limit: 4096 },
+        output: OutputMode::Capture,
+        output_bytes: 4096,
+        output_kill_bytes: 1 << 20,
         timeout: Some(std::time::Duration::from_secs(10)),
         forward_signals: false,
     };
-    match launch(&plan, &opts) {
+    match launch(&plan, &opts, None) {
         Ok(o) if o.failure.is_none() && o.exit_code == 0 => {
             (true, format!("works ({} ms)", o.wall.as_millis()))
         }

@@ -97,7 +97,9 @@ pub fn explain(name: Option<&str>, config: Option<&Path>, as_json: bool) -> i32 
     }
     println!("\nenvironment (starts empty):");
     for (k, v) in BASE_ENV {
-        println!("  {k}={v}  (base)");
+        if !profile.env.set.contains_key(*k) {
+            println!("  {k}={v}  (base)");
+        }
     }
     for (k, v) in &profile.env.set {
         println!("  {k}={v}  (set)");
@@ -125,11 +127,7 @@ pub fn explain(name: Option<&str>, config: Option<&Path>, as_json: bool) -> i32 
     for rule in &profile.commands.deny_args {
         println!("  deny args matching: {rule}");
     }
-    println!("\nlimits:");
-    match profile.limits.timeout_secs {
-        Some(t) => println!("  wall timeout: {t}s"),
-        None => println!("  wall timeout: none (set --timeout)"),
-    }
+    print_limits(&profile.limits);
     println!(
         "\nidentity when corral runs as root: uid {} gid {}",
         profile.identity.uid, profile.identity.gid
@@ -139,4 +137,59 @@ pub fn explain(name: Option<&str>, config: Option<&Path>, as_json: bool) -> i32 
         println!("  {k:<11} {v}");
     }
     0
+}
+
+fn print_limits(l: &corral_policy::Limits) {
+    let opt = |v: Option<String>| v.unwrap_or_else(|| "none".into());
+    println!("\nlimits:");
+    println!(
+        "  wall timeout:      {}",
+        opt(l.timeout_secs.map(|t| format!("{t}s")))
+    );
+    println!(
+        "  memory (+swap):    {}  (cgroup)",
+        opt(l.memory_bytes.map(|m| m.to_string()))
+    );
+    println!(
+        "  pids:              {}  (cgroup)",
+        opt(l.pids.map(|p| p.to_string()))
+    );
+    println!(
+        "  cpu:               {}  (cgroup)",
+        opt(l.cpu_millicores.map(|c| format!("{c} millicores")))
+    );
+    println!(
+        "  cpu time:          {}  (RLIMIT_CPU)",
+        opt(l.cpu_time_secs.map(|t| format!("{t}s")))
+    );
+    println!(
+        "  address space:     {}  (RLIMIT_AS)",
+        opt(l.address_space_bytes.map(|m| m.to_string()))
+    );
+    println!(
+        "  file size:         {}  (RLIMIT_FSIZE)",
+        opt(l.file_size_bytes.map(|m| m.to_string()))
+    );
+    println!("  open files:        {}  (RLIMIT_NOFILE)", l.open_files);
+    println!(
+        "  processes:         {}  (RLIMIT_NPROC, per sandbox user namespace)",
+        opt(l.processes.map(|p| p.to_string()))
+    );
+    println!("  core dumps:        off (RLIMIT_CORE 0)");
+    println!(
+        "  output kept:       {} per stream (head and tail)",
+        l.output_bytes
+    );
+    println!(
+        "  output kill:       past {} on one stream",
+        l.output_kill_bytes
+    );
+    println!(
+        "  unenforceable:     {}",
+        if l.allow_unenforced {
+            "run anyway and report (allow_unenforced)"
+        } else {
+            "refuse to run (fail closed)"
+        }
+    );
 }

@@ -23,7 +23,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Cmd {
     /// Run a command in a sandbox.
-    Run(run::RunArgs),
+    Run(Box<run::RunArgs>),
     /// Validate a config file; errors name the key and the line.
     Check {
         /// The config file.
@@ -51,9 +51,17 @@ fn main() {
     if corral_runtime::launch::is_helper_invocation(std::env::args_os().nth(1).as_deref()) {
         corral_runtime::helper::main();
     }
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => std::process::exit(usage_error(e)),
+    };
+    if !matches!(cli.command, Cmd::Run(_)) {
+        // Reports piped into `head` end quietly; `run` handles EPIPE itself
+        // so the sandbox's output drain never stops.
+        corral_sys::signal::default_sigpipe();
+    }
     let code = match cli.command {
-        Cmd::Run(args) => run::run(args),
+        Cmd::Run(args) => run::run(*args),
         Cmd::Check { file } => check(&file),
         Cmd::Explain {
             profile,
@@ -63,6 +71,42 @@ fn main() {
         Cmd::Doctor => doctor::doctor(),
     };
     std::process::exit(code);
+}
+
+/// Help and version go to stdout with status 0; a usage error is one of
+/// corral's own errors (125), with a JSON result when `--json` was asked.
+fn usage_error(e: clap::Error) -> i32 {
+    use clap::error::ErrorKind;
+    if matches!(
+        e.kind(),
+        ErrorKind::DisplayHelp
+            | ErrorKind::DisplayVersion
+            | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+    ) {
+        let _ = e.print();
+        return 0;
+    }
+    let json = std::env::args_os()
+        .take_while(|a| a != "--")
+        .any(|a| a == "--json");
+    let message = e.render().to_string();
+    let first = message
+        .lines()
+        .next()
+        .unwrap_or("invalid arguments")
+        .trim_start_matches("error: ")
+        .to_string();
+    if json {
+        return run::refuse(
+            true,
+            corral_runtime::EXIT_CORRAL_ERROR,
+            "request.invalid",
+            first,
+            vec![],
+        );
+    }
+    let _ = e.print();
+    corral_runtime::EXIT_CORRAL_ERROR
 }
 
 fn check(file: &std::path::Path) -> i32 {

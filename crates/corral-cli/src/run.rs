@@ -7,17 +7,15 @@ use std::time::Duration;
 
 use clap::Args;
 use corral_policy::env::{parse_assignment, EnvRequest};
-use corral_policy::{AuditEvent, MountSpec};
+use corral_policy::{AuditEvent, ByteSize, MountSpec, Profile};
 use corral_runtime::launch::Outcome;
-use corral_runtime::plan::SandboxIdentity;
+use corral_runtime::plan::{RlimitKind, SandboxIdentity, SandboxPlan};
+use corral_runtime::protocol::FailureKind;
 use corral_runtime::result::ErrorInfo;
 use corral_runtime::{
     build_plan, launch, CommandTable, Enforced, LaunchOptions, OutputMode, RunRequest, RunResult,
     EXIT_CORRAL_ERROR,
 };
-
-/// Bytes of each stream kept in `--json` mode.
-const JSON_CAPTURE_LIMIT: usize = 16 << 20;
 
 /// Arguments of `corral run`.
 #[derive(Args)]
@@ -47,6 +45,24 @@ pub struct RunArgs {
     /// Wall-clock limit in seconds.
     #[arg(long, value_name = "SECS")]
     timeout: Option<u64>,
+    /// Memory limit, swap included (e.g. 512MiB).
+    #[arg(long, value_name = "SIZE")]
+    memory: Option<String>,
+    /// Most processes and threads at once.
+    #[arg(long, value_name = "N")]
+    pids: Option<u64>,
+    /// CPU time limit in seconds.
+    #[arg(long = "cpu-time", value_name = "SECS")]
+    cpu_time: Option<u64>,
+    /// Bytes of each output stream kept (head and tail); the sandbox is
+    /// killed once a stream passes the profile's kill ceiling, which is
+    /// raised to at least this.
+    #[arg(long = "output-limit", value_name = "SIZE")]
+    output_limit: Option<String>,
+    /// Run even if this host cannot enforce some limit (no cgroup
+    /// delegation); the result lists what was not enforced.
+    #[arg(long = "allow-unenforced-limits")]
+    allow_unenforced_limits: bool,
     /// Print one JSON result object instead of streaming output.
     #[arg(long)]
     json: bool,
@@ -80,81 +96,108 @@ impl EventSink {
                     .and_then(|mut f| f.write_all(text.as_bytes()));
                 if let Err(e) = written {
                     eprintln!("corral: cannot write events to {}: {e}", path.display());
-                    eprint!("{text}");
+                    let _ = std::io::stderr().write_all(text.as_bytes());
                 }
             }
-            None => eprint!("{text}"),
+            None => {
+                let _ = std::io::stderr().write_all(text.as_bytes());
+            }
         }
     }
 }
 
-fn empty_result(exit_code: i32, error: ErrorInfo, events: Vec<AuditEvent>) -> RunResult {
-    RunResult {
-        exit_code,
-        signal: None,
-        timed_out: false,
-        stdout: String::new(),
-        stderr: String::new(),
-        stdout_bytes: 0,
-        stderr_bytes: 0,
-        stdout_truncated: false,
-        stderr_truncated: false,
-        wall_ms: 0,
-        error: Some(error),
-        events,
-        enforced: None,
-    }
-}
-
-/// Prints a refusal the way the mode wants, returns the exit code.
-fn refuse(json: bool, code: i32, error: ErrorInfo, events: Vec<AuditEvent>) -> i32 {
-    eprintln!("corral: {}", error.message);
-    if json {
-        print_json(&empty_result(code, error, events));
-    }
-    code
-}
-
+/// Prints the result object; a closed stdout is not an error worth a panic.
 fn print_json(result: &RunResult) {
     match serde_json::to_string(result) {
-        Ok(s) => println!("{s}"),
+        Ok(s) => {
+            let _ = writeln!(std::io::stdout(), "{s}");
+        }
         Err(e) => eprintln!("corral: cannot encode the result: {e}"),
     }
 }
 
-fn usage_error(json: bool, code: &str, message: String) -> i32 {
-    refuse(
-        json,
-        EXIT_CORRAL_ERROR,
-        ErrorInfo {
-            code: code.into(),
-            message,
-        },
-        vec![],
-    )
+/// A refusal before the sandbox started: message on stderr, and in `--json`
+/// mode a result object with `error` set. Returns the exit status.
+pub fn refuse(
+    json: bool,
+    exit_code: i32,
+    code: &str,
+    message: String,
+    events: Vec<AuditEvent>,
+) -> i32 {
+    eprintln!("corral: {message}");
+    if json {
+        print_json(&RunResult {
+            exit_code,
+            signal: None,
+            timed_out: false,
+            oom_killed: false,
+            output_limit_exceeded: false,
+            stdout: String::new(),
+            stderr: String::new(),
+            stdout_bytes: 0,
+            stderr_bytes: 0,
+            stdout_truncated: false,
+            stderr_truncated: false,
+            wall_ms: 0,
+            cpu_ms: 0,
+            peak_memory_bytes: 0,
+            error: Some(ErrorInfo {
+                code: code.into(),
+                message,
+            }),
+            events,
+            enforced: None,
+        });
+    }
+    exit_code
 }
 
-/// Runs `corral run`; returns the exit status.
-pub fn run(args: RunArgs) -> i32 {
-    let sink = EventSink(args.events.clone());
-    let config = match crate::load_config(args.config.as_deref()) {
-        Ok(c) => c,
-        Err(e) => return usage_error(args.json, "config.invalid", e.to_string()),
+fn size_flag(flag: &str, text: &str) -> Result<ByteSize, String> {
+    ByteSize::parse(text).map_err(|e| format!("{flag}: {e}"))
+}
+
+/// Applies the limit flags on top of the profile.
+fn apply_limit_flags(args: &RunArgs, profile: &mut Profile) -> Result<(), String> {
+    let l = &mut profile.limits;
+    let positive = |flag: &str, v: Option<u64>| match v {
+        Some(0) => Err(format!("{flag} must be at least 1")),
+        other => Ok(other),
     };
-    let mut profile = match config.profile(&args.profile) {
-        Ok(p) => p.clone(),
-        Err(e) => return usage_error(args.json, "config.unknown_profile", e.to_string()),
-    };
-    if let Some(t) = args.timeout {
-        if t == 0 {
-            return usage_error(
-                args.json,
-                "request.invalid",
-                "--timeout must be at least 1 second".into(),
-            );
-        }
-        profile.limits.timeout_secs = Some(t);
+    if let Some(t) = positive("--timeout", args.timeout)? {
+        l.timeout_secs = Some(t);
     }
+    if let Some(p) = positive("--pids", args.pids)? {
+        l.pids = Some(p);
+    }
+    if let Some(c) = positive("--cpu-time", args.cpu_time)? {
+        l.cpu_time_secs = Some(c);
+    }
+    if let Some(m) = &args.memory {
+        let m = size_flag("--memory", m)?;
+        if m.bytes() < 1 << 20 {
+            return Err(format!("--memory {m} is too small: at least 1MiB"));
+        }
+        l.memory_bytes = Some(m);
+    }
+    if let Some(o) = &args.output_limit {
+        let o = size_flag("--output-limit", o)?;
+        if o.bytes() < 64 {
+            return Err(format!(
+                "--output-limit {o} is too small: at least 64 bytes"
+            ));
+        }
+        l.output_bytes = o;
+        l.output_kill_bytes = l.output_kill_bytes.max(o);
+    }
+    if args.allow_unenforced_limits {
+        l.allow_unenforced = true;
+    }
+    Ok(())
+}
+
+/// Builds the request from the flags.
+fn request(args: &RunArgs) -> Result<RunRequest, (String, String)> {
     let cwd = std::env::current_dir().ok();
     let mut request = RunRequest {
         argv: args.command.clone(),
@@ -166,16 +209,13 @@ pub fn run(args: RunArgs) -> i32 {
         (&args.read_write, &mut request.read_write),
     ] {
         for spec in list {
-            match MountSpec::parse(spec, cwd.as_deref()) {
-                Ok(m) => out.push(m),
-                Err(e) => {
-                    return usage_error(
-                        args.json,
-                        "mount.invalid",
-                        format!("--ro/--rw {spec}: {e}"),
-                    )
-                }
-            }
+            let m = MountSpec::parse(spec, cwd.as_deref()).map_err(|e| {
+                (
+                    "mount.invalid".to_string(),
+                    format!("--ro/--rw {spec}: {e}"),
+                )
+            })?;
+            out.push(m);
         }
     }
     let mut env = EnvRequest {
@@ -183,12 +223,75 @@ pub fn run(args: RunArgs) -> i32 {
         set: Vec::new(),
     };
     for assignment in &args.set_env {
-        match parse_assignment(assignment) {
-            Ok(kv) => env.set.push(kv),
-            Err(e) => return usage_error(args.json, "env.invalid", format!("--set-env: {e}")),
-        }
+        let kv = parse_assignment(assignment)
+            .map_err(|e| ("env.invalid".to_string(), format!("--set-env: {e}")))?;
+        env.set.push(kv);
     }
     request.env = env;
+    Ok(request)
+}
+
+fn rlimit_name(kind: RlimitKind) -> &'static str {
+    match kind {
+        RlimitKind::AddressSpace => "address_space",
+        RlimitKind::CpuTime => "cpu_time",
+        RlimitKind::FileSize => "file_size",
+        RlimitKind::OpenFiles => "open_files",
+        RlimitKind::Processes => "processes",
+        RlimitKind::Core => "core",
+    }
+}
+
+/// What was in force, for the result.
+fn enforced(
+    plan: &SandboxPlan,
+    identity: SandboxIdentity,
+    containment: &corral_runtime::contain::Containment,
+) -> Enforced {
+    let mut e = Enforced::full_sandbox(identity.uid, identity.gid);
+    for r in &plan.rlimits {
+        e.rlimits.insert(rlimit_name(r.kind).into(), r.soft.into());
+    }
+    e.cgroup = containment.enforced_json();
+    e.not_enforced = containment.not_enforced().to_vec();
+    e
+}
+
+/// Runs `corral run`; returns the exit status.
+pub fn run(args: RunArgs) -> i32 {
+    let json = args.json;
+    let sink = EventSink(args.events.clone());
+    let config = match crate::load_config(args.config.as_deref()) {
+        Ok(c) => c,
+        Err(e) => {
+            return refuse(
+                json,
+                EXIT_CORRAL_ERROR,
+                "config.invalid",
+                e.to_string(),
+                vec![],
+            )
+        }
+    };
+    let mut profile = match config.profile(&args.profile) {
+        Ok(p) => p.clone(),
+        Err(e) => {
+            return refuse(
+                json,
+                EXIT_CORRAL_ERROR,
+                "config.unknown_profile",
+                e.to_string(),
+                vec![],
+            )
+        }
+    };
+    if let Err(message) = apply_limit_flags(&args, &mut profile) {
+        return refuse(json, EXIT_CORRAL_ERROR, "request.invalid", message, vec![]);
+    }
+    let request = match request(&args) {
+        Ok(r) => r,
+        Err((code, message)) => return refuse(json, EXIT_CORRAL_ERROR, &code, message, vec![]),
+    };
     // Resolved once, here, before anything of the request is looked at.
     let commands = CommandTable::resolve(&profile, std::env::var("PATH").ok().as_deref());
     let identity = SandboxIdentity::for_current_process(&profile);
@@ -198,29 +301,85 @@ pub fn run(args: RunArgs) -> i32 {
         Err(e) => {
             let events: Vec<AuditEvent> = e.event().cloned().into_iter().collect();
             sink.emit(&events);
-            let info = ErrorInfo {
-                code: e.code().into(),
-                message: e.to_string(),
-            };
-            return refuse(args.json, e.exit_code(), info, events);
+            return refuse(json, e.exit_code(), e.code(), e.to_string(), events);
         }
     };
     sink.emit(&events);
+    let containment = match corral_runtime::contain::Containment::for_limits(&profile.limits) {
+        Ok(c) => c,
+        Err(message) => {
+            return refuse(
+                json,
+                EXIT_CORRAL_ERROR,
+                "limits.unenforceable",
+                message,
+                events,
+            )
+        }
+    };
     let opts = LaunchOptions {
-        output: if args.json {
-            OutputMode::Capture {
-                limit: JSON_CAPTURE_LIMIT,
-            }
+        output: if json {
+            OutputMode::Capture
         } else {
-            OutputMode::Inherit
+            OutputMode::Stream
         },
+        output_bytes: usize::try_from(profile.limits.output_bytes.bytes()).unwrap_or(usize::MAX),
+        output_kill_bytes: profile.limits.output_kill_bytes.bytes(),
         timeout: profile.limits.timeout_secs.map(Duration::from_secs),
-        forward_signals: !args.json,
+        forward_signals: true,
     };
-    let outcome = match launch(&plan, &opts) {
+    let outcome = match launch(&plan, &opts, containment.as_launch()) {
         Ok(o) => o,
-        Err(e) => return usage_error(args.json, "sandbox.launch", e.to_string()),
+        Err(e) => {
+            return refuse(
+                json,
+                EXIT_CORRAL_ERROR,
+                "sandbox.launch",
+                e.to_string(),
+                events,
+            )
+        }
     };
+    let in_force = enforced(&plan, identity, &containment);
+    let stats = containment.finish();
+    report(&outcome, &profile, stats.oom_killed);
+    if json {
+        let sandbox_started = outcome
+            .failure
+            .as_ref()
+            .is_none_or(|(k, _)| matches!(k, FailureKind::ExecNotFound | FailureKind::ExecFailed));
+        let error = outcome.failure.as_ref().map(|(kind, message)| ErrorInfo {
+            code: Outcome::failure_code(*kind).into(),
+            message: message.clone(),
+        });
+        let result = RunResult {
+            exit_code: outcome.exit_code,
+            signal: outcome.signal,
+            timed_out: outcome.timed_out,
+            oom_killed: stats.oom_killed,
+            output_limit_exceeded: outcome.output_killed,
+            stdout: String::from_utf8_lossy(&outcome.stdout.data).into_owned(),
+            stderr: String::from_utf8_lossy(&outcome.stderr.data).into_owned(),
+            stdout_bytes: outcome.stdout.total,
+            stderr_bytes: outcome.stderr.total,
+            stdout_truncated: outcome.stdout.truncated,
+            stderr_truncated: outcome.stderr.truncated,
+            wall_ms: outcome.wall.as_millis() as u64,
+            cpu_ms: stats.cpu_ms.unwrap_or(outcome.usage.cpu_us / 1000),
+            peak_memory_bytes: stats
+                .peak_memory_bytes
+                .unwrap_or(outcome.usage.max_rss_bytes),
+            error,
+            events: std::mem::take(&mut events),
+            enforced: sandbox_started.then_some(in_force),
+        };
+        print_json(&result);
+    }
+    outcome.exit_code
+}
+
+/// One line on stderr for each way the run ended abnormally.
+fn report(outcome: &Outcome, profile: &Profile, oom_killed: bool) {
     if let Some((_, message)) = &outcome.failure {
         eprintln!("corral: {message}");
     }
@@ -230,38 +389,20 @@ pub fn run(args: RunArgs) -> i32 {
             profile.limits.timeout_secs.unwrap_or_default()
         );
     }
-    if args.json {
-        let enforced = outcome
-            .failure
-            .as_ref()
-            .is_none_or(|(k, _)| {
-                matches!(
-                    k,
-                    corral_runtime::protocol::FailureKind::ExecNotFound
-                        | corral_runtime::protocol::FailureKind::ExecFailed
-                )
-            })
-            .then(|| Enforced::full_sandbox(identity.uid, identity.gid));
-        let error = outcome.failure.as_ref().map(|(kind, message)| ErrorInfo {
-            code: Outcome::failure_code(*kind).into(),
-            message: message.clone(),
-        });
-        let result = RunResult {
-            exit_code: outcome.exit_code,
-            signal: outcome.signal,
-            timed_out: outcome.timed_out,
-            stdout: String::from_utf8_lossy(&outcome.stdout.data).into_owned(),
-            stderr: String::from_utf8_lossy(&outcome.stderr.data).into_owned(),
-            stdout_bytes: outcome.stdout.total,
-            stderr_bytes: outcome.stderr.total,
-            stdout_truncated: outcome.stdout.truncated(),
-            stderr_truncated: outcome.stderr.truncated(),
-            wall_ms: outcome.wall.as_millis() as u64,
-            error,
-            events: std::mem::take(&mut events),
-            enforced,
-        };
-        print_json(&result);
+    if outcome.output_killed {
+        eprintln!(
+            "corral: output passed {} on one stream; the whole sandbox was killed",
+            profile.limits.output_kill_bytes
+        );
     }
-    outcome.exit_code
+    if oom_killed {
+        eprintln!(
+            "corral: out of memory: the kernel killed a process at the {} limit",
+            profile
+                .limits
+                .memory_bytes
+                .map(|m| m.to_string())
+                .unwrap_or_else(|| "memory".into())
+        );
+    }
 }

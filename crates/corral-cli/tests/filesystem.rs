@@ -86,6 +86,31 @@ fn workdir_is_bound_read_write_at_workspace() {
 }
 
 #[test]
+fn root_owned_writable_dirs_are_refused_when_corral_is_root() {
+    if !is_root() {
+        eprintln!("unprivileged pass: the program runs as the invoking user; no idmap is involved");
+        return;
+    }
+    // Through an idmap, files created there would be root-owned on the
+    // host: a chmod 4755 inside would plant a setuid-root binary.
+    let dir = tempfile::tempdir().unwrap();
+    let out = run(
+        &["--workdir", dir.path().to_str().unwrap()],
+        &["sh", "-c", "echo x > f; chmod 4755 f"],
+    );
+    assert_eq!(out.status.code(), Some(125));
+    assert!(
+        text(&out.stderr).contains("owned by root"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(!dir.path().join("f").exists());
+    let rw = format!("{}:/out", dir.path().display());
+    let out = run(&["--rw", &rw], &["sh", "-c", "true"]);
+    assert_eq!(out.status.code(), Some(125));
+}
+
+#[test]
 fn default_workspace_is_fresh_and_gone_afterwards() {
     assert_eq!(
         sh("ls -A /workspace; echo x > /workspace/f; cat /workspace/f").1,

@@ -36,15 +36,8 @@ fn leftovers_die_when_the_program_exits() {
 #[test]
 fn sandbox_dies_with_corral() {
     let token = format!("corral-orphan-{}", std::process::id());
-    let mut child = corral()
-        .args([
-            "run",
-            "--",
-            "python3",
-            "-c",
-            "import time; time.sleep(60)",
-            &token,
-        ])
+    let mut child = corral_run()
+        .args(["--", "python3", "-c", "import time; time.sleep(60)", &token])
         .spawn()
         .unwrap();
     let present = || {
@@ -77,8 +70,8 @@ fn signals_to_corral_reach_the_program() {
         signal.signal(signal.SIGTERM, bye)\n\
         print('ready', flush=True)\n\
         time.sleep(30)\n";
-    let mut child = corral()
-        .args(["run", "--", "python3", "-c", script])
+    let mut child = corral_run()
+        .args(["--", "python3", "-c", script])
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();

@@ -67,7 +67,20 @@ pub fn base(name: &str) -> Profile {
             deny_args: vec![],
             search_path: paths(SEARCH_PATH),
         },
-        limits: Limits { timeout_secs: None },
+        limits: Limits {
+            timeout_secs: None,
+            memory_bytes: None,
+            pids: None,
+            cpu_millicores: None,
+            cpu_time_secs: None,
+            address_space_bytes: None,
+            file_size_bytes: Some(ByteSize(1 << 30)),
+            open_files: 1024,
+            processes: Some(1024),
+            output_bytes: ByteSize(1 << 20),
+            output_kill_bytes: ByteSize(64 << 20),
+            allow_unenforced: false,
+        },
         identity: Identity::default(),
     }
 }
@@ -81,6 +94,9 @@ pub fn code() -> Profile {
         .map(|s| s.to_string())
         .collect();
     p.env.set.insert("PYTHONUNBUFFERED".into(), "1".into());
+    p.limits.timeout_secs = Some(300);
+    p.limits.memory_bytes = Some(ByteSize(1 << 30));
+    p.limits.pids = Some(512);
     p.env
         .set
         .insert("PYTHONDONTWRITEBYTECODE".into(), "1".into());

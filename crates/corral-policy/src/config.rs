@@ -27,7 +27,7 @@ use crate::size::ByteSize;
 
 /// A config error, with the file, line and key it is about.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{}{}{}{message}", file_prefix(.file), line_prefix(.line), key_prefix(.key))]
+#[error("{}{message}", location(.file, .line, .key))]
 pub struct ConfigError {
     /// The config file, when the error came from one.
     pub file: Option<PathBuf>,
@@ -39,20 +39,22 @@ pub struct ConfigError {
     pub message: String,
 }
 
-fn file_prefix(file: &Option<PathBuf>) -> String {
-    file.as_ref()
-        .map(|f| format!("{}:", f.display()))
-        .unwrap_or_default()
-}
-fn line_prefix(line: &Option<usize>) -> String {
-    line.map(|l| format!("line {l}: "))
-        .unwrap_or_else(|| " ".to_string())
-}
-fn key_prefix(key: &str) -> String {
-    if key.is_empty() {
+/// `FILE:line N: KEY: ` with the parts that are known.
+fn location(file: &Option<PathBuf>, line: &Option<usize>, key: &str) -> String {
+    let mut parts = Vec::new();
+    if let Some(f) = file {
+        parts.push(f.display().to_string());
+    }
+    if let Some(l) = line {
+        parts.push(format!("line {l}"));
+    }
+    if !key.is_empty() {
+        parts.push(key.to_string());
+    }
+    if parts.is_empty() {
         String::new()
     } else {
-        format!("{key}: ")
+        format!("{}: ", parts.join(": "))
     }
 }
 
@@ -131,6 +133,17 @@ struct RawCommands {
 #[serde(deny_unknown_fields)]
 struct RawLimits {
     timeout_secs: Option<Spanned<u64>>,
+    memory: Option<Spanned<RawSize>>,
+    pids: Option<Spanned<u64>>,
+    cpu_millicores: Option<Spanned<u64>>,
+    cpu_time_secs: Option<Spanned<u64>>,
+    address_space: Option<Spanned<RawSize>>,
+    file_size: Option<Spanned<RawSize>>,
+    open_files: Option<Spanned<u64>>,
+    processes: Option<Spanned<u64>>,
+    output: Option<Spanned<RawSize>>,
+    output_kill: Option<Spanned<RawSize>>,
+    allow_unenforced: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -226,7 +239,9 @@ impl Config {
                         ));
                     }
                 };
+                let span = raw.span();
                 let profile = apply(&src, &key, base, raw.into_inner())?;
+                check_merged(&src, &key, span, &profile)?;
                 config.profiles.insert(name, profile);
             }
             if next.len() == unresolved.len() {
@@ -466,15 +481,60 @@ fn apply(src: &Source, key: &str, mut p: Profile, raw: RawProfile) -> Result<Pro
         }
     }
     if let Some(l) = raw.limits {
-        if let Some(t) = l.timeout_secs {
-            if *t.get_ref() == 0 {
+        let k = format!("{key}.limits");
+        let positive = |v: Option<Spanned<u64>>, field: &str| -> Result<Option<u64>, ConfigError> {
+            match v {
+                Some(v) if *v.get_ref() == 0 => {
+                    Err(src.err(Some(v.span()), format!("{k}.{field}"), "must be at least 1"))
+                }
+                Some(v) => Ok(Some(v.into_inner())),
+                None => Ok(None),
+            }
+        };
+        let lim = &mut p.limits;
+        if let Some(v) = positive(l.timeout_secs, "timeout_secs")? {
+            lim.timeout_secs = Some(v);
+        }
+        if let Some(v) = positive(l.pids, "pids")? {
+            lim.pids = Some(v);
+        }
+        if let Some(v) = positive(l.cpu_millicores, "cpu_millicores")? {
+            lim.cpu_millicores = Some(v);
+        }
+        if let Some(v) = positive(l.cpu_time_secs, "cpu_time_secs")? {
+            lim.cpu_time_secs = Some(v);
+        }
+        if let Some(v) = positive(l.open_files, "open_files")? {
+            lim.open_files = v;
+        }
+        if let Some(v) = positive(l.processes, "processes")? {
+            lim.processes = Some(v);
+        }
+        if let Some(s) = l.memory {
+            lim.memory_bytes = Some(size(src, &format!("{k}.memory"), s)?);
+        }
+        if let Some(s) = l.address_space {
+            lim.address_space_bytes = Some(size(src, &format!("{k}.address_space"), s)?);
+        }
+        if let Some(s) = l.file_size {
+            lim.file_size_bytes = Some(size(src, &format!("{k}.file_size"), s)?);
+        }
+        if let Some(s) = l.output {
+            lim.output_bytes = size(src, &format!("{k}.output"), s)?;
+        }
+        if let Some(s) = l.output_kill {
+            let span = s.span();
+            lim.output_kill_bytes = size(src, &format!("{k}.output_kill"), s)?;
+            if lim.output_kill_bytes < lim.output_bytes {
                 return Err(src.err(
-                    Some(t.span()),
-                    format!("{key}.limits.timeout_secs"),
-                    "must be at least 1",
+                    Some(span),
+                    format!("{k}.output_kill"),
+                    format!("{} is below limits.output ({}); the kill ceiling must be at least what is kept", lim.output_kill_bytes, lim.output_bytes),
                 ));
             }
-            p.limits.timeout_secs = Some(t.into_inner());
+        }
+        if let Some(b) = l.allow_unenforced {
+            lim.allow_unenforced = b;
         }
     }
     if let Some(id) = raw.identity {
@@ -495,6 +555,57 @@ fn apply(src: &Source, key: &str, mut p: Profile, raw: RawProfile) -> Result<Pro
         }
     }
     Ok(p)
+}
+
+/// Checks the profile as merged with what it inherits: rules that are
+/// fine alone can conflict with inherited ones.
+fn check_merged(
+    src: &Source,
+    key: &str,
+    span: std::ops::Range<usize>,
+    p: &Profile,
+) -> Result<(), ConfigError> {
+    let err = |field: &str, message: String| {
+        Err(src.err(Some(span.clone()), format!("{key}.{field}"), message))
+    };
+    for path in &p.filesystem.system {
+        if let Some(why) = reserved_destination(path) {
+            return err("filesystem.system", format!("cannot bind `{path}`: {why}"));
+        }
+    }
+    let explicit: Vec<&MountSpec> = p
+        .filesystem
+        .read_only
+        .iter()
+        .chain(&p.filesystem.read_write)
+        .collect();
+    for (i, m) in explicit.iter().enumerate() {
+        if explicit[..i].iter().any(|o| o.dest == m.dest) {
+            return err("filesystem", format!("`{}` is mounted twice (read_only/read_write, inherited or not); mount each destination once", m.dest));
+        }
+        if p.filesystem.deny.contains(&m.dest) {
+            return err(
+                "filesystem",
+                format!(
+                    "`{}` is both mounted and denied; remove one of the two rules",
+                    m.dest
+                ),
+            );
+        }
+    }
+    let blocklist = Blocklist::new(&p.env.block).map_err(|e| {
+        src.err(
+            Some(span.clone()),
+            format!("{key}.env.block"),
+            e.to_string(),
+        )
+    })?;
+    for name in p.env.pass.iter().chain(p.env.set.keys()) {
+        if let Some((rule, _)) = blocklist.matching(name) {
+            return err("env", format!("`{name}` (passed or set, possibly inherited) is blocked by rule `{rule}`; remove one of the two"));
+        }
+    }
+    Ok(())
 }
 
 fn check_env_name(
@@ -584,6 +695,10 @@ allow = ["python3"]
 deny_args = ["*pip*"]
 [profile.b]
 extends = "a"
+[profile.b.limits]
+memory = "256MiB"
+pids = 64
+output = "64KiB"
 [profile.b.filesystem]
 tmp_size = "16MiB"
 read_only = ["/opt/data:/data"]
@@ -597,6 +712,17 @@ read_only = ["/opt/data:/data"]
         assert_eq!(b.filesystem.tmp_size, ByteSize(16 << 20));
         assert_eq!(b.filesystem.read_only[0].dest.as_str(), "/data");
         assert_eq!(b.name, "b");
+        assert_eq!(b.limits.memory_bytes, Some(ByteSize(256 << 20)));
+        assert_eq!(b.limits.pids, Some(64));
+        assert_eq!(b.limits.output_bytes, ByteSize(64 << 10));
+        assert_eq!(b.limits.open_files, 1024, "inherited default");
+        let e = err("[profile.a.limits]\noutput = \"1MiB\"\noutput_kill = \"64KiB\"\n");
+        assert_eq!(
+            (e.line, e.key.as_str()),
+            (Some(3), "profile.a.limits.output_kill")
+        );
+        let e = err("[profile.a.limits]\npids = 0\n");
+        assert_eq!(e.key, "profile.a.limits.pids");
     }
 
     #[test]
@@ -605,7 +731,7 @@ read_only = ["/opt/data:/data"]
         let msg = e.to_string();
         assert_eq!(e.line, Some(5), "{msg}");
         assert!(msg.contains("read_olny"), "{msg}");
-        assert!(msg.starts_with("corral.toml:line 5"), "{msg}");
+        assert!(msg.starts_with("corral.toml: line 5: "), "{msg}");
     }
 
     #[test]
@@ -647,6 +773,16 @@ read_only = ["/opt/data:/data"]
         assert_eq!(e.line, Some(2));
         let e = err("[profile.a.env]\npass = [\"OK\", \"NODE_OPTIONS\"]\n");
         assert!(e.message.contains("always blocked"));
+    }
+
+    #[test]
+    fn conflicts_with_inherited_rules_are_errors() {
+        let e = err("[profile.a.filesystem]\nread_only = [\"/a:/x\"]\n[profile.b]\nextends = \"a\"\n[profile.b.filesystem]\nread_write = [\"/b:/x\"]\n");
+        assert!(e.message.contains("mounted twice"), "{e}");
+        let e = err("[profile.a.env]\nset = { TOKEN = \"x\" }\n[profile.b]\nextends = \"a\"\n[profile.b.env]\nblock = [\"TOK*\"]\n");
+        assert!(e.message.contains("TOKEN"), "{e}");
+        let e = err("[profile.a.filesystem]\nsystem = [\"/usr\", \"/tmp\"]\n");
+        assert_eq!(e.key, "profile.a.filesystem.system");
     }
 
     #[test]

@@ -103,7 +103,7 @@ impl From<SandboxPath> for String {
 
 impl fmt::Display for SandboxPath {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        f.pad(&self.0)
     }
 }
 

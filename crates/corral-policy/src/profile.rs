@@ -84,13 +84,42 @@ pub struct CommandPolicy {
     pub search_path: Vec<SandboxPath>,
 }
 
-/// Time and resource limits.
+/// Time and resource limits. Every limit set here is enforced, or the run
+/// is refused naming the limit, unless `allow_unenforced` accepts a weaker
+/// sandbox (the result then lists what was not enforced).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Limits {
     /// Wall-clock limit in seconds; `None` means no limit.
     pub timeout_secs: Option<u64>,
+    /// Memory, swap included (cgroup `memory.max` + `memory.swap.max`, or
+    /// v1 `memory.limit_in_bytes` + `memory.memsw.limit_in_bytes`).
+    pub memory_bytes: Option<ByteSize>,
+    /// Processes and threads in the sandbox (cgroup `pids.max`).
+    pub pids: Option<u64>,
+    /// CPU bandwidth in thousandths of a core (cgroup `cpu.max`).
+    pub cpu_millicores: Option<u64>,
+    /// CPU time in seconds (`RLIMIT_CPU`: SIGXCPU, then SIGKILL).
+    pub cpu_time_secs: Option<u64>,
+    /// Virtual address space (`RLIMIT_AS`). Off by default: runtimes such
+    /// as node reserve far more address space than they use.
+    pub address_space_bytes: Option<ByteSize>,
+    /// Largest file the program may write (`RLIMIT_FSIZE`: SIGXFSZ).
+    pub file_size_bytes: Option<ByteSize>,
+    /// Open file descriptors per process (`RLIMIT_NOFILE`).
+    pub open_files: u64,
+    /// Processes of the sandbox's uid in its user namespace
+    /// (`RLIMIT_NPROC`); a second fork-bomb guard that needs no cgroup.
+    pub processes: Option<u64>,
+    /// Bytes of each output stream kept: the head and the tail, with an
+    /// elision marker between them.
+    pub output_bytes: ByteSize,
+    /// Bytes per stream after which the whole sandbox is killed and the
+    /// output marked truncated.
+    pub output_kill_bytes: ByteSize,
+    /// Accept a host that cannot enforce some limit (no cgroup
+    /// delegation): run anyway and report the limit as not enforced.
+    pub allow_unenforced: bool,
 }
-
 /// The unprivileged host identity the program runs as when corral is
 /// started as root. When corral runs as an ordinary user, the program runs
 /// as that user and these are unused.

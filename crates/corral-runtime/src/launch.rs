@@ -1,21 +1,29 @@
-//! The parent side: spawn the helper, send the plan, capture output,
-//! enforce the wall-clock timeout, and turn what happened into an
-//! [`Outcome`].
+//! The parent side: spawn the helper, send the plan, drain output, enforce
+//! the wall-clock timeout and the output ceilings, and turn what happened
+//! into an [`Outcome`].
+//!
+//! Output is always read as fast as the program writes it (drain-and-kill,
+//! never stop-and-wait): a full pipe can never deadlock the program against
+//! corral, and corral's memory stays within the output budget whatever the
+//! program prints. Past the kill ceiling the whole sandbox is killed.
 //!
 //! Nothing here runs between fork and exec except the fd placement in
 //! [`corral_sys::fd::pass_fd_as`], so it is safe to call from a
 //! multi-threaded server.
 
+use std::collections::VecDeque;
 use std::fs::File;
 use std::io::{ErrorKind, Read, Write};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use corral_sys::fd::{self, PollFd};
+use corral_sys::process::{self, Usage, WaitStatus};
 use corral_sys::signal::SignalFd;
 
+use crate::output::{elision_marker, HeadTail};
 use crate::plan::SandboxPlan;
 use crate::protocol::{FailureKind, HelperMessage};
 use crate::{EXIT_CORRAL_ERROR, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, HELPER_SUBCOMMAND};
@@ -23,13 +31,12 @@ use crate::{EXIT_CORRAL_ERROR, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, HELPER_SUBCO
 /// What happens to the program's stdout and stderr.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OutputMode {
-    /// Straight to corral's own stdout/stderr.
-    Inherit,
-    /// Captured; at most `limit` bytes per stream are kept.
-    Capture {
-        /// Bytes kept per stream.
-        limit: usize,
-    },
+    /// Forwarded to corral's own stdout/stderr as it arrives, up to the
+    /// budget; past it, only the tail is kept and printed at the end after
+    /// an elision marker.
+    Stream,
+    /// Captured into the result: head and tail within the budget.
+    Capture,
 }
 
 /// How to launch.
@@ -37,6 +44,10 @@ pub enum OutputMode {
 pub struct LaunchOptions {
     /// Output handling.
     pub output: OutputMode,
+    /// Bytes of each stream kept (see [`OutputMode`]).
+    pub output_bytes: usize,
+    /// Bytes written to one stream after which the sandbox is killed.
+    pub output_kill_bytes: u64,
     /// Wall-clock limit.
     pub timeout: Option<Duration>,
     /// Forward SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2
@@ -55,20 +66,25 @@ pub const FORWARDED_SIGNALS: [i32; 6] = [
     libc::SIGUSR2,
 ];
 
-/// A captured stream.
+/// Whatever besides the pid namespace holds the sandbox's processes (its
+/// cgroup): the launcher puts the helper in it before the helper does
+/// anything, and kills through it.
+pub trait Containment {
+    /// Moves `pid` (the helper, still waiting for its plan) in.
+    fn add_process(&self, pid: i32) -> Result<(), String>;
+    /// Kills every process inside.
+    fn kill_all(&self);
+}
+
+/// One output stream as reported.
 #[derive(Debug, Clone, Default)]
-pub struct Captured {
-    /// Bytes kept.
+pub struct StreamResult {
+    /// Bytes kept (captured mode) or the tail printed (stream mode).
     pub data: Vec<u8>,
     /// Bytes the program wrote in total.
     pub total: u64,
-}
-
-impl Captured {
-    /// Whether bytes were dropped.
-    pub fn truncated(&self) -> bool {
-        self.total > self.data.len() as u64
-    }
+    /// Whether some bytes were not kept.
+    pub truncated: bool,
 }
 
 /// What happened.
@@ -80,14 +96,18 @@ pub struct Outcome {
     pub signal: Option<i32>,
     /// Whether the timeout fired.
     pub timed_out: bool,
+    /// Whether a stream passed the kill ceiling and the sandbox was killed.
+    pub output_killed: bool,
     /// Set-up or exec failure reported by the helper.
     pub failure: Option<(FailureKind, String)>,
-    /// Captured stdout (empty when inherited).
-    pub stdout: Captured,
-    /// Captured stderr (empty when inherited).
-    pub stderr: Captured,
+    /// stdout.
+    pub stdout: StreamResult,
+    /// stderr.
+    pub stderr: StreamResult,
     /// Wall time.
     pub wall: Duration,
+    /// CPU time and peak RSS of the whole sandbox tree, from wait4.
+    pub usage: Usage,
 }
 
 impl Outcome {
@@ -118,21 +138,29 @@ pub enum LaunchError {
         /// The OS error.
         source: std::io::Error,
     },
+    /// The helper could not be put in its cgroup.
+    #[error("cannot contain the sandbox: {0}")]
+    Contain(String),
 }
 
 fn spawn_err(what: &'static str) -> impl FnOnce(std::io::Error) -> LaunchError {
     move |source| LaunchError::Spawn { what, source }
 }
 
-/// Runs `plan` in a new sandbox and waits for it to end.
-pub fn launch(plan: &SandboxPlan, opts: &LaunchOptions) -> Result<Outcome, LaunchError> {
+/// Runs `plan` in a new sandbox and waits until every process of it is
+/// gone.
+pub fn launch(
+    plan: &SandboxPlan,
+    opts: &LaunchOptions,
+    containment: Option<&dyn Containment>,
+) -> Result<Outcome, LaunchError> {
     let start = Instant::now();
-    let (ours, theirs) = fd::seqpacket_pair().map_err(|e| spawn_err("socketpair")(e.into()))?;
     let signals = if opts.forward_signals {
         Some(SignalFd::new(&FORWARDED_SIGNALS).map_err(|e| spawn_err("signalfd")(e.into()))?)
     } else {
         None
     };
+    let (ours, theirs) = fd::seqpacket_pair().map_err(|e| spawn_err("socketpair")(e.into()))?;
     let mut cmd = Command::new("/proc/self/exe");
     // Its own process group: a terminal's Ctrl-C reaches corral only, which
     // forwards it once.
@@ -140,36 +168,55 @@ pub fn launch(plan: &SandboxPlan, opts: &LaunchOptions) -> Result<Outcome, Launc
         .arg(HELPER_SUBCOMMAND)
         .env_clear()
         .process_group(0)
-        .stdin(Stdio::inherit());
-    let capture = matches!(opts.output, OutputMode::Capture { .. });
-    if capture {
-        cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
-    }
+        .stdin(Stdio::inherit())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
     fd::pass_fd_as(&mut cmd, &theirs, fd::HELPER_CONTROL_FD);
     let mut child = cmd.spawn().map_err(spawn_err("spawn"))?;
     drop(theirs);
-    let mut ctrl = File::from(ours);
-    let payload = serde_json::to_vec(plan).map_err(|e| spawn_err("encode plan")(e.into()))?;
-    if let Err(e) = ctrl.write_all(&payload) {
+    let helper_pid = child.id() as i32;
+    let abort = |child: &mut Child, err: LaunchError| {
         let _ = child.kill();
         let _ = child.wait();
-        return Err(spawn_err("send plan")(e));
-    }
-    let limit = match opts.output {
-        OutputMode::Capture { limit } => limit,
-        OutputMode::Inherit => 0,
+        Err(err)
     };
-    let mut pump = Pump::new(&mut child, ctrl, limit, signals);
+    // Contained before it reads its plan, so everything it forks is too.
+    if let Some(c) = containment {
+        if let Err(e) = c.add_process(helper_pid) {
+            return abort(&mut child, LaunchError::Contain(e));
+        }
+    }
+    let mut ctrl = File::from(ours);
+    let payload = match serde_json::to_vec(plan) {
+        Ok(p) => p,
+        Err(e) => return abort(&mut child, spawn_err("encode plan")(e.into())),
+    };
+    if let Err(e) = ctrl.write_all(&payload) {
+        return abort(&mut child, spawn_err("send plan")(e));
+    }
+    let kill = |child: &mut Child| {
+        // Killing the helper kills init (PDEATHSIG), and the kernel then
+        // kills every process of the pid namespace; the cgroup catches
+        // anything that raced out of it.
+        let _ = child.kill();
+        if let Some(c) = containment {
+            c.kill_all();
+        }
+    };
+    let mut pump = Pump::new(&mut child, ctrl, opts, signals);
     let deadline = opts.timeout.map(|t| start + t);
     let mut timed_out = false;
+    let mut output_killed = false;
     while !pump.done() {
+        if !output_killed && !timed_out && pump.over_kill_ceiling() {
+            kill(&mut child);
+            output_killed = true;
+        }
         let wait_ms = match deadline {
-            Some(d) if !timed_out => {
+            Some(d) if !timed_out && !output_killed => {
                 let now = Instant::now();
                 if now >= d {
-                    // Killing the helper kills init (PDEATHSIG), and the
-                    // kernel then kills every process of the pid namespace.
-                    let _ = child.kill();
+                    kill(&mut child);
                     timed_out = true;
                     continue;
                 }
@@ -179,7 +226,8 @@ pub fn launch(plan: &SandboxPlan, opts: &LaunchOptions) -> Result<Outcome, Launc
         };
         pump.poll(wait_ms);
     }
-    let helper_status = child.wait().map_err(spawn_err("wait"))?;
+    let (helper_status, usage) =
+        process::wait4(helper_pid).map_err(|e| spawn_err("wait")(e.into()))?;
     let (stdout, stderr, message, failure) = pump.finish();
     let (mut exit_code, mut signal) = match (&failure, message) {
         (Some((FailureKind::ExecNotFound, _)), _) => (EXIT_NOT_FOUND, None),
@@ -187,22 +235,19 @@ pub fn launch(plan: &SandboxPlan, opts: &LaunchOptions) -> Result<Outcome, Launc
         (Some(_), _) => (EXIT_CORRAL_ERROR, None),
         (None, Some((Some(code), _))) => (code, None),
         (None, Some((_, Some(sig)))) => (128 + sig, Some(sig)),
-        _ => {
-            use std::os::unix::process::ExitStatusExt;
-            match helper_status.signal() {
-                Some(sig) => (128 + sig, Some(sig)),
-                None => (helper_status.code().unwrap_or(EXIT_CORRAL_ERROR), None),
-            }
-        }
+        _ => match helper_status {
+            WaitStatus::Signaled(sig) => (128 + sig, Some(sig)),
+            WaitStatus::Exited(code) => (code, None),
+        },
     };
-    if timed_out && failure.is_none() {
+    if (timed_out || output_killed) && failure.is_none() {
         exit_code = 128 + libc::SIGKILL;
         signal = Some(libc::SIGKILL);
     }
-    let failure = match (failure, timed_out, message) {
+    let failure = match (failure, timed_out || output_killed, message) {
         (None, false, None) => Some((
             FailureKind::Setup,
-            format!("the sandbox helper ended without reporting a result ({helper_status})"),
+            format!("the sandbox helper ended without reporting a result ({helper_status:?})"),
         )),
         (f, _, _) => f,
     };
@@ -210,11 +255,117 @@ pub fn launch(plan: &SandboxPlan, opts: &LaunchOptions) -> Result<Outcome, Launc
         exit_code,
         signal,
         timed_out,
+        output_killed,
         failure,
         stdout,
         stderr,
         wall: start.elapsed(),
+        usage,
     })
+}
+
+/// Where one output stream's bytes go.
+enum Sink {
+    /// Head and tail kept for the result.
+    Capture(HeadTail),
+    /// Forwarded live until `budget` bytes; after that a tail of `budget`
+    /// bytes is kept for the end.
+    Stream {
+        to: File,
+        forwarded: usize,
+        budget: usize,
+        tail: VecDeque<u8>,
+        total: u64,
+        broken: bool,
+    },
+}
+
+impl Sink {
+    fn new(mode: OutputMode, budget: usize, to: Option<File>) -> Sink {
+        match (mode, to) {
+            (OutputMode::Stream, Some(to)) => Sink::Stream {
+                to,
+                forwarded: 0,
+                budget,
+                tail: VecDeque::new(),
+                total: 0,
+                broken: false,
+            },
+            _ => Sink::Capture(HeadTail::new(budget)),
+        }
+    }
+
+    fn total(&self) -> u64 {
+        match self {
+            Sink::Capture(h) => h.total(),
+            Sink::Stream { total, .. } => *total,
+        }
+    }
+
+    fn push(&mut self, data: &[u8]) {
+        match self {
+            Sink::Capture(h) => h.push(data),
+            Sink::Stream {
+                to,
+                forwarded,
+                budget,
+                tail,
+                total,
+                broken,
+            } => {
+                *total += data.len() as u64;
+                let live = (*budget - *forwarded).min(data.len());
+                if live > 0 && !*broken {
+                    // A reader that went away must not stop the drain.
+                    *broken = to.write_all(&data[..live]).is_err();
+                }
+                *forwarded += live;
+                let rest = &data[live..];
+                let overflow = (tail.len() + rest.len()).saturating_sub(*budget);
+                if overflow >= tail.len() {
+                    tail.clear();
+                    tail.extend(&rest[rest.len().saturating_sub(*budget)..]);
+                } else {
+                    tail.drain(..overflow);
+                    tail.extend(rest);
+                }
+            }
+        }
+    }
+
+    fn finish(self) -> StreamResult {
+        match self {
+            Sink::Capture(h) => {
+                let (total, truncated) = (h.total(), h.truncated());
+                StreamResult {
+                    data: h.into_bytes(),
+                    total,
+                    truncated,
+                }
+            }
+            Sink::Stream {
+                mut to,
+                forwarded,
+                tail,
+                total,
+                broken,
+                ..
+            } => {
+                let kept = forwarded as u64 + tail.len() as u64;
+                let elided = total - kept;
+                if !broken && !tail.is_empty() {
+                    let _ = to.write_all(elision_marker(elided).as_bytes());
+                    let (a, b) = tail.as_slices();
+                    let _ = to.write_all(a).and_then(|_| to.write_all(b));
+                }
+                StreamResult {
+                    data: Vec::new(),
+                    total,
+                    truncated: elided > 0,
+                }
+            }
+        }
+    }
 }
 
 /// Reads the control socket and the output pipes until all are closed.
@@ -222,63 +373,68 @@ struct Pump {
     helper_pid: i32,
     signals: Option<SignalFd>,
     ctrl: Option<File>,
-    out: [Option<File>; 2],
-    captured: [Captured; 2],
-    limit: usize,
+    pipes: [Option<File>; 2],
+    sinks: [Sink; 2],
+    kill_bytes: u64,
+    buf: Vec<u8>,
     exited: Option<(Option<i32>, Option<i32>)>,
     failure: Option<(FailureKind, String)>,
 }
 
 impl Pump {
-    fn new(child: &mut Child, ctrl: File, limit: usize, signals: Option<SignalFd>) -> Pump {
-        let out = [
-            child
-                .stdout
-                .take()
-                .map(|s| File::from(std::os::fd::OwnedFd::from(s))),
-            child
-                .stderr
-                .take()
-                .map(|s| File::from(std::os::fd::OwnedFd::from(s))),
+    fn new(child: &mut Child, ctrl: File, opts: &LaunchOptions, signals: Option<SignalFd>) -> Pump {
+        let pipes = [
+            child.stdout.take().map(|s| File::from(OwnedFd::from(s))),
+            child.stderr.take().map(|s| File::from(OwnedFd::from(s))),
         ];
-        for f in out.iter().flatten() {
+        for f in pipes.iter().flatten() {
             let _ = fd::set_nonblocking(f.as_raw_fd());
         }
+        let dup = |fd: std::os::fd::BorrowedFd<'_>| fd.try_clone_to_owned().ok().map(File::from);
+        let sinks = [
+            Sink::new(
+                opts.output,
+                opts.output_bytes,
+                dup(std::io::stdout().as_fd_borrowed()),
+            ),
+            Sink::new(
+                opts.output,
+                opts.output_bytes,
+                dup(std::io::stderr().as_fd_borrowed()),
+            ),
+        ];
         Pump {
             helper_pid: child.id() as i32,
             signals,
             ctrl: Some(ctrl),
-            out,
-            captured: [Captured::default(), Captured::default()],
-            limit,
+            pipes,
+            sinks,
+            kill_bytes: opts.output_kill_bytes,
+            buf: vec![0u8; 64 * 1024],
             exited: None,
             failure: None,
         }
     }
 
     fn done(&self) -> bool {
-        self.ctrl.is_none() && self.out.iter().all(Option::is_none)
+        self.ctrl.is_none() && self.pipes.iter().all(Option::is_none)
+    }
+
+    fn over_kill_ceiling(&self) -> bool {
+        self.sinks.iter().any(|s| s.total() > self.kill_bytes)
     }
 
     fn poll(&mut self, timeout_ms: i32) {
-        let mut fds: Vec<PollFd> = Vec::with_capacity(3);
+        let mut fds: Vec<PollFd> = Vec::with_capacity(4);
+        let mut watch = |fd: i32| fds.push(PollFd { fd, ready: false });
         if let Some(c) = &self.ctrl {
-            fds.push(PollFd {
-                fd: c.as_raw_fd(),
-                ready: false,
-            });
+            watch(c.as_raw_fd());
         }
-        for f in self.out.iter().flatten() {
-            fds.push(PollFd {
-                fd: f.as_raw_fd(),
-                ready: false,
-            });
+        for f in self.pipes.iter().flatten() {
+            watch(f.as_raw_fd());
         }
         if let Some(s) = &self.signals {
-            fds.push(PollFd {
-                fd: s.raw(),
-                ready: false,
-            });
+            watch(s.raw());
         }
         if fd::poll(&mut fds, timeout_ms).unwrap_or(0) == 0 {
             return;
@@ -286,15 +442,15 @@ impl Pump {
         let ready = |fd: i32| fds.iter().any(|p| p.fd == fd && p.ready);
         if let Some(s) = self.signals.as_ref().filter(|s| ready(s.raw())) {
             while let Some(sig) = s.take() {
-                let _ = corral_sys::process::kill(self.helper_pid, sig);
+                let _ = process::kill(self.helper_pid, sig);
             }
         }
         if self.ctrl.as_ref().is_some_and(|c| ready(c.as_raw_fd())) {
             self.read_ctrl();
         }
         for i in 0..2 {
-            if self.out[i].as_ref().is_some_and(|f| ready(f.as_raw_fd())) {
-                self.read_out(i);
+            if self.pipes[i].as_ref().is_some_and(|f| ready(f.as_raw_fd())) {
+                self.read_pipe(i);
             }
         }
     }
@@ -303,10 +459,9 @@ impl Pump {
         let Some(ctrl) = self.ctrl.as_mut() else {
             return;
         };
-        let mut buf = vec![0u8; 64 * 1024];
-        match ctrl.read(&mut buf) {
+        match ctrl.read(&mut self.buf) {
             Ok(0) => self.ctrl = None,
-            Ok(n) => match serde_json::from_slice::<HelperMessage>(&buf[..n]) {
+            Ok(n) => match serde_json::from_slice::<HelperMessage>(&self.buf[..n]) {
                 Ok(HelperMessage::Failed { kind, message }) => {
                     // The first failure is the cause; later ones are echoes.
                     self.failure.get_or_insert((kind, message));
@@ -319,27 +474,23 @@ impl Pump {
         }
     }
 
-    fn read_out(&mut self, i: usize) {
-        let Some(f) = self.out[i].as_mut() else {
-            return;
-        };
-        let mut buf = [0u8; 64 * 1024];
-        loop {
-            match f.read(&mut buf) {
+    /// Drains what is in the pipe now (bounded per call, so one busy stream
+    /// cannot starve the other or the control socket).
+    fn read_pipe(&mut self, i: usize) {
+        for _ in 0..16 {
+            let Some(f) = self.pipes[i].as_mut() else {
+                return;
+            };
+            match f.read(&mut self.buf) {
                 Ok(0) => {
-                    self.out[i] = None;
+                    self.pipes[i] = None;
                     return;
                 }
-                Ok(n) => {
-                    let c = &mut self.captured[i];
-                    c.total += n as u64;
-                    let room = self.limit.saturating_sub(c.data.len());
-                    c.data.extend_from_slice(&buf[..n.min(room)]);
-                }
+                Ok(n) => self.sinks[i].push(&self.buf[..n]),
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return,
                 Err(_) => {
-                    self.out[i] = None;
+                    self.pipes[i] = None;
                     return;
                 }
             }
@@ -350,17 +501,28 @@ impl Pump {
     fn finish(
         self,
     ) -> (
-        Captured,
-        Captured,
+        StreamResult,
+        StreamResult,
         Option<(Option<i32>, Option<i32>)>,
         Option<(FailureKind, String)>,
     ) {
-        let [out, err] = self.captured;
-        (out, err, self.exited, self.failure)
+        let [out, err] = self.sinks;
+        (out.finish(), err.finish(), self.exited, self.failure)
     }
 }
 
-/// Whether this process may have been started as the sandbox helper.
+/// Borrowing stdio fds without unsafe.
+trait AsFdBorrowed {
+    fn as_fd_borrowed(&self) -> std::os::fd::BorrowedFd<'_>;
+}
+
+impl<T: std::os::fd::AsFd> AsFdBorrowed for T {
+    fn as_fd_borrowed(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.as_fd()
+    }
+}
+
+/// Whether this process was started as the sandbox helper.
 pub fn is_helper_invocation(arg1: Option<&std::ffi::OsStr>) -> bool {
     arg1.is_some_and(|a| a == HELPER_SUBCOMMAND)
 }

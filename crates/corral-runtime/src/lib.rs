@@ -12,14 +12,17 @@
 //!   [`RunResult`].
 #![forbid(unsafe_code)]
 
+pub mod cgroup;
+pub mod contain;
 pub mod helper;
 pub mod launch;
+pub mod output;
 pub mod plan;
 pub mod protocol;
 pub mod resolve;
 pub mod result;
 
-pub use launch::{launch, LaunchError, LaunchOptions, Outcome, OutputMode};
+pub use launch::{launch, Containment, LaunchError, LaunchOptions, Outcome, OutputMode};
 pub use plan::{build_plan, PlanError, RunRequest, SandboxPlan};
 pub use resolve::CommandTable;
 pub use result::{Enforced, RunResult};

@@ -58,7 +58,7 @@ impl SandboxIdentity {
         } else {
             SandboxIdentity {
                 uid: euid,
-                gid: corral_sys::process::getgid(),
+                gid: corral_sys::process::getegid(),
                 drop_from_root: false,
             }
         }
@@ -112,6 +112,68 @@ impl MountOp {
     }
 }
 
+/// A resource limit the program's process gets just before execve.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RlimitKind {
+    /// `RLIMIT_AS`.
+    AddressSpace,
+    /// `RLIMIT_CPU`, seconds.
+    CpuTime,
+    /// `RLIMIT_FSIZE`.
+    FileSize,
+    /// `RLIMIT_NOFILE`.
+    OpenFiles,
+    /// `RLIMIT_NPROC`.
+    Processes,
+    /// `RLIMIT_CORE`.
+    Core,
+}
+
+/// One rlimit: soft and hard values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Rlimit {
+    /// Which limit.
+    pub kind: RlimitKind,
+    /// Soft value (the one that triggers).
+    pub soft: u64,
+    /// Hard value (the ceiling the program cannot raise past).
+    pub hard: u64,
+}
+
+/// The rlimits a profile asks for. Core dumps are always off: a dump can
+/// hold secrets and fill the disk.
+pub fn rlimits(limits: &corral_policy::Limits) -> Vec<Rlimit> {
+    let same = |kind, v| Rlimit {
+        kind,
+        soft: v,
+        hard: v,
+    };
+    let mut out = vec![
+        same(RlimitKind::Core, 0),
+        same(RlimitKind::OpenFiles, limits.open_files),
+    ];
+    if let Some(v) = limits.address_space_bytes {
+        out.push(same(RlimitKind::AddressSpace, v.bytes()));
+    }
+    if let Some(v) = limits.file_size_bytes {
+        out.push(same(RlimitKind::FileSize, v.bytes()));
+    }
+    if let Some(v) = limits.processes {
+        out.push(same(RlimitKind::Processes, v));
+    }
+    if let Some(v) = limits.cpu_time_secs {
+        // SIGXCPU at the soft limit lets the program notice; SIGKILL one
+        // second later (setrlimit(2)).
+        out.push(Rlimit {
+            kind: RlimitKind::CpuTime,
+            soft: v,
+            hard: v + 1,
+        });
+    }
+    out
+}
+
 /// A small file corral writes into the sandbox's root (`/etc/passwd`, ...).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GeneratedFile {
@@ -150,6 +212,8 @@ pub struct SandboxPlan {
     pub argv: Vec<String>,
     /// Environment as `NAME=VALUE`.
     pub env: Vec<String>,
+    /// Resource limits set just before execve.
+    pub rlimits: Vec<Rlimit>,
 }
 
 /// Why a run was refused before anything started.
@@ -261,6 +325,7 @@ pub fn build_plan(
         exec_path,
         argv: request.argv.clone(),
         env: env.into_iter().map(|(k, v)| format!("{k}={v}")).collect(),
+        rlimits: rlimits(&profile.limits),
     };
     Ok((plan, events))
 }
@@ -339,7 +404,7 @@ fn plan_mounts(
             dest: spec.dest.clone(),
             writable,
             idmap_from: if writable {
-                idmap_owner(identity, &meta)
+                idmap_owner(identity, spec.source.as_path(), &meta)?
             } else {
                 None
             },
@@ -362,7 +427,7 @@ fn plan_mounts(
                 .to_string();
             let meta = std::fs::metadata(&canonical)
                 .map_err(|e| PlanError::Mount(format!("workdir {}: {e}", dir.display())))?;
-            let idmap_from = idmap_owner(identity, &meta);
+            let idmap_from = idmap_owner(identity, &canonical, &meta)?;
             ops.push(MountOp::Bind {
                 source,
                 dest: workspace,
@@ -385,9 +450,31 @@ fn plan_mounts(
 /// unprivileged uid): the on-disk owner to show as the program's identity
 /// through an idmapped mount, so the invoking user's directory is writable
 /// inside without chowning host files.
-fn idmap_owner(identity: SandboxIdentity, meta: &std::fs::Metadata) -> Option<(u32, u32)> {
+///
+/// A directory owned by host root is refused: through the idmap, files the
+/// program creates there would be owned by root on the host, and a
+/// `chmod 4755` inside would plant a setuid-root binary outside.
+fn idmap_owner(
+    identity: SandboxIdentity,
+    path: &std::path::Path,
+    meta: &std::fs::Metadata,
+) -> Result<Option<(u32, u32)>, PlanError> {
     let owner = (meta.uid(), meta.gid());
-    (identity.drop_from_root && owner != (identity.uid, identity.gid)).then_some(owner)
+    if !identity.drop_from_root || owner == (identity.uid, identity.gid) {
+        return Ok(None);
+    }
+    if owner.0 == 0 {
+        return Err(PlanError::Mount(format!(
+            "{} is owned by root and would be writable by the sandbox: files it creates would be root-owned on the \
+             host (a setuid-root plant). Use a directory owned by an unprivileged user (its files then stay that \
+             user's), e.g. `chown {}:{} {}`",
+            path.display(),
+            identity.uid,
+            identity.gid,
+            path.display()
+        )));
+    }
+    Ok(Some(owner))
 }
 
 /// `/etc/passwd`, `/etc/group`, `/etc/hosts` and `/etc/hostname` written by

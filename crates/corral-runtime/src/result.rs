@@ -10,7 +10,7 @@ use serde::Serialize;
 pub struct Enforced {
     /// Namespaces the program ran in.
     pub namespaces: Vec<&'static str>,
-    /// Host uid and gid the program ran as (never 0).
+    /// Host uid the program ran as (never 0).
     pub uid: u32,
     /// Host gid.
     pub gid: u32,
@@ -20,10 +20,17 @@ pub struct Enforced {
     pub no_new_privs: bool,
     /// Root filesystem: "pivot_root" into a fresh read-only tmpfs.
     pub root: &'static str,
+    /// rlimits set, e.g. `{"open_files": 1024}`.
+    pub rlimits: serde_json::Map<String, serde_json::Value>,
+    /// The cgroup holding the sandbox, when there is one.
+    pub cgroup: Option<serde_json::Value>,
+    /// Limits the policy asked for that this host could not enforce (only
+    /// with `allow_unenforced`), e.g. `["memory", "pids"]`.
+    pub not_enforced: Vec<String>,
 }
 
 impl Enforced {
-    /// What the current launcher enforces for `uid`/`gid`.
+    /// The namespace and privilege layers every sandbox gets.
     pub fn full_sandbox(uid: u32, gid: u32) -> Self {
         Enforced {
             namespaces: vec!["user", "mount", "pid", "ipc", "uts", "net", "cgroup"],
@@ -32,6 +39,9 @@ impl Enforced {
             capabilities_dropped: true,
             no_new_privs: true,
             root: "pivot_root",
+            rlimits: serde_json::Map::new(),
+            cgroup: None,
+            not_enforced: Vec::new(),
         }
     }
 }
@@ -56,6 +66,12 @@ pub struct RunResult {
     pub signal: Option<i32>,
     /// Whether the wall-clock timeout ended the run.
     pub timed_out: bool,
+    /// Whether the kernel's OOM killer killed a process of the sandbox
+    /// (needs the memory cgroup; `false` when none was in force).
+    pub oom_killed: bool,
+    /// Whether an output stream passed its kill ceiling, so the sandbox
+    /// was killed.
+    pub output_limit_exceeded: bool,
     /// Captured standard output (UTF-8, invalid bytes replaced).
     pub stdout: String,
     /// Captured standard error.
@@ -70,6 +86,11 @@ pub struct RunResult {
     pub stderr_truncated: bool,
     /// Wall-clock time from launch to the end of the sandbox, in ms.
     pub wall_ms: u64,
+    /// CPU time (user + system) of every process of the sandbox, in ms.
+    pub cpu_ms: u64,
+    /// Peak memory: the cgroup's peak when one was in force, else the
+    /// largest resident set of any single process.
+    pub peak_memory_bytes: u64,
     /// corral's own error, if any.
     pub error: Option<ErrorInfo>,
     /// Security events of this run (stripped variables, refusals).

@@ -217,7 +217,7 @@ pub fn create_file_at(dirfd: RawFd, name: &CStr, mode: u32) -> SysResult<OwnedFd
 /// Mount attribute: an idmapped mount (`mount_setattr(2)`, kernel 5.12+).
 pub const MOUNT_ATTR_IDMAP: u64 = 0x0010_0000;
 
-/// Makes the detached tree `tree` an idmapped mount: file ownership on disk
+/// Makes the detached tree `tree` (recursively) an idmapped mount: file ownership on disk
 /// is translated through the id maps of the user namespace `userns`. Lets
 /// an unprivileged sandbox uid own files the invoking user owns on disk,
 /// with no chown of host files.
@@ -236,7 +236,7 @@ pub fn idmap_tree(tree: BorrowedFd<'_>, userns: BorrowedFd<'_>) -> SysResult<()>
             libc::SYS_mount_setattr,
             tree.as_raw_fd(),
             c"".as_ptr(),
-            libc::AT_EMPTY_PATH as u32,
+            libc::AT_EMPTY_PATH as u32 | AT_RECURSIVE,
             &attr as *const MountAttr,
             std::mem::size_of::<MountAttr>(),
         )

@@ -104,10 +104,10 @@ pub fn uids() -> (u32, u32) {
     unsafe { (libc::getuid(), libc::geteuid()) }
 }
 
-/// Real group id.
-pub fn getgid() -> u32 {
-    // SAFETY: getgid has no preconditions.
-    unsafe { libc::getgid() }
+/// Effective group id.
+pub fn getegid() -> u32 {
+    // SAFETY: getegid has no preconditions.
+    unsafe { libc::getegid() }
 }
 
 /// Becomes `uid`/`gid` for real, effective and saved ids, with no
@@ -240,12 +240,65 @@ pub fn last_capability() -> u32 {
         .unwrap_or(63)
 }
 
-/// Sets a resource limit (soft and hard).
-pub fn set_rlimit(resource: libc::__rlimit_resource_t, value: u64) -> SysResult<()> {
+/// Sets a resource limit's soft and hard values.
+pub fn set_rlimit(resource: libc::__rlimit_resource_t, soft: u64, hard: u64) -> SysResult<()> {
     let lim = libc::rlimit {
-        rlim_cur: value,
-        rlim_max: value,
+        rlim_cur: soft,
+        rlim_max: hard,
     };
     // SAFETY: `lim` is a valid rlimit that outlives the call.
     cvt(unsafe { libc::setrlimit(resource, &lim) }).map(drop)
+}
+
+/// Resource usage of a reaped child and all its reaped descendants.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Usage {
+    /// User plus system CPU time, in microseconds.
+    pub cpu_us: u64,
+    /// Largest resident set of any process in the tree, in bytes.
+    pub max_rss_bytes: u64,
+}
+
+/// `wait4(2)`: waits for `pid` and returns how it ended with its resource
+/// usage (which includes every descendant it reaped in turn).
+pub fn wait4(pid: i32) -> SysResult<(WaitStatus, Usage)> {
+    loop {
+        let mut status = 0;
+        // SAFETY: rusage is plain data; all-zero is valid.
+        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: `status` and `ru` are valid, writable and live across the
+        // call.
+        let ret = unsafe { libc::wait4(pid, &mut status, libc::__WALL, &mut ru) };
+        if ret < 0 {
+            let e = Errno::last();
+            if e.0 == libc::EINTR {
+                continue;
+            }
+            return Err(e);
+        }
+        let ws = if libc::WIFEXITED(status) {
+            WaitStatus::Exited(libc::WEXITSTATUS(status))
+        } else if libc::WIFSIGNALED(status) {
+            WaitStatus::Signaled(libc::WTERMSIG(status))
+        } else {
+            continue;
+        };
+        let tv = |t: libc::timeval| t.tv_sec as u64 * 1_000_000 + t.tv_usec as u64;
+        let usage = Usage {
+            cpu_us: tv(ru.ru_utime) + tv(ru.ru_stime),
+            max_rss_bytes: ru.ru_maxrss as u64 * 1024,
+        };
+        return Ok((ws, usage));
+    }
+}
+
+/// Reads a resource limit as (soft, hard).
+pub fn get_rlimit(resource: libc::__rlimit_resource_t) -> SysResult<(u64, u64)> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `lim` is a valid, writable rlimit for the call.
+    cvt(unsafe { libc::getrlimit(resource, &mut lim) })?;
+    Ok((lim.rlim_cur, lim.rlim_max))
 }

@@ -111,3 +111,11 @@ impl SignalFd {
         (n == size as isize).then_some(info.ssi_signo as i32)
     }
 }
+
+/// Restores the default SIGPIPE action (Rust ignores it), so a
+/// report-printing command piped into `head` ends quietly like any Unix
+/// tool instead of failing on EPIPE.
+pub fn default_sigpipe() {
+    // SAFETY: installing SIG_DFL for SIGPIPE touches no memory of ours.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+}

@@ -21,10 +21,23 @@ pub fn corral() -> Command {
     c
 }
 
+/// `corral run`, plus `--allow-unenforced-limits` when the suite runs
+/// unprivileged: the default profile sets cgroup limits, and this host has
+/// no cgroup delegation for ordinary users (tests/limits.rs proves the
+/// refusal without the flag).
+pub fn corral_run() -> Command {
+    let mut c = corral();
+    c.arg("run");
+    if !is_root() {
+        c.arg("--allow-unenforced-limits");
+    }
+    c
+}
+
 /// Runs `corral run [flags] -- argv` and returns the output.
 pub fn run(flags: &[&str], argv: &[&str]) -> Output {
-    let mut c = corral();
-    c.arg("run").args(flags).arg("--").args(argv);
+    let mut c = corral_run();
+    c.args(flags).arg("--").args(argv);
     c.output().expect("spawn corral")
 }
 
@@ -98,13 +111,24 @@ pub fn sandbox_uid() -> u32 {
     }
 }
 
-/// A temporary directory owned by the invoking user (root or not), mode
-/// 0700: corral must make it writable inside without chowning it.
+/// A temporary workdir, mode 0700. Unprivileged: owned by the invoking
+/// user. As root: owned by an ordinary user (uid 4242), which corral shows
+/// to the program (uid 65534) through an idmapped mount; a root-owned
+/// workdir is refused (tests/filesystem.rs proves both).
 pub fn workdir() -> tempfile::TempDir {
-    tempfile::Builder::new()
+    let dir = tempfile::Builder::new()
         .prefix("corral-test-")
         .tempdir()
-        .expect("tempdir")
+        .expect("tempdir");
+    if is_root() {
+        let status = Command::new("chown")
+            .arg("4242:4242")
+            .arg(dir.path())
+            .status()
+            .expect("chown");
+        assert!(status.success());
+    }
+    dir
 }
 
 /// Writes a config file and returns its path (kept alive by the TempDir).

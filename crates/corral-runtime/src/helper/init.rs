@@ -8,7 +8,7 @@ use corral_sys::process::{self, Fork, WaitStatus};
 use corral_sys::{fd, mount, net, ns, signal};
 
 use super::{rootfs, Control};
-use crate::plan::SandboxPlan;
+use crate::plan::{Rlimit, RlimitKind, SandboxPlan};
 use crate::protocol::{FailureKind, HelperMessage};
 use crate::{EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND};
 
@@ -62,7 +62,7 @@ pub(super) fn run(
     };
     let program = match process::fork_in_single_threaded_helper() {
         Err(e) => ctrl.fail(FailureKind::Setup, format!("fork of the program: {e}")),
-        Ok(Fork::Child) => exec_program(&exec, &cwd, &plan.exec_path, ctrl),
+        Ok(Fork::Child) => exec_program(&exec, &cwd, &plan.exec_path, &plan.rlimits, ctrl),
         Ok(Fork::Parent(pid)) => pid,
     };
     drop(exec);
@@ -73,7 +73,13 @@ pub(super) fn run(
 
 /// The program's own process: final hardening, then execve. Everything here
 /// is a plain syscall on data prepared before the fork.
-fn exec_program(exec: &ExecArgs, cwd: &CString, path: &str, mut ctrl: Control) -> ! {
+fn exec_program(
+    exec: &ExecArgs,
+    cwd: &CString,
+    path: &str,
+    rlimits: &[Rlimit],
+    mut ctrl: Control,
+) -> ! {
     let step = |ctrl: &mut Control, what: &str, r: Result<(), corral_sys::Errno>| {
         if let Err(e) = r {
             ctrl.fail(FailureKind::Privileges, format!("{what}: {e}"));
@@ -89,6 +95,15 @@ fn exec_program(exec: &ExecArgs, cwd: &CString, path: &str, mut ctrl: Control) -
         "PR_SET_PDEATHSIG",
         process::set_parent_death_signal(libc::SIGKILL),
     );
+    // Resource limits, while nothing untrusted runs yet (setrlimit(2)).
+    for r in rlimits {
+        if let Err(e) = apply_rlimit(r) {
+            ctrl.fail(
+                FailureKind::Privileges,
+                format!("setrlimit {:?} to {}: {e}", r.kind, r.soft),
+            );
+        }
+    }
     // Every capability in every set, bounding and ambient included.
     step(
         &mut ctrl,
@@ -113,6 +128,22 @@ fn exec_program(exec: &ExecArgs, cwd: &CString, path: &str, mut ctrl: Control) -
         message: format!("cannot execute {path}: {err}"),
     });
     process::exit_now(code)
+}
+
+/// Sets one rlimit. A value above the inherited hard limit is clamped to
+/// it: raising a hard limit needs CAP_SYS_RESOURCE in the initial user
+/// namespace, which the sandbox never has.
+fn apply_rlimit(r: &Rlimit) -> Result<(), corral_sys::Errno> {
+    let resource = match r.kind {
+        RlimitKind::AddressSpace => libc::RLIMIT_AS,
+        RlimitKind::CpuTime => libc::RLIMIT_CPU,
+        RlimitKind::FileSize => libc::RLIMIT_FSIZE,
+        RlimitKind::OpenFiles => libc::RLIMIT_NOFILE,
+        RlimitKind::Processes => libc::RLIMIT_NPROC,
+        RlimitKind::Core => libc::RLIMIT_CORE,
+    };
+    let (_, hard_now) = process::get_rlimit(resource)?;
+    process::set_rlimit(resource, r.soft.min(hard_now), r.hard.min(hard_now))
 }
 
 /// PID 1's loop. Signals arrive synchronously; SIGCHLD reaps every child

@@ -1,0 +1,345 @@
+//! Limits, proven with hostile programs that run only inside a sandbox
+//! already enforcing the limit, with an outer timeout and a payload that
+//! stops by itself.
+
+mod common;
+use common::*;
+
+use std::io::Read;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+#[test]
+fn fork_bomb_is_contained() {
+    // Bounded: at most 10000 forks; children sleep and die with the program.
+    let bomb = "import os, time\n\
+        n = 0\n\
+        try:\n\
+        \x20   for _ in range(10000):\n\
+        \x20       if os.fork() == 0:\n\
+        \x20           time.sleep(30)\n\
+        \x20           os._exit(0)\n\
+        \x20       n += 1\n\
+        except OSError as e:\n\
+        \x20   print('stopped', n, e.errno)\n";
+    let (_d, cfg) = config(
+        "[profile.bomb]\nextends = \"code\"\n[profile.bomb.limits]\npids = 64\nprocesses = 64\n",
+    );
+    let start = Instant::now();
+    let (v, _) = run_json(
+        &[
+            "--config",
+            cfg.to_str().unwrap(),
+            "--profile",
+            "bomb",
+            "--timeout",
+            "30",
+        ],
+        &["python3", "-c", bomb],
+    );
+    let out = v["stdout"].as_str().unwrap();
+    assert!(out.starts_with("stopped "), "{v}");
+    let forks: u32 = out.split_whitespace().nth(1).unwrap().parse().unwrap();
+    assert!(forks < 64, "{forks} forks got through a limit of 64");
+    assert_eq!(
+        out.split_whitespace().nth(2),
+        Some("11"),
+        "EAGAIN expected: {out}"
+    );
+    assert!(start.elapsed() < Duration::from_secs(20));
+    if is_root() {
+        assert_eq!(v["enforced"]["cgroup"]["pids"], 64, "{}", v["enforced"]);
+    } else {
+        assert_eq!(v["enforced"]["rlimits"]["processes"], 64);
+        assert!(v["enforced"]["not_enforced"]
+            .as_array()
+            .unwrap()
+            .contains(&"pids".into()));
+    }
+}
+
+#[test]
+fn memory_bomb_is_reported_as_oom_killed() {
+    // Bounded at 2 GiB; the limit is 64 MiB.
+    let bomb = "chunks = []\nfor _ in range(256):\n    chunks.append(bytearray(8 << 20))\nprint('survived')\n";
+    if !is_root() {
+        // No cgroup delegation here for ordinary users: corral refuses
+        // rather than run with a memory limit it cannot enforce.
+        let out = corral()
+            .args([
+                "run", "--json", "--memory", "64MiB", "--", "python3", "-c", bomb,
+            ])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(125));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["error"]["code"], "limits.unenforceable");
+        assert!(
+            v["error"]["message"].as_str().unwrap().contains("memory"),
+            "{v}"
+        );
+        return;
+    }
+    let (v, out) = run_json(
+        &["--memory", "64MiB", "--timeout", "30"],
+        &["python3", "-c", bomb],
+    );
+    assert_eq!(v["oom_killed"], true, "{v}");
+    assert_eq!(out.status.code(), Some(137));
+    assert!(!v["stdout"].as_str().unwrap().contains("survived"));
+    let peak = v["peak_memory_bytes"].as_u64().unwrap();
+    assert!(peak <= 64 << 20 && peak > 32 << 20, "peak {peak}");
+    assert!(text(&out.stderr).contains("out of memory"));
+}
+
+#[test]
+fn unenforceable_limits_fail_closed_unless_accepted() {
+    if is_root() {
+        // Root can always create its groups here; the refusal path is
+        // exercised by the unprivileged pass of this same test.
+        let (v, _) = run_json(
+            &["--memory", "128MiB", "--pids", "32"],
+            &["sh", "-c", "true"],
+        );
+        let cg = &v["enforced"]["cgroup"];
+        assert_eq!(cg["memory_bytes"], 128 << 20, "{v}");
+        assert!(v["enforced"]["not_enforced"].as_array().unwrap().is_empty());
+        return;
+    }
+    let out = corral()
+        .args(["run", "--", "sh", "-c", "echo ran"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(125));
+    assert!(out.stdout.is_empty(), "nothing may run");
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("memory") && err.contains("--allow-unenforced-limits"),
+        "{err}"
+    );
+    let (v, _) = run_json(&[], &["sh", "-c", "echo ran"]);
+    assert_eq!(v["stdout"], "ran\n");
+    let not: Vec<&str> = v["enforced"]["not_enforced"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_str().unwrap())
+        .collect();
+    assert_eq!(not, ["memory", "pids"]);
+}
+
+#[test]
+fn tmp_fill_stops_at_its_size() {
+    let (_d, cfg) = config(
+        "[profile.small]\nextends = \"code\"\n[profile.small.filesystem]\ntmp_size = \"8MiB\"\n",
+    );
+    let out = run(
+        &[
+            "--config",
+            cfg.to_str().unwrap(),
+            "--profile",
+            "small",
+            "--timeout",
+            "30",
+        ],
+        &[
+            "sh",
+            "-c",
+            "head -c 67108864 /dev/zero > /tmp/fill; echo rc=$?; wc -c < /tmp/fill",
+        ],
+    );
+    let s = text(&out.stdout);
+    let mut lines = s.lines();
+    assert_ne!(lines.next(), Some("rc=0"), "{s}");
+    let size: u64 = lines.next().unwrap().trim().parse().unwrap();
+    assert!(size <= 8 << 20, "{size}");
+    assert!(
+        text(&out.stderr).contains("No space left"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn file_size_limit_stops_large_files() {
+    let (_d, cfg) =
+        config("[profile.fs]\nextends = \"code\"\n[profile.fs.limits]\nfile_size = \"1MiB\"\n");
+    let (v, _) = run_json(
+        &["--config", cfg.to_str().unwrap(), "--profile", "fs"],
+        &["python3", "-c", "import signal\nsignal.signal(signal.SIGXFSZ, signal.SIG_IGN)\ntry:\n    open('/tmp/big', 'wb').write(b'x' * (2 << 20))\nexcept OSError as e:\n    print('refused', e.errno)\nimport os\nprint(os.path.getsize('/tmp/big'))\n"],
+    );
+    assert_eq!(
+        v["stdout"], "refused 27\n1048576\n",
+        "EFBIG at exactly 1 MiB: {v}"
+    );
+    let (v, _) = run_json(
+        &["--config", cfg.to_str().unwrap(), "--profile", "fs"],
+        &["sh", "-c", "head -c 2000000 /dev/zero > /tmp/f"],
+    );
+    assert_eq!(v["exit_code"], 128 + 25, "SIGXFSZ by default: {v}");
+}
+
+#[test]
+fn open_files_are_capped_at_1024() {
+    let s = py("import errno\nfs = []\ntry:\n    while len(fs) < 100000:\n        fs.append(open('/dev/null'))\nexcept OSError as e:\n    print(len(fs), e.errno == errno.EMFILE)\n");
+    let mut words = s.split_whitespace();
+    let n: u32 = words.next().unwrap().parse().unwrap();
+    assert!((1000..1024).contains(&n), "{n}");
+    assert_eq!(words.next(), Some("True"));
+}
+
+#[test]
+fn cpu_time_limit_kills_a_busy_loop() {
+    let start = Instant::now();
+    let (v, _) = run_json(
+        &["--cpu-time", "1", "--timeout", "30"],
+        &["python3", "-c", "while True: pass"],
+    );
+    let code = v["exit_code"].as_i64().unwrap();
+    assert!(code == 128 + 24 || code == 137, "SIGXCPU or SIGKILL: {v}");
+    assert_eq!(v["timed_out"], false);
+    assert!(v["cpu_ms"].as_u64().unwrap() >= 900, "{v}");
+    assert!(start.elapsed() < Duration::from_secs(10));
+}
+
+#[test]
+fn output_keeps_head_and_tail_with_a_marker() {
+    let (v, _) = run_json(
+        &["--output-limit", "1KiB"],
+        &["python3", "-c", "for i in range(10000): print('line', i)"],
+    );
+    let out = v["stdout"].as_str().unwrap();
+    assert!(out.starts_with("line 0\nline 1\n"), "{out}");
+    assert!(out.ends_with("line 9998\nline 9999\n"), "{out}");
+    assert!(out.contains(" bytes elided]"), "{out}");
+    assert!(out.len() < 1200);
+    assert_eq!(v["stdout_truncated"], true);
+    let total: u64 = (0..10000)
+        .map(|i: u32| format!("line {i}\n").len() as u64)
+        .sum();
+    assert_eq!(v["stdout_bytes"], total);
+    assert_eq!(
+        v["exit_code"], 0,
+        "below the kill ceiling the program runs to the end"
+    );
+}
+
+/// Spawns corral, waits with wait4, returns (output, exit code, peak RSS of
+/// corral and its tree in bytes).
+#[allow(clippy::zombie_processes)] // reaped by wait4 below
+fn run_measured(args: &[&str]) -> (Vec<u8>, i32, u64) {
+    let mut child = corral_run()
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("run_measured");
+    let mut out = Vec::new();
+    let mut buf = [0u8; 65536];
+    let mut pipe = child.stdout.take().expect("run_measured");
+    loop {
+        let n = pipe.read(&mut buf).expect("run_measured");
+        if n == 0 {
+            break;
+        }
+        // Keep what a reader would see, bounded.
+        if out.len() < 16 << 20 {
+            out.extend_from_slice(&buf[..n]);
+        }
+    }
+    let (status, usage) = corral_sys::process::wait4(child.id() as i32).expect("run_measured");
+    let code = match status {
+        corral_sys::process::WaitStatus::Exited(c) => c,
+        corral_sys::process::WaitStatus::Signaled(s) => 128 + s,
+    };
+    (out, code, usage.max_rss_bytes)
+}
+
+/// Writes up to 50 GB of `x` without a newline; the kill ceiling stops it.
+const FLOOD: &str = "import sys\nb = b'x' * 65536\nw = sys.stdout.buffer.write\nfor _ in range((50 << 30) // 65536):\n    w(b)\n";
+
+#[test]
+fn output_flood_is_cut_and_corral_memory_stays_flat() {
+    let (out, code, rss) =
+        run_measured(&["--json", "--timeout", "60", "--", "python3", "-c", FLOOD]);
+    assert_eq!(code, 137);
+    let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(v["output_limit_exceeded"], true);
+    assert_eq!(v["stdout_truncated"], true);
+    assert!(
+        v["stdout_bytes"].as_u64().unwrap() > 64 << 20,
+        "{}",
+        v["stdout_bytes"]
+    );
+    assert!(v["stdout"].as_str().unwrap().len() <= (1 << 20) + 100);
+    assert!(rss < 32 << 20, "peak RSS of corral's tree {rss} bytes");
+}
+
+#[test]
+fn streaming_mode_applies_the_same_ceiling() {
+    let (out, code, rss) = run_measured(&[
+        "--timeout",
+        "60",
+        "--output-limit",
+        "64KiB",
+        "--",
+        "python3",
+        "-c",
+        FLOOD,
+    ]);
+    assert_eq!(code, 137);
+    // The head was forwarded live, then the marker and a bounded tail.
+    assert!(
+        out.len() <= 2 * (64 << 10) + 100,
+        "{} bytes reached the reader",
+        out.len()
+    );
+    assert!(String::from_utf8_lossy(&out).contains(" bytes elided]"));
+    assert!(rss < 32 << 20, "peak RSS {rss}");
+}
+
+#[test]
+fn daemons_die_at_the_timeout() {
+    let token = format!("corral-daemon-{}", std::process::id());
+    let script = format!("import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n        os.execvp('python3', ['python3', '-c', 'import time; time.sleep(60)', '{token}'])\n    os._exit(0)\ntime.sleep(60)\n");
+    let (v, _) = run_json(&["--timeout", "1"], &["python3", "-c", &script]);
+    assert_eq!(v["timed_out"], true);
+    std::thread::sleep(Duration::from_millis(300));
+    let alive = std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+        .any(|c| c.starts_with(b"python3\0") && String::from_utf8_lossy(&c).contains(&token));
+    assert!(!alive, "a double-forked daemon survived the timeout");
+}
+
+#[test]
+fn no_cgroups_are_left_behind() {
+    if !is_root() {
+        eprintln!("unprivileged pass: no cgroups are created (see unenforceable_limits_fail_closed_unless_accepted)");
+        return;
+    }
+    let child = corral_run()
+        .args(["--", "sh", "-c", "true"])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    for hierarchy in ["memory", "pids", "cpu", "unified", ""] {
+        let dir = std::path::Path::new("/sys/fs/cgroup")
+            .join(hierarchy)
+            .join("corral");
+        if let Ok(entries) = std::fs::read_dir(&dir) {
+            for e in entries.flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                assert!(
+                    !name.starts_with(&format!("{pid}-")),
+                    "left behind: {}",
+                    e.path().display()
+                );
+            }
+        }
+    }
+}

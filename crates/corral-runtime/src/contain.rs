@@ -1,0 +1,138 @@
+//! Deciding and holding a sandbox's cgroup: enforce every cgroup limit the
+//! policy sets, or refuse to run (fail closed), or, when the policy accepts
+//! a weaker sandbox, run and say which limits were not enforced.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Once;
+
+use corral_policy::Limits;
+
+use crate::cgroup::{CgroupHost, CgroupLimits, SandboxCgroup};
+
+/// What the cgroup measured, read after the sandbox ended.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ContainmentStats {
+    /// Whether the OOM killer fired inside.
+    pub oom_killed: bool,
+    /// CPU time of the whole group.
+    pub cpu_ms: Option<u64>,
+    /// Peak memory of the whole group.
+    pub peak_memory_bytes: Option<u64>,
+}
+
+/// A sandbox's cgroup, or the record that there is none.
+pub struct Containment {
+    cgroup: Option<SandboxCgroup>,
+    not_enforced: Vec<String>,
+}
+
+static SWEEP: Once = Once::new();
+static COUNTER: AtomicU64 = AtomicU64::new(0);
+
+fn wanted(limits: &Limits) -> CgroupLimits {
+    CgroupLimits {
+        memory_bytes: limits.memory_bytes.map(|m| m.bytes()),
+        pids: limits.pids,
+        cpu_millicores: limits.cpu_millicores,
+    }
+}
+
+fn names(limits: &CgroupLimits) -> Vec<String> {
+    [
+        ("memory", limits.memory_bytes.is_some()),
+        ("pids", limits.pids.is_some()),
+        ("cpu", limits.cpu_millicores.is_some()),
+    ]
+    .into_iter()
+    .filter(|(_, set)| *set)
+    .map(|(n, _)| n.to_string())
+    .collect()
+}
+
+impl Containment {
+    /// Creates the cgroup for `limits`. The first call in a process also
+    /// removes groups left behind by a corral that was killed.
+    pub fn for_limits(limits: &Limits) -> Result<Containment, String> {
+        let want = wanted(limits);
+        let asked = names(&want);
+        if asked.is_empty() {
+            return Ok(Containment {
+                cgroup: None,
+                not_enforced: Vec::new(),
+            });
+        }
+        let attempt = (|| {
+            let host = CgroupHost::detect().map_err(|e| e.to_string())?;
+            host.can_enforce(&want).map_err(|e| e.to_string())?;
+            SWEEP.call_once(|| {
+                host.sweep_stale();
+            });
+            let name = format!(
+                "{}-{}",
+                corral_sys::process::getpid(),
+                COUNTER.fetch_add(1, Ordering::Relaxed)
+            );
+            host.create(&name, &want).map_err(|e| e.to_string())
+        })();
+        match attempt {
+            Ok(cgroup) => Ok(Containment {
+                cgroup: Some(cgroup),
+                not_enforced: Vec::new(),
+            }),
+            Err(_) if limits.allow_unenforced => Ok(Containment {
+                cgroup: None,
+                not_enforced: asked,
+            }),
+            Err(why) => Err(format!(
+                "cannot enforce the {} limit{}: {why}. corral refuses to run with limits it cannot enforce; \
+                 run as root, delegate a cgroup to this user, or accept a weaker sandbox with \
+                 --allow-unenforced-limits (policy: limits.allow_unenforced = true)",
+                asked.join(" and "),
+                if asked.len() > 1 { "s" } else { "" }
+            )),
+        }
+    }
+
+    /// The hook `launch` uses, if there is a cgroup.
+    pub fn as_launch(&self) -> Option<&dyn crate::launch::Containment> {
+        self.cgroup
+            .as_ref()
+            .map(|c| c as &dyn crate::launch::Containment)
+    }
+
+    /// The cgroup part of the result's `enforced` field.
+    pub fn enforced_json(&self) -> Option<serde_json::Value> {
+        self.cgroup
+            .as_ref()
+            .and_then(|c| serde_json::to_value(c.enforced()).ok())
+    }
+
+    /// Limits asked for but not enforced.
+    pub fn not_enforced(&self) -> &[String] {
+        &self.not_enforced
+    }
+
+    /// Reads the group's statistics and removes it.
+    pub fn finish(self) -> ContainmentStats {
+        let Some(cg) = self.cgroup else {
+            return ContainmentStats::default();
+        };
+        let stats = cg.stats();
+        let _ = cg.remove();
+        ContainmentStats {
+            oom_killed: stats.oom_killed,
+            cpu_ms: stats.cpu_usage_ns.map(|ns| ns / 1_000_000),
+            peak_memory_bytes: stats.peak_memory_bytes,
+        }
+    }
+}
+
+impl crate::launch::Containment for SandboxCgroup {
+    fn add_process(&self, pid: i32) -> Result<(), String> {
+        SandboxCgroup::add_process(self, pid).map_err(|e| e.to_string())
+    }
+
+    fn kill_all(&self) {
+        SandboxCgroup::kill_all(self)
+    }
+}
