@@ -134,6 +134,7 @@ fn probe_sandbox() -> (bool, String) {
         output_kill_bytes: 1 << 20,
         timeout: Some(std::time::Duration::from_secs(10)),
         forward_signals: false,
+        helper: corral_runtime::launch::HelperStart::ReExec,
     };
     match launch(&plan, &opts, None) {
         Ok(o) if o.failure.is_none() && o.exit_code == 0 => {

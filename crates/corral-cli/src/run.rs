@@ -8,7 +8,7 @@ use std::time::Duration;
 use clap::Args;
 use corral_policy::env::{parse_assignment, EnvRequest};
 use corral_policy::{AuditEvent, ByteSize, MountSpec, Profile};
-use corral_runtime::launch::Outcome;
+use corral_runtime::launch::{HelperStart, Outcome};
 use corral_runtime::plan::{RlimitKind, SandboxIdentity, SandboxPlan};
 use corral_runtime::protocol::FailureKind;
 use corral_runtime::result::ErrorInfo;
@@ -327,6 +327,8 @@ pub fn run(args: RunArgs) -> i32 {
         output_kill_bytes: profile.limits.output_kill_bytes.bytes(),
         timeout: profile.limits.timeout_secs.map(Duration::from_secs),
         forward_signals: true,
+        // The CLI is single-threaded: skip a whole program start.
+        helper: HelperStart::Fork,
     };
     let outcome = match launch(&plan, &opts, containment.as_launch()) {
         Ok(o) => o,

@@ -343,3 +343,46 @@ fn no_cgroups_are_left_behind() {
         }
     }
 }
+
+#[test]
+fn cgroups_of_a_killed_corral_are_swept_by_the_next_run() {
+    if !is_root() {
+        eprintln!("unprivileged pass: no cgroups are created (see unenforceable_limits_fail_closed_unless_accepted)");
+        return;
+    }
+    let mut child = corral_run()
+        .args(["--", "sh", "-c", "sleep 60"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let group = std::path::Path::new("/sys/fs/cgroup/pids/corral").join(format!("{pid}-0"));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !group.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "no group appeared at {}",
+            group.display()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // SIGKILL: corral gets no chance to clean up.
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(
+        group.exists(),
+        "the group should outlive a SIGKILLed corral"
+    );
+    let out = run(&[], &["sh", "-c", "true"]);
+    assert!(out.status.success());
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while group.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "stale group {} was not swept",
+            group.display()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}

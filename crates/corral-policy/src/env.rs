@@ -8,8 +8,6 @@
 
 use std::collections::BTreeMap;
 
-use globset::{GlobSet, GlobSetBuilder};
-
 use crate::audit::{AuditEvent, Level, ReasonCode};
 use crate::profile::EnvPolicy;
 
@@ -98,49 +96,64 @@ pub enum EnvError {
     },
 }
 
-/// A compiled blocklist: the built-in names plus a profile's own patterns.
+/// A blocklist: the built-in names plus a profile's own patterns. Matching
+/// is a plain wildcard match (`*` any run, `?` one character, ASCII case
+/// ignored), cheap enough to build on every launch.
 #[derive(Debug, Clone)]
 pub struct Blocklist {
-    set: GlobSet,
     patterns: Vec<(String, String)>,
 }
 
 impl Blocklist {
-    /// Compiles the built-in list plus `extra` patterns.
+    /// The built-in list plus `extra` patterns. A pattern must be a
+    /// non-empty name made of name characters and `*`/`?` wildcards.
     pub fn new(extra: &[String]) -> Result<Self, EnvError> {
-        let mut builder = GlobSetBuilder::new();
-        let mut patterns = Vec::new();
-        let builtin = ALWAYS_BLOCKED
+        let mut patterns: Vec<(String, String)> = ALWAYS_BLOCKED
             .iter()
-            .map(|(p, why)| (p.to_string(), why.to_string()));
-        let custom = extra
-            .iter()
-            .map(|p| (p.clone(), String::from("blocked by the profile")));
-        for (pattern, why) in builtin.chain(custom) {
-            let glob = globset::GlobBuilder::new(&pattern)
-                .case_insensitive(true)
-                .build()
-                .map_err(|e| EnvError::BadPattern {
-                    pattern: pattern.clone(),
-                    why: e.kind().to_string(),
-                })?;
-            builder.add(glob);
-            patterns.push((pattern, why));
+            .map(|(p, why)| (p.to_string(), why.to_string()))
+            .collect();
+        for p in extra {
+            if p.is_empty() || p.contains(['=', '\0', '[', ']', '{', '}', '\\']) {
+                return Err(EnvError::BadPattern {
+                    pattern: p.clone(),
+                    why: String::from("use letters, digits, `_`, and the wildcards `*` and `?`"),
+                });
+            }
+            patterns.push((p.clone(), String::from("blocked by the profile")));
         }
-        let set = builder.build().map_err(|e| EnvError::BadPattern {
-            pattern: String::from("(set)"),
-            why: e.to_string(),
-        })?;
-        Ok(Blocklist { set, patterns })
+        Ok(Blocklist { patterns })
     }
 
     /// The pattern and reason that block `name`, if any.
     pub fn matching(&self, name: &str) -> Option<(&str, &str)> {
-        self.set
-            .matches(name)
-            .first()
-            .map(|&i| (self.patterns[i].0.as_str(), self.patterns[i].1.as_str()))
+        self.patterns
+            .iter()
+            .find(|(p, _)| wildcard_match(p.as_bytes(), name.as_bytes()))
+            .map(|(p, why)| (p.as_str(), why.as_str()))
     }
+}
+
+/// `*`/`?` wildcard match, ASCII case-insensitive, without backtracking
+/// blow-up (the classic two-pointer algorithm).
+fn wildcard_match(pattern: &[u8], text: &[u8]) -> bool {
+    let (mut p, mut t) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while t < text.len() {
+        if p < pattern.len() && (pattern[p] == b'?' || pattern[p].eq_ignore_ascii_case(&text[t])) {
+            p += 1;
+            t += 1;
+        } else if p < pattern.len() && pattern[p] == b'*' {
+            star = Some((p, t));
+            p += 1;
+        } else if let Some((sp, st)) = star {
+            p = sp + 1;
+            t = st + 1;
+            star = Some((sp, st + 1));
+        } else {
+            return false;
+        }
+    }
+    pattern[p..].iter().all(|&c| c == b'*')
 }
 
 /// Checks that `name` may be an environment variable name at all.
@@ -305,6 +318,23 @@ mod tests {
         }
         assert!(list.matching("PATH").is_none());
         assert!(list.matching("ENVIRONMENT").is_none());
+        assert!(
+            list.matching("XLD_PRELOAD").is_none(),
+            "patterns are anchored"
+        );
+    }
+
+    #[test]
+    fn wildcards() {
+        assert!(wildcard_match(b"AWS_*", b"aws_secret"));
+        assert!(wildcard_match(b"*TOKEN*", b"GITHUB_TOKEN_X"));
+        assert!(wildcard_match(b"A?C", b"ABC"));
+        assert!(!wildcard_match(b"A?C", b"AC"));
+        assert!(wildcard_match(b"*", b""));
+        assert!(!wildcard_match(b"ab", b"abc"));
+        assert!(wildcard_match(b"a*b*c", b"axxbyyc"));
+        assert!(!wildcard_match(b"a*b*c", b"axxbyy"));
+        assert!(Blocklist::new(&["BAD[".to_string()]).is_err());
     }
 
     #[test]

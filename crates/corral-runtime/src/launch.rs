@@ -14,9 +14,9 @@
 use std::collections::VecDeque;
 use std::fs::File;
 use std::io::{ErrorKind, Read, Write};
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::AsRawFd;
 use std::os::unix::process::CommandExt;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use corral_sys::fd::{self, PollFd};
@@ -54,6 +54,21 @@ pub struct LaunchOptions {
     /// received by this process to the program (through the helper and
     /// init). For the CLI; blocks those signals on the calling thread.
     pub forward_signals: bool,
+    /// How the helper process starts.
+    pub helper: HelperStart,
+}
+
+/// How the sandbox helper starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HelperStart {
+    /// Re-execute corral's own binary as `corral __sandbox-helper` and send
+    /// it the plan: the only safe way from a multi-threaded process (the
+    /// server), since nothing but `dup2` runs between its fork and exec.
+    ReExec,
+    /// Fork this process and run the helper in the child without exec,
+    /// saving a whole program start. Refused unless the calling process is
+    /// single-threaded (the CLI).
+    Fork,
 }
 
 /// Signals the CLI forwards to the program.
@@ -161,62 +176,98 @@ pub fn launch(
         None
     };
     let (ours, theirs) = fd::seqpacket_pair().map_err(|e| spawn_err("socketpair")(e.into()))?;
-    let mut cmd = Command::new("/proc/self/exe");
-    // Its own process group: a terminal's Ctrl-C reaches corral only, which
-    // forwards it once.
-    cmd.arg0("corral-sandbox")
-        .arg(HELPER_SUBCOMMAND)
-        .env_clear()
-        .process_group(0)
-        .stdin(Stdio::inherit())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    fd::pass_fd_as(&mut cmd, &theirs, fd::HELPER_CONTROL_FD);
-    let mut child = cmd.spawn().map_err(spawn_err("spawn"))?;
+    let (out_r, out_w) = fd::pipe().map_err(|e| spawn_err("pipe")(e.into()))?;
+    let (err_r, err_w) = fd::pipe().map_err(|e| spawn_err("pipe")(e.into()))?;
+    let helper_pid = match opts.helper {
+        HelperStart::ReExec => {
+            let mut cmd = Command::new("/proc/self/exe");
+            // Its own process group: a terminal's Ctrl-C reaches corral
+            // only, which forwards it once.
+            cmd.arg0("corral-sandbox")
+                .arg(HELPER_SUBCOMMAND)
+                .env_clear()
+                .process_group(0)
+                .stdin(Stdio::inherit())
+                .stdout(Stdio::from(out_w))
+                .stderr(Stdio::from(err_w));
+            fd::pass_fd_as(&mut cmd, &theirs, fd::HELPER_CONTROL_FD);
+            let child = cmd.spawn().map_err(spawn_err("spawn"))?;
+            child.id() as i32
+        }
+        HelperStart::Fork => match process::fork_in_single_threaded_helper() {
+            Err(e) => return Err(spawn_err("fork")(e.into())),
+            Ok(process::Fork::Child) => {
+                // In the child of a single-threaded process: stdio and the
+                // control socket to their numbers, then the helper.
+                let placed = fd::place(&out_w, 1)
+                    .and_then(|_| fd::place(&err_w, 2))
+                    .and_then(|_| fd::place(&theirs, fd::HELPER_CONTROL_FD))
+                    .and_then(|_| process::setpgid_self());
+                if placed.is_err() {
+                    process::exit_now(EXIT_CORRAL_ERROR);
+                }
+                crate::helper::main_forked(plan.clone())
+            }
+            Ok(process::Fork::Parent(pid)) => {
+                drop(out_w);
+                drop(err_w);
+                pid
+            }
+        },
+    };
     drop(theirs);
-    let helper_pid = child.id() as i32;
-    let abort = |child: &mut Child, err: LaunchError| {
-        let _ = child.kill();
-        let _ = child.wait();
+    let abort = |err: LaunchError| {
+        let _ = process::kill(helper_pid, libc::SIGKILL);
+        let _ = process::wait4(helper_pid);
         Err(err)
     };
-    // Contained before it reads its plan, so everything it forks is too.
+    // Contained before it does anything: the re-executed helper waits for
+    // its plan, the forked one for a go-ahead, both sent only after this.
     if let Some(c) = containment {
         if let Err(e) = c.add_process(helper_pid) {
-            return abort(&mut child, LaunchError::Contain(e));
+            return abort(LaunchError::Contain(e));
         }
     }
     let mut ctrl = File::from(ours);
-    let payload = match serde_json::to_vec(plan) {
-        Ok(p) => p,
-        Err(e) => return abort(&mut child, spawn_err("encode plan")(e.into())),
+    let payload = match opts.helper {
+        HelperStart::ReExec => match serde_json::to_vec(plan) {
+            Ok(p) => p,
+            Err(e) => return abort(spawn_err("encode plan")(e.into())),
+        },
+        HelperStart::Fork => crate::protocol::GO_AHEAD.to_vec(),
     };
     if let Err(e) = ctrl.write_all(&payload) {
-        return abort(&mut child, spawn_err("send plan")(e));
+        return abort(spawn_err("send plan")(e));
     }
-    let kill = |child: &mut Child| {
+    let kill = || {
         // Killing the helper kills init (PDEATHSIG), and the kernel then
         // kills every process of the pid namespace; the cgroup catches
         // anything that raced out of it.
-        let _ = child.kill();
+        let _ = process::kill(helper_pid, libc::SIGKILL);
         if let Some(c) = containment {
             c.kill_all();
         }
     };
-    let mut pump = Pump::new(&mut child, ctrl, opts, signals);
+    let mut pump = Pump::new(
+        helper_pid,
+        [File::from(out_r), File::from(err_r)],
+        ctrl,
+        opts,
+        signals,
+    );
     let deadline = opts.timeout.map(|t| start + t);
     let mut timed_out = false;
     let mut output_killed = false;
     while !pump.done() {
         if !output_killed && !timed_out && pump.over_kill_ceiling() {
-            kill(&mut child);
+            kill();
             output_killed = true;
         }
         let wait_ms = match deadline {
             Some(d) if !timed_out && !output_killed => {
                 let now = Instant::now();
                 if now >= d {
-                    kill(&mut child);
+                    kill();
                     timed_out = true;
                     continue;
                 }
@@ -382,11 +433,14 @@ struct Pump {
 }
 
 impl Pump {
-    fn new(child: &mut Child, ctrl: File, opts: &LaunchOptions, signals: Option<SignalFd>) -> Pump {
-        let pipes = [
-            child.stdout.take().map(|s| File::from(OwnedFd::from(s))),
-            child.stderr.take().map(|s| File::from(OwnedFd::from(s))),
-        ];
+    fn new(
+        helper_pid: i32,
+        pipes: [File; 2],
+        ctrl: File,
+        opts: &LaunchOptions,
+        signals: Option<SignalFd>,
+    ) -> Pump {
+        let pipes = pipes.map(Some);
         for f in pipes.iter().flatten() {
             let _ = fd::set_nonblocking(f.as_raw_fd());
         }
@@ -404,7 +458,7 @@ impl Pump {
             ),
         ];
         Pump {
-            helper_pid: child.id() as i32,
+            helper_pid,
             signals,
             ctrl: Some(ctrl),
             pipes,

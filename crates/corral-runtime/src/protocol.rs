@@ -54,3 +54,7 @@ pub enum HelperMessage {
 
 /// Largest plan accepted on the control socket.
 pub const MAX_PLAN_BYTES: usize = 4 << 20;
+
+/// What the parent sends a forked helper (which already has its plan) once
+/// it sits in its cgroup.
+pub const GO_AHEAD: &[u8] = b"go";

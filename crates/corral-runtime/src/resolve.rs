@@ -49,10 +49,21 @@ pub fn visible_trees(profile: &Profile) -> Vec<(PathBuf, SandboxPath)> {
 /// Maps a canonical host path to where it appears in the sandbox, if it
 /// does (and is not under a denied path).
 pub fn sandbox_location(profile: &Profile, host: &Path) -> Option<String> {
-    for (source, dest) in visible_trees(profile) {
-        // Compare against the canonical source: `/lib` may be a symlink.
-        let source = std::fs::canonicalize(&source).unwrap_or(source);
-        if let Ok(rest) = host.strip_prefix(&source) {
+    locate(profile, &canonical_trees(profile), host)
+}
+
+/// The visible trees with canonical host sources (`/lib` may be a
+/// symlink), computed once per resolution.
+fn canonical_trees(profile: &Profile) -> Vec<(PathBuf, SandboxPath)> {
+    visible_trees(profile)
+        .into_iter()
+        .map(|(source, dest)| (std::fs::canonicalize(&source).unwrap_or(source), dest))
+        .collect()
+}
+
+fn locate(profile: &Profile, trees: &[(PathBuf, SandboxPath)], host: &Path) -> Option<String> {
+    for (source, dest) in trees {
+        if let Ok(rest) = host.strip_prefix(source) {
             let inside = Path::new(dest.as_str()).join(rest);
             let inside = inside.to_str()?.to_string();
             let denied = profile
@@ -81,11 +92,12 @@ impl CommandTable {
                 dirs.push(d.as_path().to_path_buf());
             }
         }
+        let trees = canonical_trees(profile);
         let entries = profile
             .commands
             .allow
             .iter()
-            .map(|name| (name.clone(), resolve_one(profile, &dirs, name)))
+            .map(|name| (name.clone(), resolve_one(profile, &trees, &dirs, name)))
             .collect();
         CommandTable { entries }
     }
@@ -101,7 +113,12 @@ impl CommandTable {
     }
 }
 
-fn resolve_one(profile: &Profile, dirs: &[PathBuf], name: &str) -> Resolution {
+fn resolve_one(
+    profile: &Profile,
+    trees: &[(PathBuf, SandboxPath)],
+    dirs: &[PathBuf],
+    name: &str,
+) -> Resolution {
     let mut searched = Vec::new();
     for dir in dirs {
         searched.push(dir.display().to_string());
@@ -115,7 +132,7 @@ fn resolve_one(profile: &Profile, dirs: &[PathBuf], name: &str) -> Resolution {
         if !meta.is_file() || meta.permissions().mode() & 0o111 == 0 {
             continue;
         }
-        if let Some(inside) = sandbox_location(profile, &real) {
+        if let Some(inside) = locate(profile, trees, &real) {
             return Resolution::Found(inside);
         }
     }

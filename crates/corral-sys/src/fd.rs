@@ -164,3 +164,15 @@ pub fn stdio_to_devnull() {
         close_raw(null);
     }
 }
+
+/// Places `fd` at number `target` without close-on-exec (`dup2`, or
+/// clearing the flag when it is already there). For a forked child.
+pub fn place(fd: &OwnedFd, target: RawFd) -> SysResult<()> {
+    let src = fd.as_raw_fd();
+    if src == target {
+        return set_cloexec(target, false);
+    }
+    // SAFETY: dup2 on integers; `target` is one of the stdio/control
+    // numbers this child owns.
+    cvt(unsafe { libc::dup2(src, target) }).map(drop)
+}

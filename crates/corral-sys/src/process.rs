@@ -302,3 +302,9 @@ pub fn get_rlimit(resource: libc::__rlimit_resource_t) -> SysResult<(u64, u64)> 
     cvt(unsafe { libc::getrlimit(resource, &mut lim) })?;
     Ok((lim.rlim_cur, lim.rlim_max))
 }
+
+/// `setpgid(0, 0)`: a process group of its own.
+pub fn setpgid_self() -> SysResult<()> {
+    // SAFETY: plain integer arguments.
+    cvt(unsafe { libc::setpgid(0, 0) }).map(drop)
+}

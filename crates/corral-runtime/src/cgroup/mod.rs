@@ -2,8 +2,13 @@
 //! whole-tree kill, and usage figures for the result.
 //!
 //! corral uses cgroup v2 where the host offers the controllers there and
-//! falls back to v1 hierarchies (memory, pids, cpu, cpuacct, freezer) where
-//! that is what the host has. Both paths are plain file operations on the
+//! falls back to v1 hierarchies where that is what the host has. On v1 a
+//! sandbox gets a group only in the hierarchies its limits need (memory,
+//! pids, cpu): no cpuacct group (CPU time comes from wait4) and no freezer
+//! group (the pid namespace kills the tree, and the kill loop signals each
+//! pid until none is left). The cpuacct and freezer hierarchies are still
+//! searched by [`CgroupHost::sweep_stale`], for groups older corral
+//! versions left there. Both paths are plain file operations on the
 //! cgroup filesystem, so this module needs no `unsafe`.
 //!
 //! Layout: every sandbox gets `corral/<name>` below the cgroup mount (v2:
@@ -50,7 +55,8 @@ pub const MIN_CPU_MILLICORES: u64 = 10;
 const MAX_NAME_LEN: usize = 128;
 
 /// Limits for one sandbox's cgroup. `None` leaves that resource unlimited
-/// (the controller is still used for usage figures where available).
+/// (on v2, memory and pids are still used for usage figures where
+/// available; on v1 an unlimited resource gets no group).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct CgroupLimits {
     /// Memory, swap included, in bytes.
@@ -132,10 +138,14 @@ pub enum Controller {
     Pids,
     /// CPU bandwidth limit.
     Cpu,
-    /// CPU usage accounting (v1 only; v2 has it in every group).
+    /// CPU usage accounting (v1 only; v2 has it in every group). corral
+    /// makes no group in a cpuacct hierarchy of its own; it reads
+    /// `cpuacct.usage` only where cpuacct is co-mounted with a limited
+    /// cpu. The sweep still removes cpuacct groups of older versions.
     Cpuacct,
-    /// Freezing the group so a kill cannot race with fork (v1 only; v2
-    /// has `cgroup.kill`).
+    /// Freezing a group so a kill cannot race with fork (v1 only; v2 has
+    /// `cgroup.kill`). corral makes no freezer groups; it freezes only the
+    /// stale groups of older versions that the sweep finds there.
     Freezer,
 }
 
@@ -751,10 +761,11 @@ impl CgroupHost {
     /// limited) enabled through `cgroup.subtree_control` at the mount root
     /// and at `corral/`; `memory.swap.max` is 0 so the memory limit
     /// includes swap, and `memory.oom.group` is 1 so an OOM kills the whole
-    /// sandbox. v1: one directory per hierarchy: memory, pids, cpu (when
-    /// limited), cpuacct (usage) and freezer (kill); the memory limit is
-    /// also written to `memory.memsw.limit_in_bytes` when swap accounting
-    /// exists. Nothing is left behind on error.
+    /// sandbox. v1: one directory in each hierarchy a set limit needs
+    /// (memory, pids, cpu) and none in the others, so no limits means no
+    /// directory; the memory limit is also written to
+    /// `memory.memsw.limit_in_bytes` when swap accounting exists. Nothing
+    /// is left behind on error.
     pub fn create(&self, name: &str, limits: &CgroupLimits) -> Result<SandboxCgroup, CgroupError> {
         validate_name(name)?;
         self.can_enforce(limits)?;
@@ -796,7 +807,9 @@ impl CgroupHost {
 
     /// Removes the groups under `corral/` that a killed corral left
     /// behind: those named `<pid>-<n>` whose pid is not alive. Their
-    /// processes are killed first. Returns how many groups were removed.
+    /// processes are killed first. On v1 every hierarchy is searched,
+    /// including cpuacct and freezer, where older corral versions made
+    /// groups too. Returns how many groups were removed.
     ///
     /// Aliveness is judged in this process's pid namespace; corral
     /// instances in different pid namespaces must not share a cgroup
@@ -895,7 +908,8 @@ pub struct CgroupStats {
     pub peak_memory_bytes: Option<u64>,
     /// Whether the kernel OOM-killed a process of the group.
     pub oom_killed: bool,
-    /// CPU time used by the group in nanoseconds.
+    /// CPU time used by the group in nanoseconds (v2; v1 only where
+    /// cpuacct is co-mounted with a limited cpu).
     pub cpu_usage_ns: Option<u64>,
     /// Most processes at once (`pids.peak`).
     pub pids_peak: Option<u64>,
@@ -957,8 +971,9 @@ impl SandboxCgroup {
 
     /// Kills every process in the group and waits (up to [`EMPTY_WAIT`])
     /// until it is empty. v2: `cgroup.kill` when present, else SIGKILL each
-    /// listed pid until none is left; v1: freeze, SIGKILL every pid, thaw,
-    /// so nothing forks in between.
+    /// listed pid until none is left; v1: SIGKILL each listed pid until
+    /// none is left (a stale group of an older version that has a freezer
+    /// directory is frozen, killed and thawed first).
     pub fn kill_all(&self) {
         self.kill_until(Instant::now() + EMPTY_WAIT);
     }
@@ -997,8 +1012,9 @@ impl SandboxCgroup {
         self.enforced.clone()
     }
 
-    /// Kills leftovers, waits (up to [`EMPTY_WAIT`]) until the group is
-    /// empty and removes every directory.
+    /// Kills leftovers (skipped when the group has no processes any
+    /// more, the usual case), waits (up to [`EMPTY_WAIT`]) until the group
+    /// is empty and removes every directory.
     pub fn remove(mut self) -> Result<(), CgroupError> {
         self.remove_inner()
     }
@@ -1011,7 +1027,10 @@ impl SandboxCgroup {
         self.done = true;
         let start = Instant::now();
         let deadline = start + EMPTY_WAIT;
-        self.kill_until(deadline);
+        // The usual case: the pid namespace is gone and so is every process.
+        if !self.pids().is_empty() {
+            self.kill_until(deadline);
+        }
         let mut first_err = None;
         // Leaf first does not matter (no children), but the order is fixed
         // for predictable errors.

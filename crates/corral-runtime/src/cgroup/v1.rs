@@ -1,5 +1,8 @@
-//! cgroup v1: one directory per hierarchy under `<hierarchy>/corral`:
-//! memory, pids, cpu (when limited), cpuacct (usage) and freezer (kill).
+//! cgroup v1: one directory under `<hierarchy>/corral` in each hierarchy
+//! a set limit needs (memory, pids, cpu). No cpuacct or freezer groups:
+//! CPU time comes from wait4, and the kill loop signals each pid until
+//! none is left. Stale groups older corral versions left in cpuacct or
+//! freezer are still found by the sweep (and frozen before the kill).
 
 use std::collections::BTreeMap;
 use std::io;
@@ -61,10 +64,9 @@ fn make_group(backend: &Backend, mount: &Path, name: &str) -> Result<PathBuf, Cg
     }
 }
 
-/// Creates the group in every hierarchy it needs and writes the limits.
-/// A hierarchy needed for a limit must work; the others (usage, freezer)
-/// are best effort and noted when they fail. The caller has validated
-/// `name` and checked [`super::CgroupHost::can_enforce`].
+/// Creates the group in each hierarchy a set limit needs, and in no
+/// other, and writes the limits. The caller has validated `name` and
+/// checked [`super::CgroupHost::can_enforce`].
 pub(super) fn create(
     backend: &Backend,
     mounts: &BTreeMap<Controller, PathBuf>,
@@ -72,10 +74,11 @@ pub(super) fn create(
     limits: &CgroupLimits,
 ) -> Result<SandboxCgroup, CgroupError> {
     let required: Vec<Controller> = limits.requested().into_iter().map(|(_, c, _)| c).collect();
-    let useful = |c: &Controller| match c {
-        Controller::Cpu => limits.cpu_millicores.is_some(),
-        _ => true,
-    };
+    // Only the hierarchies a limit needs: each v1 mkdir (memory above all)
+    // costs start-up time, CPU time comes from wait4 anyway, and the pid
+    // namespace already kills the whole tree, the freezer being a backstop
+    // we do without.
+    let useful = |c: &Controller| required.contains(c);
     let mut cg = SandboxCgroup {
         v2: false,
         dirs: Vec::new(),
@@ -151,9 +154,11 @@ pub(super) fn create(
     Ok(cg)
 }
 
-/// Freezes the group, sends SIGKILL to every process and thaws it, so no
-/// process can fork between the listing and the kill. Without a freezer
-/// hierarchy the caller's loop signals each pid until none is left.
+/// For a group with a freezer directory (only stale groups of older
+/// corral versions, found by the sweep): freezes it, sends SIGKILL to every
+/// process and thaws it, so no process can fork between the listing and
+/// the kill. Otherwise nothing: the caller's loop signals each pid until
+/// none is left.
 pub(super) fn kill(backend: &Backend, dirs: &[GroupDir]) {
     let Some(freezer) = dirs
         .iter()
@@ -179,7 +184,8 @@ pub(super) fn kill(backend: &Backend, dirs: &[GroupDir]) {
     let _ = backend.write(&state, "THAWED");
 }
 
-/// Usage figures from the memory, cpuacct and pids hierarchies.
+/// Usage figures from the memory and pids hierarchies, and from cpuacct
+/// where it is co-mounted with cpu (so only with a cpu limit).
 pub(super) fn stats(backend: &Backend, dirs: &[GroupDir]) -> CgroupStats {
     let file = |c: Controller, f: &str| {
         dirs.iter()
@@ -244,6 +250,24 @@ mod tests {
         std::fs::read_to_string(p).unwrap().trim().to_string()
     }
 
+    /// The hierarchies among `hierarchies` (directory names below `root`,
+    /// in that order) that have `corral/<name>`, or with no name,
+    /// `corral/` itself.
+    fn made(root: &Path, hierarchies: &[(&str, &[Controller])], name: Option<&str>) -> Vec<String> {
+        hierarchies
+            .iter()
+            .map(|(h, _)| *h)
+            .filter(|h| {
+                let base = root.join(h).join(BASE_DIR);
+                match name {
+                    Some(n) => base.join(n).is_dir(),
+                    None => base.is_dir(),
+                }
+            })
+            .map(String::from)
+            .collect()
+    }
+
     /// A child killed and reaped on drop.
     struct Guard(Child);
 
@@ -290,14 +314,14 @@ mod tests {
             )
             .unwrap();
         let g = |h: &str| root.join(h).join("corral").join(&name);
-        let expected: Vec<PathBuf> = ["memory", "pids", "cpu", "cpuacct", "freezer"]
-            .iter()
-            .map(|h| g(h))
-            .collect();
+        // Exactly the hierarchies of the three limits: no cpuacct or
+        // freezer group, not even a `corral/` there.
+        let expected: Vec<PathBuf> = ["memory", "pids", "cpu"].iter().map(|h| g(h)).collect();
         assert_eq!(
             cg.paths(),
             expected.iter().map(PathBuf::as_path).collect::<Vec<_>>()
         );
+        assert_eq!(made(&root, SEPARATE, None), ["cpu", "memory", "pids"]);
         assert_eq!(read(&g("memory").join("memory.limit_in_bytes")), "67108864");
         // The fake refuses memsw below the memory limit, as the kernel does:
         // this passing shows the order of the two writes is right.
@@ -331,10 +355,11 @@ mod tests {
                 p.display()
             );
         }
+        // No freezer group: the per-pid SIGKILL loop does the kill.
         cg.kill_all();
         assert_eq!(child.wait_signal(5), Some(libc::SIGKILL));
-        assert_eq!(read(&g("freezer").join("freezer.state")), "THAWED");
         assert!(cg.pids().is_empty());
+        assert_eq!(made(&root, SEPARATE, None), ["cpu", "memory", "pids"]);
 
         std::fs::write(g("memory").join("memory.max_usage_in_bytes"), "4096\n").unwrap();
         std::fs::write(
@@ -342,14 +367,14 @@ mod tests {
             "oom_kill_disable 0\nunder_oom 0\noom_kill 1\n",
         )
         .unwrap();
-        std::fs::write(g("cpuacct").join("cpuacct.usage"), "777\n").unwrap();
         std::fs::write(g("pids").join("pids.peak"), "2\n").unwrap();
+        // No cpuacct group, so no cgroup cpu time (corral has wait4's).
         assert_eq!(
             cg.stats(),
             CgroupStats {
                 peak_memory_bytes: Some(4096),
                 oom_killed: true,
-                cpu_usage_ns: Some(777),
+                cpu_usage_ns: None,
                 pids_peak: Some(2),
                 pids_limit_hit: false,
             }
@@ -361,33 +386,75 @@ mod tests {
     }
 
     #[test]
-    fn without_a_cpu_limit_the_cpu_hierarchy_is_not_used() {
-        let (_dir, host) = host(SEPARATE, true);
-        let cg = host
-            .create(&sandbox_group_name(), &CgroupLimits::default())
-            .unwrap();
-        let used: Vec<String> = cg
-            .paths()
-            .iter()
-            .map(|p| {
-                let hierarchy = p.parent().and_then(Path::parent).unwrap();
-                hierarchy
-                    .file_name()
-                    .unwrap()
-                    .to_string_lossy()
-                    .into_owned()
-            })
-            .collect();
-        assert_eq!(used, ["memory", "pids", "cpuacct", "freezer"]);
-        assert!(cg.enforced().controllers.is_empty());
+    fn only_the_hierarchies_of_the_set_limits_are_used() {
+        let mem = Some(1 << 20);
+        let cases: [(CgroupLimits, &[&str]); 5] = [
+            (CgroupLimits::default(), &[]),
+            (
+                CgroupLimits {
+                    memory_bytes: mem,
+                    ..Default::default()
+                },
+                &["memory"],
+            ),
+            (
+                CgroupLimits {
+                    pids: Some(8),
+                    ..Default::default()
+                },
+                &["pids"],
+            ),
+            (
+                CgroupLimits {
+                    cpu_millicores: Some(500),
+                    ..Default::default()
+                },
+                &["cpu"],
+            ),
+            (
+                CgroupLimits {
+                    memory_bytes: mem,
+                    pids: Some(8),
+                    cpu_millicores: None,
+                },
+                &["memory", "pids"],
+            ),
+        ];
+        for (limits, wanted) in cases {
+            let (dir, host) = host(SEPARATE, true);
+            let root = dir.0.join("sys/fs/cgroup");
+            let name = sandbox_group_name();
+            let cg = host.create(&name, &limits).unwrap();
+            let expected: Vec<PathBuf> = wanted
+                .iter()
+                .map(|h| root.join(h).join(BASE_DIR).join(&name))
+                .collect();
+            assert_eq!(
+                cg.paths(),
+                expected.iter().map(PathBuf::as_path).collect::<Vec<_>>(),
+                "{limits:?}"
+            );
+            // Nothing at all in the other hierarchies, not even `corral/`.
+            let mut bases = made(&root, SEPARATE, None);
+            bases.sort();
+            let mut sorted = wanted.to_vec();
+            sorted.sort();
+            assert_eq!(bases, sorted, "{limits:?}");
+            assert_eq!(cg.enforced().controllers, wanted, "{limits:?}");
+            assert_eq!(cg.stats().cpu_usage_ns, None, "{limits:?}");
+            cg.remove().unwrap();
+            assert!(made(&root, SEPARATE, Some(&name)).is_empty(), "{limits:?}");
+        }
     }
 
     #[test]
-    fn comounted_cpu_and_cpuacct_share_one_directory() {
-        let (dir, host) = host(
-            &[("cpu,cpuacct", &[Cpu, Cpuacct]), ("memory", &[Memory])],
-            false,
-        );
+    fn comounted_cpu_and_cpuacct_is_used_only_with_a_cpu_limit() {
+        const COMOUNTED: &[(&str, &[Controller])] =
+            &[("cpu,cpuacct", &[Cpu, Cpuacct]), ("memory", &[Memory])];
+        // A cpu limit: the shared directory only; its cpuacct.usage comes
+        // along at no extra cost and is reported.
+        let (dir, host) = host(COMOUNTED, false);
+        let root = dir.0.join("sys/fs/cgroup");
         let name = sandbox_group_name();
         let cg = host
             .create(
@@ -398,15 +465,39 @@ mod tests {
                 },
             )
             .unwrap();
-        let cpu = dir.0.join("sys/fs/cgroup/cpu,cpuacct/corral").join(&name);
-        assert_eq!(cg.paths().len(), 2);
+        let cpu = root.join("cpu,cpuacct/corral").join(&name);
+        assert_eq!(cg.paths(), vec![cpu.as_path()]);
+        assert_eq!(made(&root, COMOUNTED, None), ["cpu,cpuacct"]);
         assert_eq!(read(&cpu.join("cpu.cfs_quota_us")), "200000");
         std::fs::write(cpu.join("cpuacct.usage"), "123456\n").unwrap();
-        assert_eq!(cg.stats().cpu_usage_ns, Some(123456));
+        let stats = cg.stats();
+        assert_eq!(stats.cpu_usage_ns, Some(123456));
+        // No memory limit, so no memory group and no memory figures.
+        assert_eq!(stats.peak_memory_bytes, None);
         // No pids hierarchy: no pids figures.
-        assert_eq!(cg.stats().pids_peak, None);
+        assert_eq!(stats.pids_peak, None);
         cg.remove().unwrap();
         assert!(!cpu.exists());
+
+        // No cpu limit: the shared hierarchy is not touched at all.
+        let (dir, host) = self::host(COMOUNTED, false);
+        let root = dir.0.join("sys/fs/cgroup");
+        let name = sandbox_group_name();
+        let cg = host
+            .create(
+                &name,
+                &CgroupLimits {
+                    memory_bytes: Some(1 << 20),
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+        let mem = root.join("memory/corral").join(&name);
+        assert_eq!(cg.paths(), vec![mem.as_path()]);
+        assert_eq!(made(&root, COMOUNTED, None), ["memory"]);
+        assert_eq!(cg.stats().cpu_usage_ns, None);
+        cg.remove().unwrap();
+        assert!(!mem.exists());
     }
 
     #[test]
@@ -433,42 +524,122 @@ mod tests {
 
     #[test]
     fn without_a_freezer_processes_are_signalled_until_gone() {
+        // No freezer hierarchy mounted at all.
         let (_dir, host) = host(&[("memory", &[Memory]), ("pids", &[Pids])], true);
         let cg = host
-            .create(&sandbox_group_name(), &CgroupLimits::default())
+            .create(
+                &sandbox_group_name(),
+                &CgroupLimits {
+                    memory_bytes: Some(1 << 20),
+                    pids: Some(8),
+                    cpu_millicores: None,
+                },
+            )
             .unwrap();
+        let paths: Vec<PathBuf> = cg.paths().iter().map(|p| p.to_path_buf()).collect();
+        assert_eq!(paths.len(), 2);
         let mut a = Guard::sleep();
         let mut b = Guard::sleep();
         cg.add_process(a.pid()).unwrap();
         cg.add_process(b.pid()).unwrap();
+        assert_eq!(cg.pids().len(), 2);
+        // Processes are left, so remove kills them before the rmdir.
         cg.remove().unwrap();
         assert_eq!(a.wait_signal(5), Some(libc::SIGKILL));
         assert_eq!(b.wait_signal(5), Some(libc::SIGKILL));
+        for p in &paths {
+            assert!(!p.exists(), "{}", p.display());
+        }
     }
 
     #[test]
     fn sweep_removes_stale_groups_in_every_hierarchy() {
         let (dir, host) = host(SEPARATE, true);
+        let root = dir.0.join("sys/fs/cgroup");
         let mut done = Command::new("true").spawn().unwrap();
         let dead = done.id();
         done.wait().unwrap();
-        let name = format!("{dead}-3");
-        let mut stale = host.create(&name, &CgroupLimits::default()).unwrap();
-        let mut orphan = Guard::sleep();
-        stale.add_process(orphan.pid()).unwrap();
+
+        // Left by a killed corral of this version: memory, pids and cpu.
+        let current = format!("{dead}-3");
+        let mut stale = host
+            .create(
+                &current,
+                &CgroupLimits {
+                    memory_bytes: Some(1 << 20),
+                    pids: Some(8),
+                    cpu_millicores: Some(500),
+                },
+            )
+            .unwrap();
+        assert_eq!(
+            made(&root, SEPARATE, Some(&current)),
+            ["cpu", "memory", "pids"]
+        );
+        let mut a = Guard::sleep();
+        stale.add_process(a.pid()).unwrap();
         stale.done = true;
         drop(stale);
-        assert_eq!(host.sweep_stale(), 1);
-        assert_eq!(orphan.wait_signal(5), Some(libc::SIGKILL));
-        for h in ["memory", "pids", "cpuacct", "freezer"] {
-            assert!(!dir
-                .0
-                .join("sys/fs/cgroup")
-                .join(h)
-                .join("corral")
-                .join(&name)
-                .exists());
+
+        // Left by older corral versions, which also made cpuacct and
+        // freezer groups: one in every hierarchy, and one of a corral
+        // killed while removing its group, left only in cpuacct and
+        // freezer (the last two it removes), where this version never
+        // creates anything.
+        let leave_old = |name: &str, hs: &[&str], pid: i32| {
+            for h in hs {
+                make_group(&host.backend, &root.join(h), name).unwrap();
+            }
+            let mut g = host.existing_group(name).unwrap();
+            assert_eq!(g.paths().len(), hs.len());
+            g.add_process(pid).unwrap();
+            g.done = true;
+        };
+        let old = format!("{dead}-4");
+        let mut b = Guard::sleep();
+        leave_old(
+            &old,
+            &["memory", "pids", "cpu", "cpuacct", "freezer"],
+            b.pid(),
+        );
+        let half_removed = format!("{dead}-5");
+        let mut c = Guard::sleep();
+        leave_old(&half_removed, &["cpuacct", "freezer"], c.pid());
+        // The old group's freezer.state, kept past its rmdir through a
+        // hard link and marked, to see that the sweep froze it.
+        let witness = dir.0.join("freezer.state.witness");
+        std::fs::hard_link(
+            root.join("freezer/corral").join(&old).join("freezer.state"),
+            &witness,
+        )
+        .unwrap();
+        std::fs::write(&witness, "untouched\n").unwrap();
+
+        // A live corral's group (ours) is left alone.
+        let ours_name = sandbox_group_name();
+        let mut ours = host
+            .create(
+                &ours_name,
+                &CgroupLimits {
+                    pids: Some(8),
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+        ours.done = true;
+        drop(ours);
+
+        assert_eq!(host.sweep_stale(), 3);
+        assert_eq!(a.wait_signal(5), Some(libc::SIGKILL));
+        assert_eq!(b.wait_signal(5), Some(libc::SIGKILL));
+        assert_eq!(c.wait_signal(5), Some(libc::SIGKILL));
+        for name in [&current, &old, &half_removed] {
+            assert!(made(&root, SEPARATE, Some(name)).is_empty(), "{name}");
         }
+        assert_eq!(read(&witness), "THAWED");
+        assert_eq!(made(&root, SEPARATE, Some(&ours_name)), ["pids"]);
+        assert_eq!(host.sweep_stale(), 0);
+        host.existing_group(&ours_name).unwrap().remove().unwrap();
     }
 
     /// Real cgroups are host-wide: one real test at a time.
@@ -544,7 +715,31 @@ mod tests {
             .unwrap();
         eprintln!("real cgroup: {:?}", cg.paths());
         eprintln!("enforced: {:?}", cg.enforced());
-        let paths: Vec<PathBuf> = cg.paths().iter().map(|p| p.to_path_buf()).collect();
+        let Version::V1 { mounts } = host.version() else {
+            unreachable!("real_v1_host checked the version");
+        };
+        // Exactly the hierarchies of memory, pids and cpu; nothing in the
+        // others (cpuacct, freezer, ...), not even a `corral/` this test
+        // found missing.
+        let needed = [Memory, Pids, Cpu];
+        let all: Vec<(PathBuf, Vec<Controller>)> = hierarchies(mounts);
+        let is_needed = |cs: &[Controller]| cs.iter().any(|c| needed.contains(c));
+        let paths: Vec<PathBuf> = all
+            .iter()
+            .filter(|(_, cs)| is_needed(cs))
+            .map(|(m, _)| m.join(BASE_DIR).join(&name))
+            .collect();
+        assert_eq!(
+            cg.paths(),
+            paths.iter().map(PathBuf::as_path).collect::<Vec<_>>()
+        );
+        for (m, cs) in &all {
+            let group = m.join(BASE_DIR).join(&name);
+            assert_eq!(group.is_dir(), is_needed(cs), "{}", group.display());
+            if !is_needed(cs) && bases.contains(&m.join(BASE_DIR)) {
+                assert!(!m.join(BASE_DIR).exists(), "{} created", m.display());
+            }
+        }
         let mem = paths
             .iter()
             .find(|p| p.starts_with(host_mount(&host, Memory)))
@@ -564,35 +759,73 @@ mod tests {
 
         let mut child = Guard::sleep();
         cg.add_process(child.pid()).unwrap();
+        // In the group in the memory, pids and cpu hierarchies (each line
+        // of those is), and in no other.
         let own = std::fs::read_to_string(format!("/proc/{}/cgroup", child.pid())).unwrap();
         let wanted = format!("/{BASE_DIR}/{name}");
-        for c in ["memory", "pids", "freezer"] {
-            assert!(
-                own.lines().any(|l| {
-                    let mut f = l.splitn(3, ':').skip(1);
-                    f.next().is_some_and(|cs| cs.split(',').any(|x| x == c))
-                        && f.next() == Some(wanted.as_str())
-                }),
-                "{c} not {wanted} in\n{own}"
-            );
+        let mut inside = 0;
+        for l in own.lines() {
+            let mut f = l.splitn(3, ':').skip(1);
+            let (Some(cs), Some(path)) = (f.next(), f.next()) else {
+                panic!("malformed line {l:?} in\n{own}");
+            };
+            let limited = cs.split(',').any(|x| needed.iter().any(|c| c.name() == x));
+            assert_eq!(path == wanted, limited, "{l:?} in\n{own}");
+            inside += usize::from(limited);
         }
+        assert_eq!(inside, paths.len(), "{own}");
         assert_eq!(cg.pids(), vec![child.pid()]);
         let stats = cg.stats();
         eprintln!("stats: {stats:?}");
         assert!(stats.peak_memory_bytes.is_some());
-        assert!(stats.cpu_usage_ns.is_some());
+        // cgroup cpu time only where cpuacct shares the cpu hierarchy.
+        let comounted = mounts.contains_key(&Cpuacct) && mounts.get(&Cpuacct) == mounts.get(&Cpu);
+        assert_eq!(stats.cpu_usage_ns.is_some(), comounted, "{stats:?}");
         assert!(!stats.oom_killed);
+
+        // Without a freezer, descendants forked inside are killed too.
+        let sh = Command::new("sh")
+            .arg("-c")
+            .arg("read _ || exit 3; sleep 30 & sleep 30 & wait")
+            .stdin(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut sh = Guard(sh);
+        cg.add_process(sh.pid()).unwrap();
+        sh.0.stdin.take().unwrap().write_all(b"go\n").unwrap();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while cg.pids().len() < 4 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let sleeps: Vec<i32> = cg
+            .pids()
+            .into_iter()
+            .filter(|p| *p != child.pid() && *p != sh.pid())
+            .collect();
+        assert_eq!(sleeps.len(), 2, "{:?}", cg.pids());
 
         let start = Instant::now();
         cg.kill_all();
         assert!(start.elapsed() < Duration::from_secs(1));
-        assert_eq!(child.wait_signal(5), Some(libc::SIGKILL));
         assert!(cg.pids().is_empty());
+        assert_eq!(child.wait_signal(5), Some(libc::SIGKILL));
+        assert_eq!(sh.wait_signal(5), Some(libc::SIGKILL));
+        for p in sleeps {
+            assert!(!super::super::fake::live(p), "sleep {p} survived");
+        }
         cg.remove().unwrap();
-        for p in &paths {
-            assert!(!p.exists(), "{} left behind", p.display());
+        for (m, _) in &all {
+            let group = m.join(BASE_DIR).join(&name);
+            assert!(!group.exists(), "{} left behind", group.display());
         }
         remove_bases(&bases);
+        for b in &bases {
+            // Unless another corral uses it meanwhile.
+            let in_use = std::fs::read_dir(b)
+                .map(|d| d.flatten().any(|e| e.path().is_dir()))
+                .unwrap_or(false);
+            assert!(!b.exists() || in_use, "{} left behind", b.display());
+        }
     }
 
     fn host_mount(host: &CgroupHost, c: Controller) -> PathBuf {

@@ -386,6 +386,44 @@ mod tests {
     }
 
     #[test]
+    fn remove_kills_only_when_processes_are_left() {
+        let (dir, host) = host(ALL, true, true);
+        // The group's cgroup.kill, kept past its rmdir through a hard link,
+        // shows whether remove wrote it.
+        let witness = |cg: &SandboxCgroup, n: &str| {
+            let w = dir.0.join(n);
+            std::fs::hard_link(cg.paths()[0].join("cgroup.kill"), &w).unwrap();
+            w
+        };
+        // Its process is gone (the usual case): no kill.
+        let cg = host
+            .create(&sandbox_group_name(), &CgroupLimits::default())
+            .unwrap();
+        let group = cg.paths()[0].to_path_buf();
+        let mut gone = Sleeper::new();
+        cg.add_process(gone.pid()).unwrap();
+        gone.0.kill().unwrap();
+        gone.0.wait().unwrap();
+        assert!(cg.pids().is_empty());
+        let w = witness(&cg, "kill-empty");
+        cg.remove().unwrap();
+        assert!(!group.exists());
+        assert_eq!(read(&w), "");
+        // A process is left: killed through cgroup.kill before the rmdir.
+        let cg = host
+            .create(&sandbox_group_name(), &CgroupLimits::default())
+            .unwrap();
+        let group = cg.paths()[0].to_path_buf();
+        let mut left = Sleeper::new();
+        cg.add_process(left.pid()).unwrap();
+        let w = witness(&cg, "kill-busy");
+        cg.remove().unwrap();
+        assert_eq!(left.wait_signal(), Some(libc::SIGKILL));
+        assert!(!group.exists());
+        assert_eq!(read(&w), "1");
+    }
+
+    #[test]
     fn drop_removes_the_group() {
         let (_dir, host) = host(ALL, true, true);
         let cg = host

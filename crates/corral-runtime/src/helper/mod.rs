@@ -63,6 +63,67 @@ pub fn main() -> ! {
     run(plan, ctrl)
 }
 
+/// Entry point of a helper forked (not re-executed) from a single-threaded
+/// corral: stdio and the control socket are already at 0-3, and the plan
+/// is already in memory. First the copy of corral's argv and environment
+/// this process inherited is wiped, so `/proc/1/cmdline` of the sandbox
+/// shows nothing of the caller and the environment strings are gone from
+/// memory. Never returns.
+pub fn main_forked(plan: SandboxPlan) -> ! {
+    let Ok(ctrl) = fd::take_inherited(fd::HELPER_CONTROL_FD) else {
+        process::exit_now(EXIT_CORRAL_ERROR);
+    };
+    let mut ctrl = Control(File::from(ctrl));
+    // Wait until the parent has put us in the sandbox's cgroup.
+    let mut go = [0u8; 8];
+    match ctrl.0.read(&mut go) {
+        Ok(n) if &go[..n] == crate::protocol::GO_AHEAD => {}
+        _ => process::exit_now(EXIT_CORRAL_ERROR),
+    }
+    if let Err(e) = scrub_inherited_args_and_env() {
+        ctrl.fail(
+            FailureKind::Setup,
+            format!("wiping the inherited argv/environment: {e}"),
+        );
+    }
+    run(plan, ctrl)
+}
+
+/// Overwrites this process's argv and environment areas (the bytes
+/// `/proc/self/cmdline` and `/proc/self/environ` show) through
+/// `/proc/self/mem`: argv becomes `corral-sandbox`, the environment zeros.
+fn scrub_inherited_args_and_env() -> std::io::Result<()> {
+    use std::io::{Seek, SeekFrom};
+    let stat = std::fs::read_to_string("/proc/self/stat")?;
+    // Fields after the parenthesised command name; proc(5) numbers them
+    // from 1, with arg_start at 48 ... env_end at 51.
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or_default();
+    let fields: Vec<u64> = rest
+        .split_whitespace()
+        .map(|f| f.parse().unwrap_or(0))
+        .collect();
+    let field = |n: usize| fields.get(n - 3).copied().unwrap_or(0);
+    let areas = [
+        (field(48), field(49), &b"corral-sandbox\0"[..]),
+        (field(50), field(51), &b""[..]),
+    ];
+    let mut mem = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/proc/self/mem")?;
+    for (start, end, prefix) in areas {
+        if end <= start {
+            continue;
+        }
+        let mut bytes = vec![0u8; (end - start) as usize];
+        let n = prefix.len().min(bytes.len());
+        bytes[..n].copy_from_slice(&prefix[..n]);
+        mem.seek(SeekFrom::Start(start))?;
+        mem.write_all(&bytes)?;
+    }
+    Ok(())
+}
+
 fn read_plan(ctrl: &mut File) -> Result<SandboxPlan, String> {
     let mut buf = vec![0u8; MAX_PLAN_BYTES];
     let n = ctrl
