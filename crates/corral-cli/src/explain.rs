@@ -42,9 +42,16 @@ pub fn explain(name: Option<&str>, config: Option<&Path>, as_json: bool) -> i32 
         ("privileges", "all capabilities dropped (bounding, ambient, effective, permitted, inheritable), no_new_privs, setsid, die-with-parent, fds beyond 0-2 closed"),
         ("identity", "the invoking user; when corral runs as root, the profile's unprivileged uid/gid"),
         ("pid 1", "corral's init: reaps, forwards signals, non-dumpable, empty environment; kills the whole tree when the program ends"),
-        ("seccomp", "not yet enforced (planned: default deny-list and strict allowlist)"),
-        ("landlock", "not yet enforced (planned: rules mirroring the mounts)"),
+        ("seccomp", match profile.security.seccomp {
+            corral_policy::SeccompProfile::Default => "default deny-list (rules below), installed last before execve",
+            corral_policy::SeccompProfile::Strict => "strict allowlist (rules below), installed last before execve",
+        }),
+        ("landlock", match profile.security.landlock {
+            corral_policy::LandlockMode::Required => "required: read/execute on read-only mounts, all rights on writable ones, devices in /dev, listing of /; TCP and signal/abstract-socket scoping",
+            corral_policy::LandlockMode::BestEffort => "best effort: same rules where the kernel has Landlock, reported otherwise",
+        }),
     ];
+    let seccomp_rules = corral_runtime::seccomp::describe(profile.security.seccomp);
     if as_json {
         let v = json!({
             "profile": profile,
@@ -52,6 +59,7 @@ pub fn explain(name: Option<&str>, config: Option<&Path>, as_json: bool) -> i32 
             "env_base": BASE_ENV.iter().map(|(k, v)| json!({"name": k, "value": v})).collect::<Vec<_>>(),
             "env_always_blocked": ALWAYS_BLOCKED.iter().map(|(p, why)| json!({"pattern": p, "why": why})).collect::<Vec<_>>(),
             "layers": layers.iter().map(|(k, v)| json!({"layer": k, "state": v})).collect::<Vec<_>>(),
+            "seccomp_rules": seccomp_rules,
         });
         println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
         return 0;
@@ -136,6 +144,24 @@ pub fn explain(name: Option<&str>, config: Option<&Path>, as_json: bool) -> i32 
     for (k, v) in layers {
         println!("  {k:<11} {v}");
     }
+    println!("\nseccomp rules:");
+    for r in &seccomp_rules {
+        let action = match r.action {
+            corral_runtime::seccomp::RuleAction::Eperm => "EPERM",
+            corral_runtime::seccomp::RuleAction::Enosys => "ENOSYS",
+            corral_runtime::seccomp::RuleAction::Allow => "allow",
+            corral_runtime::seccomp::RuleAction::Kill => "KILL",
+        };
+        println!(
+            "  {:<20} {:<7} when {:<40} {}",
+            r.syscall, action, r.when, r.reason
+        );
+    }
+    let s = &profile.security;
+    println!(
+        "\nlandlock TCP: bind {:?}, connect {:?} (everything else refused)",
+        s.tcp_bind, s.tcp_connect
+    );
     0
 }
 

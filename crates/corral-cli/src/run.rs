@@ -247,6 +247,7 @@ fn enforced(
     plan: &SandboxPlan,
     identity: SandboxIdentity,
     containment: &corral_runtime::contain::Containment,
+    outcome: &Outcome,
 ) -> Enforced {
     let mut e = Enforced::full_sandbox(identity.uid, identity.gid);
     for r in &plan.rlimits {
@@ -254,6 +255,15 @@ fn enforced(
     }
     e.cgroup = containment.enforced_json();
     e.not_enforced = containment.not_enforced().to_vec();
+    // Reported by the program's process itself, just before execve; absent
+    // when it never got that far.
+    if outcome.landlock.is_some() {
+        e.seccomp = Some(match plan.security.seccomp_profile {
+            corral_policy::SeccompProfile::Default => "default".into(),
+            corral_policy::SeccompProfile::Strict => "strict".into(),
+        });
+        e.landlock = outcome.landlock.clone();
+    }
     e
 }
 
@@ -342,7 +352,7 @@ pub fn run(args: RunArgs) -> i32 {
             )
         }
     };
-    let in_force = enforced(&plan, identity, &containment);
+    let in_force = enforced(&plan, identity, &containment, &outcome);
     let stats = containment.finish();
     report(&outcome, &profile, stats.oom_killed);
     if json {

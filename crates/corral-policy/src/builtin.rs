@@ -3,7 +3,10 @@
 use std::collections::BTreeMap;
 
 use crate::path::SandboxPath;
-use crate::profile::{CommandPolicy, EnvPolicy, Filesystem, Identity, Limits, Profile};
+use crate::profile::{
+    CommandPolicy, EnvPolicy, Filesystem, Identity, LandlockMode, Limits, Profile, SeccompProfile,
+    Security,
+};
 use crate::size::ByteSize;
 
 /// The profile used when none is named.
@@ -82,6 +85,12 @@ pub fn base(name: &str) -> Profile {
             allow_unenforced: false,
         },
         identity: Identity::default(),
+        security: Security {
+            seccomp: SeccompProfile::Default,
+            landlock: LandlockMode::Required,
+            tcp_bind: vec![],
+            tcp_connect: vec![],
+        },
     }
 }
 

@@ -22,7 +22,7 @@ use toml::Spanned;
 use crate::builtin;
 use crate::env::{validate_name, Blocklist};
 use crate::path::{MountSpec, SandboxPath};
-use crate::profile::Profile;
+use crate::profile::{LandlockMode, Profile, SeccompProfile};
 use crate::size::ByteSize;
 
 /// A config error, with the file, line and key it is about.
@@ -91,6 +91,16 @@ struct RawProfile {
     commands: Option<RawCommands>,
     limits: Option<RawLimits>,
     identity: Option<RawIdentity>,
+    security: Option<RawSecurity>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSecurity {
+    seccomp: Option<Spanned<String>>,
+    landlock: Option<Spanned<String>>,
+    tcp_bind: Option<Vec<Spanned<u16>>>,
+    tcp_connect: Option<Vec<Spanned<u16>>>,
 }
 
 #[derive(Deserialize)]
@@ -537,6 +547,52 @@ fn apply(src: &Source, key: &str, mut p: Profile, raw: RawProfile) -> Result<Pro
             lim.allow_unenforced = b;
         }
     }
+    if let Some(sec) = raw.security {
+        let k = format!("{key}.security");
+        if let Some(v) = sec.seccomp {
+            p.security.seccomp = match v.get_ref().as_str() {
+                "default" => SeccompProfile::Default,
+                "strict" => SeccompProfile::Strict,
+                other => {
+                    return Err(src.err(
+                        Some(v.span()),
+                        format!("{k}.seccomp"),
+                        format!("unknown seccomp profile `{other}`: use \"default\" or \"strict\""),
+                    ))
+                }
+            };
+        }
+        if let Some(v) = sec.landlock {
+            p.security.landlock = match v.get_ref().as_str() {
+                "required" => LandlockMode::Required,
+                "best-effort" => LandlockMode::BestEffort,
+                other => {
+                    return Err(src.err(
+                        Some(v.span()),
+                        format!("{k}.landlock"),
+                        format!(
+                            "unknown landlock mode `{other}`: use \"required\" or \"best-effort\""
+                        ),
+                    ))
+                }
+            };
+        }
+        for (field, list, target) in [
+            ("tcp_bind", sec.tcp_bind, &mut p.security.tcp_bind),
+            ("tcp_connect", sec.tcp_connect, &mut p.security.tcp_connect),
+        ] {
+            if let Some(list) = list {
+                if let Some(zero) = list.iter().find(|v| *v.get_ref() == 0) {
+                    return Err(src.err(
+                        Some(zero.span()),
+                        format!("{k}.{field}"),
+                        "port 0 is not a port",
+                    ));
+                }
+                *target = list.into_iter().map(Spanned::into_inner).collect();
+            }
+        }
+    }
     if let Some(id) = raw.identity {
         for (field, value, target) in [
             ("uid", id.uid, &mut p.identity.uid),
@@ -783,6 +839,22 @@ read_only = ["/opt/data:/data"]
         assert!(e.message.contains("TOKEN"), "{e}");
         let e = err("[profile.a.filesystem]\nsystem = [\"/usr\", \"/tmp\"]\n");
         assert_eq!(e.key, "profile.a.filesystem.system");
+    }
+
+    #[test]
+    fn security_section() {
+        let c = Config::parse("[profile.s]\nextends = \"code\"\n[profile.s.security]\nseccomp = \"strict\"\nlandlock = \"best-effort\"\ntcp_connect = [443]\n", None).unwrap();
+        let s = &c.profile("s").unwrap().security;
+        assert_eq!(s.seccomp, SeccompProfile::Strict);
+        assert_eq!(s.landlock, LandlockMode::BestEffort);
+        assert_eq!(s.tcp_connect, [443]);
+        let e = err("[profile.s.security]\nseccomp = \"off\"\n");
+        assert_eq!(
+            (e.line, e.key.as_str()),
+            (Some(2), "profile.s.security.seccomp")
+        );
+        let e = err("[profile.s.security]\ntcp_bind = [80, 70000]\n");
+        assert_eq!(e.line, Some(2));
     }
 
     #[test]

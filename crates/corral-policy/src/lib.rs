@@ -20,5 +20,8 @@ pub use audit::{AuditEvent, Level, ReasonCode};
 pub use commands::{CommandDecision, CommandRejection};
 pub use config::{Config, ConfigError};
 pub use path::{MountSpec, PathError, SandboxPath};
-pub use profile::{CommandPolicy, EnvPolicy, Filesystem, Identity, Limits, Profile};
+pub use profile::{
+    CommandPolicy, EnvPolicy, Filesystem, Identity, LandlockMode, Limits, Profile, SeccompProfile,
+    Security,
+};
 pub use size::ByteSize;

@@ -27,6 +27,45 @@ pub struct Profile {
     pub limits: Limits,
     /// Which host identity runs the program when corral itself is root.
     pub identity: Identity,
+    /// The syscall filter and the Landlock layer.
+    pub security: Security,
+}
+
+/// Which seccomp filter the program runs under.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SeccompProfile {
+    /// A deny-list of syscalls a sandbox never needs (EPERM), namespace
+    /// flags on clone, clone3 (ENOSYS), TIOCSTI/TIOCLINUX and unneeded
+    /// socket families; other architectures' syscalls kill the process.
+    Default,
+    /// An allowlist of the syscalls ordinary programs use; everything else
+    /// fails with EPERM. For snippets.
+    Strict,
+}
+
+/// How hard Landlock is required.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LandlockMode {
+    /// Refuse to run on a kernel without Landlock.
+    Required,
+    /// Use Landlock where the kernel has it; report when it does not.
+    BestEffort,
+}
+
+/// Security layers beyond namespaces.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Security {
+    /// The seccomp filter.
+    pub seccomp: SeccompProfile,
+    /// Whether Landlock must be available.
+    pub landlock: LandlockMode,
+    /// TCP ports the program may bind (Landlock ABI 4+); none by default.
+    pub tcp_bind: Vec<u16>,
+    /// TCP ports the program may connect to (Landlock ABI 4+); none by
+    /// default, the network namespace having nothing to reach anyway.
+    pub tcp_connect: Vec<u16>,
 }
 
 /// The sandbox's filesystem: a fresh read-only root holding only what is

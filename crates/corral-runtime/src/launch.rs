@@ -123,6 +123,8 @@ pub struct Outcome {
     pub wall: Duration,
     /// CPU time and peak RSS of the whole sandbox tree, from wait4.
     pub usage: Usage,
+    /// Landlock as the program's process reported it before exec.
+    pub landlock: Option<crate::landlock::LandlockOutcome>,
 }
 
 impl Outcome {
@@ -136,6 +138,7 @@ impl Outcome {
             FailureKind::Mount => "sandbox.mount",
             FailureKind::Setup => "sandbox.setup",
             FailureKind::Privileges => "sandbox.privileges",
+            FailureKind::Security => "sandbox.security",
             FailureKind::ExecNotFound => "exec.not_found",
             FailureKind::ExecFailed => "exec.failed",
         }
@@ -279,7 +282,13 @@ pub fn launch(
     }
     let (helper_status, usage) =
         process::wait4(helper_pid).map_err(|e| spawn_err("wait")(e.into()))?;
-    let (stdout, stderr, message, failure) = pump.finish();
+    let Finished {
+        stdout,
+        stderr,
+        exited: message,
+        failure,
+        landlock,
+    } = pump.finish();
     let (mut exit_code, mut signal) = match (&failure, message) {
         (Some((FailureKind::ExecNotFound, _)), _) => (EXIT_NOT_FOUND, None),
         (Some((FailureKind::ExecFailed, _)), _) => (EXIT_NOT_EXECUTABLE, None),
@@ -312,6 +321,7 @@ pub fn launch(
         stderr,
         wall: start.elapsed(),
         usage,
+        landlock,
     })
 }
 
@@ -419,6 +429,15 @@ impl Sink {
     }
 }
 
+/// What the pump collected.
+struct Finished {
+    stdout: StreamResult,
+    stderr: StreamResult,
+    exited: Option<(Option<i32>, Option<i32>)>,
+    failure: Option<(FailureKind, String)>,
+    landlock: Option<crate::landlock::LandlockOutcome>,
+}
+
 /// Reads the control socket and the output pipes until all are closed.
 struct Pump {
     helper_pid: i32,
@@ -430,6 +449,7 @@ struct Pump {
     buf: Vec<u8>,
     exited: Option<(Option<i32>, Option<i32>)>,
     failure: Option<(FailureKind, String)>,
+    landlock: Option<crate::landlock::LandlockOutcome>,
 }
 
 impl Pump {
@@ -467,6 +487,7 @@ impl Pump {
             buf: vec![0u8; 64 * 1024],
             exited: None,
             failure: None,
+            landlock: None,
         }
     }
 
@@ -521,6 +542,7 @@ impl Pump {
                     self.failure.get_or_insert((kind, message));
                 }
                 Ok(HelperMessage::Exited { code, signal }) => self.exited = Some((code, signal)),
+                Ok(HelperMessage::Layers { landlock }) => self.landlock = Some(landlock),
                 Err(_) => {}
             },
             Err(e) if e.kind() == ErrorKind::Interrupted => {}
@@ -551,17 +573,15 @@ impl Pump {
         }
     }
 
-    #[allow(clippy::type_complexity)]
-    fn finish(
-        self,
-    ) -> (
-        StreamResult,
-        StreamResult,
-        Option<(Option<i32>, Option<i32>)>,
-        Option<(FailureKind, String)>,
-    ) {
+    fn finish(self) -> Finished {
         let [out, err] = self.sinks;
-        (out.finish(), err.finish(), self.exited, self.failure)
+        Finished {
+            stdout: out.finish(),
+            stderr: err.finish(),
+            exited: self.exited,
+            failure: self.failure,
+            landlock: self.landlock,
+        }
     }
 }
 

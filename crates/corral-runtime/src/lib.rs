@@ -15,12 +15,14 @@
 pub mod cgroup;
 pub mod contain;
 pub mod helper;
+pub mod landlock;
 pub mod launch;
 pub mod output;
 pub mod plan;
 pub mod protocol;
 pub mod resolve;
 pub mod result;
+pub mod seccomp;
 
 pub use launch::{launch, Containment, LaunchError, LaunchOptions, Outcome, OutputMode};
 pub use plan::{build_plan, PlanError, RunRequest, SandboxPlan};

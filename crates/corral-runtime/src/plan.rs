@@ -11,7 +11,11 @@ use corral_policy::env::{self, EnvError, EnvRequest};
 use corral_policy::{AuditEvent, Level, MountSpec, Profile, ReasonCode, SandboxPath};
 use serde::{Deserialize, Serialize};
 
+use corral_policy::{LandlockMode, SeccompProfile};
+
+use crate::landlock::LandlockPlan;
 use crate::resolve::{CommandTable, Resolution};
+use crate::seccomp::CompiledFilters;
 
 /// Where the workspace appears inside the sandbox.
 pub const WORKSPACE: &str = "/workspace";
@@ -214,6 +218,48 @@ pub struct SandboxPlan {
     pub env: Vec<String>,
     /// Resource limits set just before execve.
     pub rlimits: Vec<Rlimit>,
+    /// Landlock and seccomp, prepared here so the helper only installs.
+    pub security: SecurityPlan,
+}
+
+/// The Landlock rules and compiled seccomp filters of one run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SecurityPlan {
+    /// Which seccomp profile the filters implement.
+    pub seccomp_profile: SeccompProfile,
+    /// The compiled filters, installed last.
+    pub filters: CompiledFilters,
+    /// The Landlock rules.
+    pub landlock: LandlockPlan,
+}
+
+/// Landlock rules mirroring the mounts: read (and execute) where the mount
+/// is read-only, everything where it is writable, devices in `/dev`, and a
+/// listing of `/`. Anything else, a path a mount mistake might expose
+/// included, stays out of reach.
+pub fn landlock_plan(profile: &Profile, mounts: &[MountOp]) -> LandlockPlan {
+    let mut plan = LandlockPlan {
+        required: profile.security.landlock == LandlockMode::Required,
+        list: vec!["/".into()],
+        read: vec!["/etc".into(), "/proc".into()],
+        write: vec!["/tmp".into(), "/dev/shm".into()],
+        devices: vec!["/dev".into()],
+        tcp_bind: profile.security.tcp_bind.clone(),
+        tcp_connect: profile.security.tcp_connect.clone(),
+    };
+    for op in mounts {
+        match op {
+            MountOp::Bind {
+                dest,
+                writable: true,
+                ..
+            }
+            | MountOp::Tmpfs { dest, .. } => plan.write.push(dest.to_string()),
+            MountOp::Bind { dest, .. } => plan.read.push(dest.to_string()),
+            MountOp::Symlink { .. } => {}
+        }
+    }
+    plan
 }
 
 /// Why a run was refused before anything started.
@@ -243,6 +289,9 @@ pub enum PlanError {
     /// A mount request is unusable.
     #[error("{0}")]
     Mount(String),
+    /// A security layer could not be prepared.
+    #[error("{0}")]
+    Security(String),
 }
 
 impl PlanError {
@@ -270,6 +319,7 @@ impl PlanError {
             }
             PlanError::Env(_) => "env.invalid",
             PlanError::Mount(_) => "mount.invalid",
+            PlanError::Security(_) => "security.invalid",
         }
     }
 }
@@ -312,6 +362,7 @@ pub fn build_plan(
     };
     let (env, events) = env::build(&profile.env, &request.env, lookup_env)?;
     let mounts = plan_mounts(profile, request, identity)?;
+    let mounts_for_landlock = mounts.clone();
     let plan = SandboxPlan {
         parent_pid: corral_sys::process::getpid(),
         identity,
@@ -326,6 +377,12 @@ pub fn build_plan(
         argv: request.argv.clone(),
         env: env.into_iter().map(|(k, v)| format!("{k}={v}")).collect(),
         rlimits: rlimits(&profile.limits),
+        security: SecurityPlan {
+            seccomp_profile: profile.security.seccomp,
+            filters: crate::seccomp::compile(profile.security.seccomp)
+                .map_err(|e| PlanError::Security(e.to_string()))?,
+            landlock: landlock_plan(profile, &mounts_for_landlock),
+        },
     };
     Ok((plan, events))
 }

@@ -26,6 +26,8 @@ pub enum FailureKind {
     Setup,
     /// Dropping privileges failed.
     Privileges,
+    /// Landlock or seccomp could not be put in force.
+    Security,
     /// execve failed with ENOENT.
     ExecNotFound,
     /// execve failed otherwise (EACCES, ENOEXEC, ...).
@@ -42,6 +44,11 @@ pub enum HelperMessage {
         kind: FailureKind,
         /// What failed, with paths and the errno name.
         message: String,
+    },
+    /// The program's last layers are in force (sent just before execve).
+    Layers {
+        /// How Landlock ended up.
+        landlock: crate::landlock::LandlockOutcome,
     },
     /// The program ended.
     Exited {

@@ -27,6 +27,10 @@ pub struct Enforced {
     /// Limits the policy asked for that this host could not enforce (only
     /// with `allow_unenforced`), e.g. `["memory", "pids"]`.
     pub not_enforced: Vec<String>,
+    /// The seccomp profile installed (`default` or `strict`).
+    pub seccomp: Option<String>,
+    /// Landlock as enforced: the kernel ABI and the ruleset status.
+    pub landlock: Option<crate::landlock::LandlockOutcome>,
 }
 
 impl Enforced {
@@ -42,6 +46,8 @@ impl Enforced {
             rlimits: serde_json::Map::new(),
             cgroup: None,
             not_enforced: Vec::new(),
+            seccomp: None,
+            landlock: None,
         }
     }
 }

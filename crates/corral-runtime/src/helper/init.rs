@@ -60,9 +60,24 @@ pub(super) fn run(
             "working directory contains a NUL byte".into(),
         ),
     };
+    // Landlock rules need the sandbox's own paths, so they are built here,
+    // after pivot_root; the seccomp filters were compiled by the parent.
+    let ruleset = match crate::landlock::prepare(&plan.security.landlock) {
+        Ok(r) => r,
+        Err(msg) => ctrl.fail(FailureKind::Security, msg),
+    };
+    let filters = plan.security.filters.to_bpf();
+    let last = LastSteps {
+        exec: &exec,
+        cwd: &cwd,
+        path: &plan.exec_path,
+        rlimits: &plan.rlimits,
+        landlock_required: plan.security.landlock.required,
+        filters: &filters,
+    };
     let program = match process::fork_in_single_threaded_helper() {
         Err(e) => ctrl.fail(FailureKind::Setup, format!("fork of the program: {e}")),
-        Ok(Fork::Child) => exec_program(&exec, &cwd, &plan.exec_path, &plan.rlimits, ctrl),
+        Ok(Fork::Child) => exec_program(last, ruleset, ctrl),
         Ok(Fork::Parent(pid)) => pid,
     };
     drop(exec);
@@ -71,15 +86,20 @@ pub(super) fn run(
     reap(program, ctrl)
 }
 
+/// Everything the program's process needs, prepared before its fork.
+struct LastSteps<'a> {
+    exec: &'a ExecArgs,
+    cwd: &'a CString,
+    path: &'a str,
+    rlimits: &'a [Rlimit],
+    landlock_required: bool,
+    filters: &'a [seccompiler::BpfProgram],
+}
+
 /// The program's own process: final hardening, then execve. Everything here
-/// is a plain syscall on data prepared before the fork.
-fn exec_program(
-    exec: &ExecArgs,
-    cwd: &CString,
-    path: &str,
-    rlimits: &[Rlimit],
-    mut ctrl: Control,
-) -> ! {
+/// works on data prepared before the fork; seccomp goes last so every
+/// earlier step may still use the syscalls it denies.
+fn exec_program(last: LastSteps<'_>, ruleset: landlock::RulesetCreated, mut ctrl: Control) -> ! {
     let step = |ctrl: &mut Control, what: &str, r: Result<(), corral_sys::Errno>| {
         if let Err(e) = r {
             ctrl.fail(FailureKind::Privileges, format!("{what}: {e}"));
@@ -96,7 +116,7 @@ fn exec_program(
         process::set_parent_death_signal(libc::SIGKILL),
     );
     // Resource limits, while nothing untrusted runs yet (setrlimit(2)).
-    for r in rlimits {
+    for r in last.rlimits {
         if let Err(e) = apply_rlimit(r) {
             ctrl.fail(
                 FailureKind::Privileges,
@@ -116,7 +136,22 @@ fn exec_program(
         "PR_SET_NO_NEW_PRIVS",
         process::set_no_new_privs(),
     );
-    step(&mut ctrl, "chdir to the workspace", mount::chdir(cwd));
+    step(&mut ctrl, "chdir to the workspace", mount::chdir(last.cwd));
+    // Landlock: the second filesystem layer (landlock(7)).
+    match crate::landlock::enforce(ruleset, last.landlock_required) {
+        Ok(landlock) => ctrl.send(&HelperMessage::Layers { landlock }),
+        Err(msg) => ctrl.fail(FailureKind::Security, msg),
+    }
+    // seccomp last (seccomp(2)): nothing after this but execve.
+    for prog in last.filters {
+        if let Err(e) = seccompiler::apply_filter(prog) {
+            ctrl.fail(
+                FailureKind::Security,
+                format!("installing the seccomp filter: {e}"),
+            );
+        }
+    }
+    let (exec, path) = (last.exec, last.path);
     let err = exec.exec();
     let (kind, code) = if err.0 == libc::ENOENT {
         (FailureKind::ExecNotFound, EXIT_NOT_FOUND)
