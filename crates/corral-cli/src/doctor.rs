@@ -95,6 +95,26 @@ pub fn doctor() -> i32 {
         ),
         meaning: "memory/pids limits need cgroup controllers delegated to corral",
     });
+    // Whether the default profile's cgroup limits can be enforced here, by
+    // creating (and removing) a real group the way `corral run` would.
+    let code = corral_policy::builtin::code();
+    let (ok, detail) = match corral_runtime::contain::Containment::for_limits(&code.limits) {
+        Ok(c) => {
+            let detail = c
+                .enforced_json()
+                .map(|v| format!("default limits enforceable: {v}"))
+                .unwrap_or_else(|| "no cgroup limits requested".into());
+            c.finish();
+            (true, detail)
+        }
+        Err(e) => (false, e),
+    };
+    findings.push(Finding {
+        ok,
+        feature: "cgroup limits of the default profile",
+        detail,
+        meaning: "`corral run` with the default profile is refused here (fail closed): run as root, delegate a cgroup to this user, or pass --allow-unenforced-limits",
+    });
     let mut all_ok = true;
     for f in &findings {
         all_ok &= f.ok || !matches!(f.feature, "full sandbox start");

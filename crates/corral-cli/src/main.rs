@@ -90,12 +90,15 @@ fn usage_error(e: clap::Error) -> i32 {
         .take_while(|a| a != "--")
         .any(|a| a == "--json");
     let message = e.render().to_string();
+    // The first paragraph: the complaint and, for missing arguments, which.
     let first = message
-        .lines()
+        .split("\n\n")
         .next()
         .unwrap_or("invalid arguments")
         .trim_start_matches("error: ")
-        .to_string();
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
     if json {
         return run::refuse(
             true,

@@ -89,3 +89,38 @@ fn signals_to_corral_reach_the_program() {
         "corral exits with the program's status"
     );
 }
+
+#[test]
+fn a_stalled_reader_does_not_defeat_the_timeout() {
+    use std::io::Read;
+    let token = format!("corral-stalled-{}", std::process::id());
+    // 200 KB fills the pipe to the reader (who is not reading), then sleeps.
+    let script =
+        "import sys, time\nsys.stdout.write('x' * 200000)\nsys.stdout.flush()\ntime.sleep(60)\n";
+    let mut child = corral_run()
+        .args(["--timeout", "1", "--", "python3", "-c", script, &token])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let sandboxed = || {
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+            .any(|c| c.starts_with(b"python3\0") && String::from_utf8_lossy(&c).contains(&token))
+    };
+    std::thread::sleep(Duration::from_millis(2500));
+    assert!(
+        !sandboxed(),
+        "the sandbox outlived its timeout while the reader stalled"
+    );
+    let mut out = Vec::new();
+    child.stdout.take().unwrap().read_to_end(&mut out).unwrap();
+    assert_eq!(child.wait().unwrap().code(), Some(137));
+    assert!(
+        out.len() >= 200000,
+        "the output reached the reader once it read: {}",
+        out.len()
+    );
+}

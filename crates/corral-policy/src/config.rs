@@ -649,6 +649,22 @@ fn check_merged(
             );
         }
     }
+    let l = &p.limits;
+    if l.output_kill_bytes < l.output_bytes {
+        return err(
+            "limits.output_kill",
+            format!(
+                "{} (possibly inherited) is below limits.output ({}); the kill ceiling must be at least what is kept",
+                l.output_kill_bytes, l.output_bytes
+            ),
+        );
+    }
+    if l.cpu_millicores.is_some_and(|m| m < 10) {
+        return err(
+            "limits.cpu_millicores",
+            "must be at least 10 (one hundredth of a core)".into(),
+        );
+    }
     let blocklist = Blocklist::new(&p.env.block).map_err(|e| {
         src.err(
             Some(span.clone()),
@@ -839,6 +855,14 @@ read_only = ["/opt/data:/data"]
         assert!(e.message.contains("TOKEN"), "{e}");
         let e = err("[profile.a.filesystem]\nsystem = [\"/usr\", \"/tmp\"]\n");
         assert_eq!(e.key, "profile.a.filesystem.system");
+    }
+
+    #[test]
+    fn merged_limits_are_checked() {
+        let e = err("[profile.a.limits]\noutput = \"128MiB\"\n");
+        assert_eq!(e.key, "profile.a.limits.output_kill", "{e}");
+        let e = err("[profile.a.limits]\ncpu_millicores = 5\n");
+        assert_eq!(e.key, "profile.a.limits.cpu_millicores");
     }
 
     #[test]

@@ -330,9 +330,12 @@ enum Sink {
     /// Head and tail kept for the result.
     Capture(HeadTail),
     /// Forwarded live until `budget` bytes; after that a tail of `budget`
-    /// bytes is kept for the end.
+    /// bytes is kept for the end. Live bytes wait in `pending` until the
+    /// reader can take them, so a stalled reader never blocks the drain or
+    /// the timeout.
     Stream {
         to: File,
+        pending: VecDeque<u8>,
         forwarded: usize,
         budget: usize,
         tail: VecDeque<u8>,
@@ -346,6 +349,7 @@ impl Sink {
         match (mode, to) {
             (OutputMode::Stream, Some(to)) => Sink::Stream {
                 to,
+                pending: VecDeque::new(),
                 forwarded: 0,
                 budget,
                 tail: VecDeque::new(),
@@ -367,18 +371,18 @@ impl Sink {
         match self {
             Sink::Capture(h) => h.push(data),
             Sink::Stream {
-                to,
+                pending,
                 forwarded,
                 budget,
                 tail,
                 total,
                 broken,
+                ..
             } => {
                 *total += data.len() as u64;
                 let live = (*budget - *forwarded).min(data.len());
-                if live > 0 && !*broken {
-                    // A reader that went away must not stop the drain.
-                    *broken = to.write_all(&data[..live]).is_err();
+                if !*broken {
+                    pending.extend(&data[..live]);
                 }
                 *forwarded += live;
                 let rest = &data[live..];
@@ -389,6 +393,45 @@ impl Sink {
                 } else {
                     tail.drain(..overflow);
                     tail.extend(rest);
+                }
+            }
+        }
+    }
+
+    /// The fd to wait on for writing, when live bytes are waiting.
+    fn wants_write(&self) -> Option<i32> {
+        match self {
+            Sink::Stream {
+                to,
+                pending,
+                broken: false,
+                ..
+            } if !pending.is_empty() => Some(to.as_raw_fd()),
+            _ => None,
+        }
+    }
+
+    /// Writes one chunk of pending bytes (the reader said it has room).
+    fn write_some(&mut self) {
+        if let Sink::Stream {
+            to,
+            pending,
+            broken,
+            ..
+        } = self
+        {
+            let (a, _) = pending.as_slices();
+            // A pipe with room takes a page without blocking.
+            let chunk = &a[..a.len().min(4096)];
+            match to.write(chunk) {
+                Ok(n) => {
+                    pending.drain(..n);
+                }
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(_) => {
+                    // A reader that went away must not stop the drain.
+                    *broken = true;
+                    pending.clear();
                 }
             }
         }
@@ -406,14 +449,21 @@ impl Sink {
             }
             Sink::Stream {
                 mut to,
+                pending,
                 forwarded,
                 tail,
                 total,
-                broken,
+                mut broken,
                 ..
             } => {
                 let kept = forwarded as u64 + tail.len() as u64;
                 let elided = total - kept;
+                // The sandbox is gone; what is left goes out at the
+                // reader's pace.
+                if !broken {
+                    let (a, b) = pending.as_slices();
+                    broken = to.write_all(a).and_then(|_| to.write_all(b)).is_err();
+                }
                 if !broken && !tail.is_empty() {
                     let _ = to.write_all(elision_marker(elided).as_bytes());
                     let (a, b) = tail.as_slices();
@@ -501,7 +551,7 @@ impl Pump {
 
     fn poll(&mut self, timeout_ms: i32) {
         let mut fds: Vec<PollFd> = Vec::with_capacity(4);
-        let mut watch = |fd: i32| fds.push(PollFd { fd, ready: false });
+        let mut watch = |fd: i32| fds.push(PollFd::read(fd));
         if let Some(c) = &self.ctrl {
             watch(c.as_raw_fd());
         }
@@ -510,6 +560,11 @@ impl Pump {
         }
         if let Some(s) = &self.signals {
             watch(s.raw());
+        }
+        for sink in &self.sinks {
+            if let Some(fd) = sink.wants_write() {
+                fds.push(PollFd::write(fd));
+            }
         }
         if fd::poll(&mut fds, timeout_ms).unwrap_or(0) == 0 {
             return;
@@ -526,6 +581,14 @@ impl Pump {
         for i in 0..2 {
             if self.pipes[i].as_ref().is_some_and(|f| ready(f.as_raw_fd())) {
                 self.read_pipe(i);
+            }
+        }
+        for sink in &mut self.sinks {
+            if sink
+                .wants_write()
+                .is_some_and(|fd| fds.iter().any(|p| p.fd == fd && p.write && p.ready))
+            {
+                sink.write_some();
             }
         }
     }

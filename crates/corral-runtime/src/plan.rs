@@ -145,37 +145,53 @@ pub struct Rlimit {
     pub hard: u64,
 }
 
-/// The rlimits a profile asks for. Core dumps are always off: a dump can
-/// hold secrets and fill the disk.
+/// The rlimits a profile asks for, each clamped to the hard limit corral
+/// itself inherited (raising one needs CAP_SYS_RESOURCE in the initial user
+/// namespace, which the sandbox never has), so the result reports what the
+/// program really gets. Core dumps are always off: a dump can hold secrets
+/// and fill the disk.
 pub fn rlimits(limits: &corral_policy::Limits) -> Vec<Rlimit> {
-    let same = |kind, v| Rlimit {
-        kind,
-        soft: v,
-        hard: v,
+    let clamp = |kind: RlimitKind, soft: u64, hard: u64| {
+        let inherited = corral_sys::process::get_rlimit(rlimit_resource(kind))
+            .map(|(_, h)| h)
+            .unwrap_or(u64::MAX);
+        Rlimit {
+            kind,
+            soft: soft.min(inherited),
+            hard: hard.min(inherited),
+        }
     };
     let mut out = vec![
-        same(RlimitKind::Core, 0),
-        same(RlimitKind::OpenFiles, limits.open_files),
+        clamp(RlimitKind::Core, 0, 0),
+        clamp(RlimitKind::OpenFiles, limits.open_files, limits.open_files),
     ];
     if let Some(v) = limits.address_space_bytes {
-        out.push(same(RlimitKind::AddressSpace, v.bytes()));
+        out.push(clamp(RlimitKind::AddressSpace, v.bytes(), v.bytes()));
     }
     if let Some(v) = limits.file_size_bytes {
-        out.push(same(RlimitKind::FileSize, v.bytes()));
+        out.push(clamp(RlimitKind::FileSize, v.bytes(), v.bytes()));
     }
     if let Some(v) = limits.processes {
-        out.push(same(RlimitKind::Processes, v));
+        out.push(clamp(RlimitKind::Processes, v, v));
     }
     if let Some(v) = limits.cpu_time_secs {
         // SIGXCPU at the soft limit lets the program notice; SIGKILL one
         // second later (setrlimit(2)).
-        out.push(Rlimit {
-            kind: RlimitKind::CpuTime,
-            soft: v,
-            hard: v + 1,
-        });
+        out.push(clamp(RlimitKind::CpuTime, v, v + 1));
     }
     out
+}
+
+/// The kernel resource number of a limit.
+pub fn rlimit_resource(kind: RlimitKind) -> libc::__rlimit_resource_t {
+    match kind {
+        RlimitKind::AddressSpace => libc::RLIMIT_AS,
+        RlimitKind::CpuTime => libc::RLIMIT_CPU,
+        RlimitKind::FileSize => libc::RLIMIT_FSIZE,
+        RlimitKind::OpenFiles => libc::RLIMIT_NOFILE,
+        RlimitKind::Processes => libc::RLIMIT_NPROC,
+        RlimitKind::Core => libc::RLIMIT_CORE,
+    }
 }
 
 /// A small file corral writes into the sandbox's root (`/etc/passwd`, ...).

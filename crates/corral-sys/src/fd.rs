@@ -82,18 +82,40 @@ pub fn pass_fd_as(cmd: &mut Command, fd: &OwnedFd, target: RawFd) {
 pub struct PollFd {
     /// The fd.
     pub fd: RawFd,
-    /// Set by [`poll`] when the fd is readable or hung up.
+    /// Wait until it is writable instead of readable.
+    pub write: bool,
+    /// Set by [`poll`] when the fd is ready, hung up or in error.
     pub ready: bool,
 }
 
-/// Waits up to `timeout_ms` (-1: forever) until one of `fds` is readable
-/// or hung up. Returns how many are ready (0 on timeout).
+impl PollFd {
+    /// Watch `fd` for reading.
+    pub fn read(fd: RawFd) -> Self {
+        PollFd {
+            fd,
+            write: false,
+            ready: false,
+        }
+    }
+
+    /// Watch `fd` for writing.
+    pub fn write(fd: RawFd) -> Self {
+        PollFd {
+            fd,
+            write: true,
+            ready: false,
+        }
+    }
+}
+
+/// Waits up to `timeout_ms` (-1: forever) until one of `fds` is ready
+/// (readable or writable as asked) or hung up. Returns how many are ready (0 on timeout).
 pub fn poll(fds: &mut [PollFd], timeout_ms: i32) -> SysResult<usize> {
     let mut raw: Vec<libc::pollfd> = fds
         .iter()
         .map(|p| libc::pollfd {
             fd: p.fd,
-            events: libc::POLLIN,
+            events: if p.write { libc::POLLOUT } else { libc::POLLIN },
             revents: 0,
         })
         .collect();

@@ -8,7 +8,7 @@ use corral_sys::process::{self, Fork, WaitStatus};
 use corral_sys::{fd, mount, net, ns, signal};
 
 use super::{rootfs, Control};
-use crate::plan::{Rlimit, RlimitKind, SandboxPlan};
+use crate::plan::{Rlimit, SandboxPlan};
 use crate::protocol::{FailureKind, HelperMessage};
 use crate::{EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND};
 
@@ -169,14 +169,7 @@ fn exec_program(last: LastSteps<'_>, ruleset: landlock::RulesetCreated, mut ctrl
 /// it: raising a hard limit needs CAP_SYS_RESOURCE in the initial user
 /// namespace, which the sandbox never has.
 fn apply_rlimit(r: &Rlimit) -> Result<(), corral_sys::Errno> {
-    let resource = match r.kind {
-        RlimitKind::AddressSpace => libc::RLIMIT_AS,
-        RlimitKind::CpuTime => libc::RLIMIT_CPU,
-        RlimitKind::FileSize => libc::RLIMIT_FSIZE,
-        RlimitKind::OpenFiles => libc::RLIMIT_NOFILE,
-        RlimitKind::Processes => libc::RLIMIT_NPROC,
-        RlimitKind::Core => libc::RLIMIT_CORE,
-    };
+    let resource = crate::plan::rlimit_resource(r.kind);
     let (_, hard_now) = process::get_rlimit(resource)?;
     process::set_rlimit(resource, r.soft.min(hard_now), r.hard.min(hard_now))
 }
