@@ -60,7 +60,7 @@ pub fn doctor() -> i32 {
         ok,
         feature: "full sandbox start",
         detail,
-        meaning: "corral refuses to run without its namespaces; fix the findings above",
+        meaning: "corral refuses to run without its namespaces; fix the findings above, or accept a weaker sandbox explicitly with `corral run --without-namespaces` (Landlock ABI 6+, seccomp, rlimits, output bounds)",
     });
     let landlock = corral_sys::probe::landlock_abi();
     findings.push(Finding {

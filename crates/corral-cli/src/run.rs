@@ -63,6 +63,13 @@ pub struct RunArgs {
     /// delegation); the result lists what was not enforced.
     #[arg(long = "allow-unenforced-limits")]
     allow_unenforced_limits: bool,
+    /// Run WITHOUT namespaces (for hosts where user namespaces are
+    /// blocked): Landlock (ABI 6+, required), seccomp without network
+    /// sockets or SysV IPC, rlimits, the environment scrub and output
+    /// bounds only. Weaker: the program sees the host's paths (as Landlock
+    /// allows) and shares its pid, network and IPC namespaces.
+    #[arg(long = "without-namespaces")]
+    without_namespaces: bool,
     /// Print one JSON result object instead of streaming output.
     #[arg(long)]
     json: bool,
@@ -72,6 +79,49 @@ pub struct RunArgs {
     /// The command and its arguments.
     #[arg(last = true, required = true, value_name = "COMMAND")]
     command: Vec<String>,
+}
+
+/// A temporary workspace for reduced mode, removed on drop.
+struct ScratchDir(PathBuf);
+
+impl ScratchDir {
+    fn create(identity: SandboxIdentity) -> Result<ScratchDir, String> {
+        use std::os::unix::fs::DirBuilderExt;
+        let base = std::env::temp_dir();
+        let stamp = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        for attempt in 0..16u32 {
+            let path = base.join(format!(
+                "corral-ws-{}-{stamp:x}-{attempt}",
+                std::process::id()
+            ));
+            match std::fs::DirBuilder::new().mode(0o700).create(&path) {
+                Ok(()) => {
+                    if identity.drop_from_root {
+                        // Our own fresh directory, handed to the sandbox uid.
+                        std::os::unix::fs::chown(&path, Some(identity.uid), Some(identity.gid))
+                            .map_err(|e| format!("chown {}: {e}", path.display()))?;
+                    }
+                    return Ok(ScratchDir(path));
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(format!("creating a workspace in {}: {e}", base.display())),
+            }
+        }
+        Err(format!(
+            "could not create a unique workspace in {}",
+            base.display()
+        ))
+    }
+}
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        // remove_dir_all does not follow symlinks the program planted.
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 /// Where security events go.
@@ -249,7 +299,11 @@ fn enforced(
     containment: &corral_runtime::contain::Containment,
     outcome: &Outcome,
 ) -> Enforced {
-    let mut e = Enforced::full_sandbox(identity.uid, identity.gid);
+    let mut e = if plan.reduced.is_some() {
+        Enforced::reduced(identity.uid, identity.gid)
+    } else {
+        Enforced::full_sandbox(identity.uid, identity.gid)
+    };
     for r in &plan.rlimits {
         e.rlimits.insert(rlimit_name(r.kind).into(), r.soft.into());
     }
@@ -298,13 +352,30 @@ pub fn run(args: RunArgs) -> i32 {
     if let Err(message) = apply_limit_flags(&args, &mut profile) {
         return refuse(json, EXIT_CORRAL_ERROR, "request.invalid", message, vec![]);
     }
-    let request = match request(&args) {
+    let mut request = match request(&args) {
         Ok(r) => r,
         Err((code, message)) => return refuse(json, EXIT_CORRAL_ERROR, &code, message, vec![]),
     };
+    let identity = SandboxIdentity::for_current_process(&profile);
+    // Reduced mode has no tmpfs workspace: a fresh host directory instead,
+    // removed afterwards (the guard).
+    let _scratch = if args.without_namespaces {
+        request.without_namespaces = true;
+        match request.workdir {
+            Some(_) => None,
+            None => match ScratchDir::create(identity) {
+                Ok(dir) => {
+                    request.workdir = Some(dir.0.clone());
+                    Some(dir)
+                }
+                Err(e) => return refuse(json, EXIT_CORRAL_ERROR, "sandbox.launch", e, vec![]),
+            },
+        }
+    } else {
+        None
+    };
     // Resolved once, here, before anything of the request is looked at.
     let commands = CommandTable::resolve(&profile, std::env::var("PATH").ok().as_deref());
-    let identity = SandboxIdentity::for_current_process(&profile);
     let lookup = |name: &str| std::env::var(name).ok();
     let (plan, mut events) = match build_plan(&profile, &commands, &request, identity, &lookup) {
         Ok(p) => p,
@@ -314,6 +385,16 @@ pub fn run(args: RunArgs) -> i32 {
             return refuse(json, e.exit_code(), e.code(), e.to_string(), events);
         }
     };
+    if plan.reduced.is_some() {
+        events.push(
+            AuditEvent::new(
+                corral_policy::Level::Warn,
+                corral_policy::ReasonCode::SandboxReduced,
+                "running WITHOUT namespaces (--without-namespaces): Landlock, seccomp, rlimits, env scrub and output bounds only",
+            )
+            .with("workdir", plan.cwd.as_str()),
+        );
+    }
     sink.emit(&events);
     let containment = match corral_runtime::contain::Containment::for_limits(&profile.limits) {
         Ok(c) => c,

@@ -42,6 +42,9 @@ pub enum ReasonCode {
     /// The request was malformed (empty command, NUL byte).
     #[serde(rename = "command.invalid")]
     CommandInvalid,
+    /// The run was explicitly started without namespaces (reduced mode).
+    #[serde(rename = "sandbox.reduced")]
+    SandboxReduced,
 }
 
 impl ReasonCode {
@@ -54,6 +57,7 @@ impl ReasonCode {
             ReasonCode::CommandArgsDenied => "command.args_denied",
             ReasonCode::CommandNotFound => "command.not_found",
             ReasonCode::CommandInvalid => "command.invalid",
+            ReasonCode::SandboxReduced => "sandbox.reduced",
         }
     }
 }

@@ -23,6 +23,11 @@ const TARGET_ABI: ABI = ABI::V6;
 pub struct LandlockPlan {
     /// Refuse to run when the kernel cannot enforce the ruleset.
     pub required: bool,
+    /// Refuse to run unless every right is enforced (reduced mode, where
+    /// Landlock is the only filesystem layer and its signal scoping the
+    /// only thing between the program and the user's other processes).
+    #[serde(default)]
+    pub require_full: bool,
     /// Read and execute (system trees, read-only binds, `/etc`, `/proc`).
     pub read: Vec<String>,
     /// Everything (workspace, `/tmp`, `/dev/shm`, read-write binds).
@@ -110,7 +115,11 @@ pub fn prepare(plan: &LandlockPlan) -> Result<RulesetCreated, String> {
 
 /// Enforces the ruleset on the calling process (the program, before exec).
 /// Fails when `required` and the kernel enforced nothing.
-pub fn enforce(ruleset: RulesetCreated, required: bool) -> Result<LandlockOutcome, String> {
+pub fn enforce(
+    ruleset: RulesetCreated,
+    required: bool,
+    require_full: bool,
+) -> Result<LandlockOutcome, String> {
     let status = ruleset
         .restrict_self()
         .map_err(|e| err("restrict_self", e))?;
@@ -124,6 +133,12 @@ pub fn enforce(ruleset: RulesetCreated, required: bool) -> Result<LandlockOutcom
         return Err(format!(
             "landlock is required but this kernel enforces none of it (ABI {abi}); boot with Landlock \
              enabled (lsm=...,landlock) or set security.landlock = \"best-effort\" to accept a weaker sandbox"
+        ));
+    }
+    if require_full && status.ruleset != RulesetStatus::FullyEnforced {
+        return Err(format!(
+            "running without namespaces needs Landlock ABI 6 or later fully enforced (this kernel: ABI {abi}, {label}): \
+             it is the only filesystem layer and its signal scoping the only barrier to your other processes"
         ));
     }
     Ok(LandlockOutcome {

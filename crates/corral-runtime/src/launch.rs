@@ -242,15 +242,22 @@ pub fn launch(
     if let Err(e) = ctrl.write_all(&payload) {
         return abort(spawn_err("send plan")(e));
     }
+    let reduced = plan.reduced.is_some();
     let kill = || {
-        // Killing the helper kills init (PDEATHSIG), and the kernel then
-        // kills every process of the pid namespace; the cgroup catches
-        // anything that raced out of it.
-        let _ = process::kill(helper_pid, libc::SIGKILL);
+        if reduced {
+            // No pid namespace: the helper, a subreaper, kills the tree.
+            let _ = process::kill(helper_pid, crate::helper::kill_tree_signal());
+        } else {
+            // Killing the helper kills init (PDEATHSIG), and the kernel
+            // then kills every process of the pid namespace.
+            let _ = process::kill(helper_pid, libc::SIGKILL);
+        }
+        // The cgroup catches anything that raced out of either.
         if let Some(c) = containment {
             c.kill_all();
         }
     };
+    let mut killed_at: Option<Instant> = None;
     let mut pump = Pump::new(
         helper_pid,
         [File::from(out_r), File::from(err_r)],
@@ -265,6 +272,12 @@ pub fn launch(
         if !output_killed && !timed_out && pump.over_kill_ceiling() {
             kill();
             output_killed = true;
+            killed_at = Some(Instant::now());
+        }
+        // Should the helper not finish the job in time, it dies itself.
+        if killed_at.is_some_and(|t| t.elapsed() > Duration::from_secs(2)) {
+            let _ = process::kill(helper_pid, libc::SIGKILL);
+            killed_at = None;
         }
         let wait_ms = match deadline {
             Some(d) if !timed_out && !output_killed => {
@@ -272,10 +285,12 @@ pub fn launch(
                 if now >= d {
                     kill();
                     timed_out = true;
+                    killed_at = Some(Instant::now());
                     continue;
                 }
                 (d - now).as_millis().min(i32::MAX as u128) as i32 + 1
             }
+            _ if killed_at.is_some() => 100,
             _ => -1,
         };
         pump.poll(wait_ms);

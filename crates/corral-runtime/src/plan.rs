@@ -34,6 +34,9 @@ pub struct RunRequest {
     pub read_write: Vec<MountSpec>,
     /// Extra environment.
     pub env: EnvRequest,
+    /// Run without namespaces (reduced mode): Landlock, seccomp, rlimits,
+    /// the environment scrub and output bounds only. Needs `workdir`.
+    pub without_namespaces: bool,
 }
 
 /// Who runs the program, decided by who runs corral.
@@ -236,6 +239,16 @@ pub struct SandboxPlan {
     pub rlimits: Vec<Rlimit>,
     /// Landlock and seccomp, prepared here so the helper only installs.
     pub security: SecurityPlan,
+    /// Set in reduced mode: no namespaces, no mounts; the program runs on
+    /// the host filesystem as Landlock allows, in this host directory.
+    pub reduced: Option<ReducedPlan>,
+}
+
+/// Reduced mode's own facts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReducedPlan {
+    /// The workspace, a host directory (also the working directory).
+    pub workdir: String,
 }
 
 /// The Landlock rules and compiled seccomp filters of one run.
@@ -256,6 +269,7 @@ pub struct SecurityPlan {
 pub fn landlock_plan(profile: &Profile, mounts: &[MountOp]) -> LandlockPlan {
     let mut plan = LandlockPlan {
         required: profile.security.landlock == LandlockMode::Required,
+        require_full: false,
         list: vec!["/".into()],
         read: vec!["/etc".into(), "/proc".into()],
         write: vec!["/tmp".into(), "/dev/shm".into()],
@@ -377,6 +391,10 @@ pub fn build_plan(
         }
     };
     let (env, events) = env::build(&profile.env, &request.env, lookup_env)?;
+    if request.without_namespaces {
+        let plan = reduced_plan(profile, request, identity, exec_path, env)?;
+        return Ok((plan, events));
+    }
     let mounts = plan_mounts(profile, request, identity)?;
     let mounts_for_landlock = mounts.clone();
     let plan = SandboxPlan {
@@ -399,8 +417,104 @@ pub fn build_plan(
                 .map_err(|e| PlanError::Security(e.to_string()))?,
             landlock: landlock_plan(profile, &mounts_for_landlock),
         },
+        reduced: None,
     };
     Ok((plan, events))
+}
+
+/// The plan for reduced mode: the host filesystem seen through Landlock
+/// only (read/execute on the system paths and read-only binds, everything
+/// on the workdir and read-write binds, the five harmless devices), a
+/// seccomp filter that also refuses network sockets and SysV IPC (there is
+/// no network or IPC namespace), and the workdir as home and temp dir.
+fn reduced_plan(
+    profile: &Profile,
+    request: &RunRequest,
+    identity: SandboxIdentity,
+    exec_path: String,
+    env: env::EnvVars,
+) -> Result<SandboxPlan, PlanError> {
+    let workdir = request.workdir.as_ref().ok_or_else(|| {
+        PlanError::Mount(
+            "running without namespaces needs a host workdir (there is no tmpfs workspace)".into(),
+        )
+    })?;
+    let workdir = std::fs::canonicalize(workdir)
+        .map_err(|e| PlanError::Mount(format!("workdir {}: {e}", workdir.display())))?;
+    let workdir = workdir
+        .to_str()
+        .ok_or_else(|| PlanError::Mount("workdir is not UTF-8".into()))?
+        .to_string();
+    let explicit: Vec<(&MountSpec, bool)> = profile
+        .filesystem
+        .read_only
+        .iter()
+        .chain(&request.read_only)
+        .map(|m| (m, false))
+        .chain(
+            profile
+                .filesystem
+                .read_write
+                .iter()
+                .chain(&request.read_write)
+                .map(|m| (m, true)),
+        )
+        .collect();
+    let mut landlock = LandlockPlan {
+        required: true,
+        require_full: true,
+        devices: ["null", "zero", "full", "random", "urandom"]
+            .iter()
+            .map(|d| format!("/dev/{d}"))
+            .collect(),
+        write: vec![workdir.clone()],
+        tcp_bind: profile.security.tcp_bind.clone(),
+        tcp_connect: profile.security.tcp_connect.clone(),
+        ..Default::default()
+    };
+    landlock.read = profile
+        .filesystem
+        .system
+        .iter()
+        .map(|p| p.to_string())
+        .collect();
+    for (m, writable) in explicit {
+        if m.source != m.dest {
+            return Err(PlanError::Mount(format!(
+                "{m}: showing a host path at another place needs namespaces; without them use PATH only"
+            )));
+        }
+        if writable {
+            landlock.write.push(m.source.to_string());
+        } else {
+            landlock.read.push(m.source.to_string());
+        }
+    }
+    let mut env: std::collections::BTreeMap<String, String> = env.into_iter().collect();
+    env.insert("HOME".into(), workdir.clone());
+    env.insert("TMPDIR".into(), workdir.clone());
+    Ok(SandboxPlan {
+        parent_pid: corral_sys::process::getpid(),
+        identity,
+        hostname: profile.hostname.clone(),
+        tmp_size: 0,
+        dev_pts: false,
+        mounts: Vec::new(),
+        deny: Vec::new(),
+        files: Vec::new(),
+        cwd: SandboxPath::new(&workdir).map_err(|e| PlanError::Mount(e.to_string()))?,
+        exec_path,
+        argv: request.argv.clone(),
+        env: env.into_iter().map(|(k, v)| format!("{k}={v}")).collect(),
+        rlimits: rlimits(&profile.limits),
+        security: SecurityPlan {
+            seccomp_profile: profile.security.seccomp,
+            filters: crate::seccomp::compile_reduced(profile.security.seccomp)
+                .map_err(|e| PlanError::Security(e.to_string()))?,
+            landlock,
+        },
+        reduced: Some(ReducedPlan { workdir }),
+    })
 }
 
 /// Orders the filesystem steps: system paths (symlinks recreated, missing

@@ -34,6 +34,15 @@ pub struct Enforced {
 }
 
 impl Enforced {
+    /// Reduced mode: no namespaces, no private root.
+    pub fn reduced(uid: u32, gid: u32) -> Self {
+        Enforced {
+            namespaces: Vec::new(),
+            root: "host filesystem through Landlock only (reduced mode)",
+            ..Enforced::full_sandbox(uid, gid)
+        }
+    }
+
     /// The namespace and privilege layers every sandbox gets.
     pub fn full_sandbox(uid: u32, gid: u32) -> Self {
         Enforced {

@@ -581,6 +581,46 @@ pub fn compile(profile: SeccompProfile) -> Result<CompiledFilters, SeccompError>
     })
 }
 
+/// SysV IPC, shared with the host when there is no IPC namespace.
+const SYSV_IPC: &[(&str, i64)] = &[
+    ("shmget", libc::SYS_shmget),
+    ("shmat", libc::SYS_shmat),
+    ("shmctl", libc::SYS_shmctl),
+    ("shmdt", libc::SYS_shmdt),
+    ("msgget", libc::SYS_msgget),
+    ("msgsnd", libc::SYS_msgsnd),
+    ("msgrcv", libc::SYS_msgrcv),
+    ("msgctl", libc::SYS_msgctl),
+    ("semget", libc::SYS_semget),
+    ("semop", libc::SYS_semop),
+    ("semtimedop", libc::SYS_semtimedop),
+    ("semctl", libc::SYS_semctl),
+];
+
+/// Filters for reduced mode (no namespaces): the profile's filter plus one
+/// refusing every socket family but AF_UNIX (there is no network
+/// namespace to contain the others) and SysV IPC (no IPC namespace).
+pub fn compile_reduced(profile: SeccompProfile) -> Result<CompiledFilters, SeccompError> {
+    let mut filters = compile(profile)?;
+    let mut rules: BTreeMap<i64, Vec<SeccompRule>> =
+        SYSV_IPC.iter().map(|(_, nr)| (*nr, vec![])).collect();
+    rules.insert(
+        libc::SYS_socket,
+        vec![rule(vec![cond(
+            0,
+            Len::Dword,
+            Op::Ne,
+            libc::AF_UNIX as u64,
+        )?])?],
+    );
+    filters.programs.push(compile_one(
+        rules,
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::EPERM as u32),
+    )?);
+    Ok(filters)
+}
+
 /// The reviewed rules of `profile`, for `corral explain`.
 pub fn describe(profile: SeccompProfile) -> Vec<RuleDoc> {
     let mut docs = Vec::new();

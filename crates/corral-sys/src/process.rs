@@ -179,18 +179,33 @@ pub fn set_no_new_privs() -> SysResult<()> {
     .map(drop)
 }
 
-/// Drops every capability from every set: bounding (so no exec can regain
-/// one), ambient, and effective/permitted/inheritable.
-pub fn drop_all_capabilities() -> SysResult<()> {
+/// Empties the capability bounding set, so no exec can ever regain a
+/// capability. Needs CAP_SETPCAP (root, or any process inside its own user
+/// namespace). Returns whether the set is empty afterwards.
+pub fn drop_bounding_set() -> SysResult<bool> {
     let last = last_capability();
     for cap in 0..=last {
-        if let Err(e) = prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong) {
-            // EINVAL: the kernel does not know this cap; nothing to drop.
-            if e.0 != libc::EINVAL {
-                return Err(e);
-            }
+        match prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong) {
+            // EINVAL: the kernel does not know this cap; EPERM: no
+            // CAP_SETPCAP (an unprivileged process without a user
+            // namespace), checked below.
+            Ok(()) => {}
+            Err(e) if e.0 == libc::EINVAL || e.0 == libc::EPERM => {}
+            Err(e) => return Err(e),
         }
     }
+    // SAFETY: PR_CAPBSET_READ takes integer arguments only.
+    let any_left = (0..=last).any(
+        |cap| unsafe { libc::prctl(libc::PR_CAPBSET_READ, cap as libc::c_ulong, 0, 0, 0) } == 1,
+    );
+    Ok(!any_left)
+}
+
+/// Drops every capability from every set: bounding (as far as
+/// [`drop_bounding_set`] can), ambient, and effective/permitted/inheritable.
+/// Returns whether the bounding set is empty.
+pub fn drop_all_capabilities() -> SysResult<bool> {
+    let bounding_empty = drop_bounding_set()?;
     // SAFETY: PR_CAP_AMBIENT_CLEAR_ALL takes integer arguments only.
     cvt(unsafe {
         libc::prctl(
@@ -227,7 +242,7 @@ pub fn drop_all_capabilities() -> SysResult<()> {
     // (capability.h: one header, two 32-bit data words) and live across the
     // call.
     cvt(unsafe { libc::syscall(libc::SYS_capset, &header as *const Header, data.as_ptr()) })?;
-    Ok(())
+    Ok(bounding_empty)
 }
 
 /// The highest capability number this kernel knows
@@ -307,4 +322,59 @@ pub fn get_rlimit(resource: libc::__rlimit_resource_t) -> SysResult<(u64, u64)> 
 pub fn setpgid_self() -> SysResult<()> {
     // SAFETY: plain integer arguments.
     cvt(unsafe { libc::setpgid(0, 0) }).map(drop)
+}
+
+/// `PR_SET_CHILD_SUBREAPER`: orphaned descendants are re-parented to this
+/// process instead of the host's init, so it can find and kill them.
+pub fn set_child_subreaper() -> SysResult<()> {
+    prctl(libc::PR_SET_CHILD_SUBREAPER, 1)
+}
+
+/// Overwrites this process's argv and environment string areas (what
+/// `/proc/PID/cmdline` and `/proc/PID/environ` show): argv becomes
+/// `argv0_replacement` followed by NULs, the environment all NULs. Used by
+/// a helper forked from corral, whose copies of corral's arguments and
+/// environment would otherwise show through PID 1's `/proc` entries.
+///
+/// The bounds come from the kernel (`/proc/self/stat` fields 48-51).
+pub fn wipe_args_and_env(argv0_replacement: &[u8]) -> std::io::Result<()> {
+    let stat = std::fs::read_to_string("/proc/self/stat")?;
+    // Fields after the parenthesised command name; proc(5) numbers them
+    // from 1, with arg_start at 48 ... env_end at 51.
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or_default();
+    let fields: Vec<usize> = rest
+        .split_whitespace()
+        .map(|f| f.parse().unwrap_or(0))
+        .collect();
+    let field = |n: usize| fields.get(n - 3).copied().unwrap_or(0);
+    let bad = || {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "unexpected argv/env bounds in /proc/self/stat",
+        )
+    };
+    for (start, end, prefix) in [
+        (field(48), field(49), argv0_replacement),
+        (field(50), field(51), &b""[..]),
+    ] {
+        if start == 0 || end <= start || end - start > (64 << 20) {
+            return Err(bad());
+        }
+        let len = end - start;
+        let ptr = start as *mut u8;
+        // SAFETY: [start, end) is this process's argv (or environment)
+        // string area as the kernel reports it: mapped, writable (the
+        // initial stack), and owned by no Rust object. The process is a
+        // single-threaded fork, and no one reads these strings after this
+        // (std's cached argv/environ then see empty strings).
+        unsafe {
+            std::ptr::write_bytes(ptr, 0, len);
+            std::ptr::copy_nonoverlapping(
+                prefix.as_ptr(),
+                ptr,
+                prefix.len().min(len.saturating_sub(1)),
+            );
+        }
+    }
+    Ok(())
 }

@@ -73,6 +73,7 @@ pub(super) fn run(
         path: &plan.exec_path,
         rlimits: &plan.rlimits,
         landlock_required: plan.security.landlock.required,
+        landlock_full: plan.security.landlock.require_full,
         filters: &filters,
     };
     let program = match process::fork_in_single_threaded_helper() {
@@ -83,23 +84,33 @@ pub(super) fn run(
     drop(exec);
     drop(plan);
     fd::stdio_to_devnull();
-    reap(program, ctrl)
+    // The program is gone: so is everything it left running (daemons,
+    // double forks). kill(-1) from PID 1 reaches every process of this pid
+    // namespace and nothing outside it.
+    reap(program, ctrl, &|| {
+        let _ = process::kill(-1, libc::SIGKILL);
+    })
 }
 
 /// Everything the program's process needs, prepared before its fork.
-struct LastSteps<'a> {
-    exec: &'a ExecArgs,
-    cwd: &'a CString,
-    path: &'a str,
-    rlimits: &'a [Rlimit],
-    landlock_required: bool,
-    filters: &'a [seccompiler::BpfProgram],
+pub(super) struct LastSteps<'a> {
+    pub(super) exec: &'a ExecArgs,
+    pub(super) cwd: &'a CString,
+    pub(super) path: &'a str,
+    pub(super) rlimits: &'a [Rlimit],
+    pub(super) landlock_required: bool,
+    pub(super) landlock_full: bool,
+    pub(super) filters: &'a [seccompiler::BpfProgram],
 }
 
 /// The program's own process: final hardening, then execve. Everything here
 /// works on data prepared before the fork; seccomp goes last so every
 /// earlier step may still use the syscalls it denies.
-fn exec_program(last: LastSteps<'_>, ruleset: landlock::RulesetCreated, mut ctrl: Control) -> ! {
+pub(super) fn exec_program(
+    last: LastSteps<'_>,
+    ruleset: landlock::RulesetCreated,
+    mut ctrl: Control,
+) -> ! {
     let step = |ctrl: &mut Control, what: &str, r: Result<(), corral_sys::Errno>| {
         if let Err(e) = r {
             ctrl.fail(FailureKind::Privileges, format!("{what}: {e}"));
@@ -125,10 +136,12 @@ fn exec_program(last: LastSteps<'_>, ruleset: landlock::RulesetCreated, mut ctrl
         }
     }
     // Every capability in every set, bounding and ambient included.
+    // (Without a user namespace and as an ordinary user the bounding set
+    // cannot be emptied; no_new_privs below makes it unusable anyway.)
     step(
         &mut ctrl,
         "dropping capabilities",
-        process::drop_all_capabilities(),
+        process::drop_all_capabilities().map(drop),
     );
     // No execve can grant privileges again (setuid binaries stay inert).
     step(
@@ -138,7 +151,7 @@ fn exec_program(last: LastSteps<'_>, ruleset: landlock::RulesetCreated, mut ctrl
     );
     step(&mut ctrl, "chdir to the workspace", mount::chdir(last.cwd));
     // Landlock: the second filesystem layer (landlock(7)).
-    match crate::landlock::enforce(ruleset, last.landlock_required) {
+    match crate::landlock::enforce(ruleset, last.landlock_required, last.landlock_full) {
         Ok(landlock) => ctrl.send(&HelperMessage::Layers { landlock }),
         Err(msg) => ctrl.fail(FailureKind::Security, msg),
     }
@@ -176,11 +189,14 @@ fn apply_rlimit(r: &Rlimit) -> Result<(), corral_sys::Errno> {
 
 /// PID 1's loop. Signals arrive synchronously; SIGCHLD reaps every child
 /// (orphans are re-parented to us); others are forwarded to the program.
-fn reap(program: i32, mut ctrl: Control) -> ! {
+pub(super) fn reap(program: i32, mut ctrl: Control, kill_leftovers: &dyn Fn()) -> ! {
     let mut status: Option<WaitStatus> = None;
     loop {
         let sig = signal::wait_any().unwrap_or(libc::SIGCHLD);
-        if sig != libc::SIGCHLD {
+        if sig == super::kill_tree_signal() {
+            // The parent's timeout or output ceiling: everything dies now.
+            status.get_or_insert(WaitStatus::Signaled(libc::SIGKILL));
+        } else if sig != libc::SIGCHLD {
             if status.is_none() {
                 let _ = process::kill(program, sig);
             }
@@ -192,11 +208,14 @@ fn reap(program: i32, mut ctrl: Control) -> ! {
             }
         }
         if let Some(ws) = status {
-            // The program is gone: so is everything it left running
-            // (daemons, double forks). kill(-1) from PID 1 reaches every
-            // process of this pid namespace and nothing outside it.
-            let _ = process::kill(-1, libc::SIGKILL);
-            while process::waitpid(-1, false).is_ok() {}
+            // Kill, reap one, repeat: a process may have forked, or (under a
+            // subreaper) an orphan may have been handed to us meanwhile.
+            loop {
+                kill_leftovers();
+                if process::waitpid(-1, false).is_err() {
+                    break;
+                }
+            }
             let (code, signal) = match ws {
                 WaitStatus::Exited(c) => (Some(c), None),
                 WaitStatus::Signaled(s) => (None, Some(s)),

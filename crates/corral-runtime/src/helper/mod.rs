@@ -17,7 +17,14 @@
 //! allocate and use the standard library freely between its forks.
 
 mod init;
+mod reduced;
 mod rootfs;
+
+/// The signal the parent sends the helper to have the whole sandbox killed
+/// (timeout, output ceiling) when there is no pid namespace to tear down.
+pub fn kill_tree_signal() -> i32 {
+    libc::SIGRTMIN() + 4
+}
 
 use std::ffi::CString;
 use std::fs::File;
@@ -80,48 +87,13 @@ pub fn main_forked(plan: SandboxPlan) -> ! {
         Ok(n) if &go[..n] == crate::protocol::GO_AHEAD => {}
         _ => process::exit_now(EXIT_CORRAL_ERROR),
     }
-    if let Err(e) = scrub_inherited_args_and_env() {
+    if let Err(e) = process::wipe_args_and_env(b"corral-sandbox") {
         ctrl.fail(
             FailureKind::Setup,
             format!("wiping the inherited argv/environment: {e}"),
         );
     }
     run(plan, ctrl)
-}
-
-/// Overwrites this process's argv and environment areas (the bytes
-/// `/proc/self/cmdline` and `/proc/self/environ` show) through
-/// `/proc/self/mem`: argv becomes `corral-sandbox`, the environment zeros.
-fn scrub_inherited_args_and_env() -> std::io::Result<()> {
-    use std::io::{Seek, SeekFrom};
-    let stat = std::fs::read_to_string("/proc/self/stat")?;
-    // Fields after the parenthesised command name; proc(5) numbers them
-    // from 1, with arg_start at 48 ... env_end at 51.
-    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or_default();
-    let fields: Vec<u64> = rest
-        .split_whitespace()
-        .map(|f| f.parse().unwrap_or(0))
-        .collect();
-    let field = |n: usize| fields.get(n - 3).copied().unwrap_or(0);
-    let areas = [
-        (field(48), field(49), &b"corral-sandbox\0"[..]),
-        (field(50), field(51), &b""[..]),
-    ];
-    let mut mem = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/proc/self/mem")?;
-    for (start, end, prefix) in areas {
-        if end <= start {
-            continue;
-        }
-        let mut bytes = vec![0u8; (end - start) as usize];
-        let n = prefix.len().min(bytes.len());
-        bytes[..n].copy_from_slice(&prefix[..n]);
-        mem.seek(SeekFrom::Start(start))?;
-        mem.write_all(&bytes)?;
-    }
-    Ok(())
 }
 
 fn read_plan(ctrl: &mut File) -> Result<SandboxPlan, String> {
@@ -142,6 +114,16 @@ fn run(plan: SandboxPlan, mut ctrl: Control) -> ! {
     //    before anything else, so even a kernel bug in namespace set-up
     //    runs as an ordinary user (the program must never be host root).
     let id = plan.identity;
+    // Reduced mode as root: empty the bounding set while we still hold
+    // CAP_SETPCAP (there is no user namespace to do it in later).
+    if plan.reduced.is_some() && id.drop_from_root {
+        if let Err(e) = process::drop_bounding_set() {
+            ctrl.fail(
+                FailureKind::Privileges,
+                format!("emptying the bounding set: {e}"),
+            );
+        }
+    }
     // Still root: clone the workdir as an idmapped mount now (it needs
     // CAP_SYS_ADMIN over the host filesystem), attach it later inside.
     let prepared = match prepare_idmapped(&plan) {
@@ -168,6 +150,10 @@ fn run(plan: SandboxPlan, mut ctrl: Control) -> ! {
         || process::getppid() != plan.parent_pid
     {
         process::exit_now(EXIT_CORRAL_ERROR);
+    }
+    // Reduced mode (explicitly asked for): no namespaces at all.
+    if plan.reduced.is_some() {
+        reduced::run(plan, ctrl)
     }
     // 4. The user namespace first, on its own, so its absence gets its own
     //    diagnosis (Ubuntu 24.04's AppArmor restriction, sysctls).
@@ -341,6 +327,7 @@ fn userns_hint(e: Errno) -> String {
          kernel.apparmor_restrict_unprivileged_userns=1 (Ubuntu 24.04), \
          user.max_user_namespaces=0, or a container that forbids them. \
          `corral doctor` checks each and says how to fix it. \
-         corral does not silently fall back to a weaker sandbox."
+         corral does not silently fall back to a weaker sandbox: `corral run --without-namespaces` \
+         accepts one explicitly (Landlock, seccomp, rlimits and output bounds only)."
     )
 }

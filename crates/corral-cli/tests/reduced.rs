@@ -1,0 +1,187 @@
+//! Reduced mode (`--without-namespaces`), for hosts that block user
+//! namespaces: what still holds, and that nothing falls back silently.
+
+#![allow(clippy::unwrap_used)] // test helpers fail loudly, as tests do
+
+mod common;
+use common::*;
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+fn reduced(flags: &[&str], argv: &[&str]) -> (serde_json::Value, std::process::Output) {
+    let mut all = vec!["--without-namespaces"];
+    all.extend_from_slice(flags);
+    run_json(&all, argv)
+}
+
+#[test]
+fn runs_and_says_it_is_reduced() {
+    let (v, out) = reduced(&[], &["python3", "-c", "print(6 * 7)"]);
+    assert_eq!(v["stdout"], "42\n", "{v}");
+    assert_eq!(v["enforced"]["namespaces"], serde_json::json!([]));
+    assert_eq!(v["enforced"]["landlock"]["status"], "fully_enforced");
+    assert_eq!(v["enforced"]["seccomp"], "default");
+    assert!(v["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|e| e["code"] == "sandbox.reduced"));
+    assert!(text(&out.stderr).contains("sandbox.reduced"));
+}
+
+#[test]
+fn landlock_confines_the_filesystem() {
+    let dir = tempfile::Builder::new()
+        .prefix("corral-reduced-")
+        .tempdir()
+        .unwrap();
+    if is_root() {
+        // The program runs as uid 65534: give it its own workdir.
+        Command::new("chown")
+            .arg("65534:65534")
+            .arg(dir.path())
+            .status()
+            .unwrap();
+    }
+    let script = "import os\n\
+        for p in ['/etc/hostname', '/root', '/home', '/proc/1/environ']:\n\
+        \x20   try:\n\
+        \x20       open(p).read() if not os.path.isdir(p) else os.listdir(p)\n\
+        \x20       print('READ', p)\n\
+        \x20   except OSError as e:\n\
+        \x20       print('denied', p, e.errno)\n\
+        for p in ['/tmp/corral-reduced-evil', '/var/tmp/corral-reduced-evil']:\n\
+        \x20   try:\n\
+        \x20       open(p, 'w').write('x')\n\
+        \x20       print('WROTE', p)\n\
+        \x20   except OSError as e:\n\
+        \x20       print('denied', p, e.errno)\n\
+        open('out.txt', 'w').write('ok')\n\
+        print('cwd', os.getcwd())\n";
+    let (v, _) = reduced(
+        &["--workdir", dir.path().to_str().unwrap()],
+        &["python3", "-c", script],
+    );
+    let s = v["stdout"].as_str().unwrap();
+    assert!(!s.contains("READ") && !s.contains("WROTE"), "{s}");
+    assert_eq!(s.matches("denied").count(), 6, "{s}");
+    assert!(
+        s.contains(&format!(
+            "cwd {}",
+            std::fs::canonicalize(dir.path()).unwrap().display()
+        )),
+        "{s}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("out.txt")).unwrap(),
+        "ok"
+    );
+    assert!(!std::path::Path::new("/tmp/corral-reduced-evil").exists());
+}
+
+#[test]
+fn network_sockets_and_sysv_ipc_are_refused() {
+    let script = "import socket, ctypes, errno\n\
+        for fam in (socket.AF_INET, socket.AF_INET6, socket.AF_NETLINK):\n\
+        \x20   try:\n\
+        \x20       socket.socket(fam, socket.SOCK_DGRAM if fam == socket.AF_NETLINK else socket.SOCK_STREAM)\n\
+        \x20       print('OPENED', fam)\n\
+        \x20   except OSError as e:\n\
+        \x20       print('denied', e.errno)\n\
+        socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\n\
+        print('unix ok')\n\
+        libc = ctypes.CDLL(None, use_errno=True)\n\
+        r = libc.shmget(0, 4096, 0o1000 | 0o600)\n\
+        print('shmget', r, ctypes.get_errno())\n";
+    let (v, _) = reduced(&[], &["python3", "-c", script]);
+    let s = v["stdout"].as_str().unwrap();
+    assert_eq!(s.matches("denied 1").count(), 3, "{s}");
+    assert!(s.contains("unix ok") && s.contains("shmget -1 1"), "{s}");
+}
+
+#[test]
+fn signals_cannot_reach_host_processes() {
+    let mut victim = Command::new("sleep");
+    victim.arg("60").stdin(Stdio::null());
+    if is_root() {
+        use std::os::unix::process::CommandExt;
+        victim.uid(65534).gid(65534);
+    }
+    let mut victim = victim.spawn().unwrap();
+    let pid = victim.id().to_string();
+    let (v, _) = reduced(&[], &["sh", "-c", &format!("kill -KILL {pid}; echo rc=$?")]);
+    std::thread::sleep(Duration::from_millis(100));
+    let alive = victim.try_wait().unwrap().is_none();
+    let _ = victim.kill();
+    let _ = victim.wait();
+    assert!(alive, "the sandbox killed a host process: {v}");
+    assert!(v["stdout"].as_str().unwrap().contains("rc=1"), "{v}");
+}
+
+#[test]
+fn ptrace_and_namespaces_stay_denied() {
+    let script = "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n\
+        print('ptrace', libc.ptrace(0, 0, 0, 0), ctypes.get_errno())\n\
+        print('unshare', libc.unshare(0x10000000), ctypes.get_errno())\n";
+    let (v, _) = reduced(&[], &["python3", "-c", script]);
+    assert_eq!(v["stdout"], "ptrace -1 1\nunshare -1 1\n", "{v}");
+}
+
+#[test]
+fn daemons_die_with_the_timeout_without_a_pid_namespace() {
+    let token = format!("corral-reduced-daemon-{}", std::process::id());
+    let script = format!("import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n        os.execvp('python3', ['python3', '-c', 'import time; time.sleep(60)', '{token}'])\n    os._exit(0)\ntime.sleep(60)\n");
+    let (v, _) = reduced(&["--timeout", "1"], &["python3", "-c", &script]);
+    assert_eq!(v["timed_out"], true, "{v}");
+    std::thread::sleep(Duration::from_millis(300));
+    let alive = std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+        .any(|c| c.starts_with(b"python3\0") && String::from_utf8_lossy(&c).contains(&token));
+    assert!(
+        !alive,
+        "a setsid'd double-forked daemon outlived the timeout"
+    );
+}
+
+/// corral inside corral: the outer sandbox's seccomp filter refuses new
+/// user namespaces, as a locked-down container would.
+fn nested(inner: &[&str]) -> std::process::Output {
+    let bin = corral_bin();
+    let dir = bin.parent().unwrap().to_str().unwrap().to_string();
+    let name = bin.file_name().unwrap().to_str().unwrap().to_string();
+    let (_d, cfg) = config(
+        "[profile.outer]\nextends = \"code\"\n[profile.outer.commands]\nallow_paths = true\n",
+    );
+    let ro = format!("{dir}:/opt/corral");
+    let inner_bin = format!("/opt/corral/{name}");
+    let mut argv = vec![inner_bin.as_str(), "run", "--allow-unenforced-limits"];
+    argv.extend_from_slice(inner);
+    run(
+        &[
+            "--config",
+            cfg.to_str().unwrap(),
+            "--profile",
+            "outer",
+            "--ro",
+            &ro,
+        ],
+        &argv,
+    )
+}
+
+#[test]
+fn without_user_namespaces_corral_fails_closed_and_names_the_flag() {
+    let out = nested(&["--", "sh", "-c", "echo ran"]);
+    assert_eq!(out.status.code(), Some(125), "{}", text(&out.stderr));
+    assert!(out.stdout.is_empty());
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("user namespaces are unavailable") && err.contains("--without-namespaces"),
+        "{err}"
+    );
+    let out = nested(&["--without-namespaces", "--", "python3", "-c", "print(42)"]);
+    assert_eq!(text(&out.stdout), "42\n", "{}", text(&out.stderr));
+}

@@ -1,0 +1,97 @@
+//! Reduced mode: when user namespaces are unavailable and the caller
+//! explicitly accepts a weaker sandbox. No namespaces and no mounts: the
+//! program runs on the host filesystem as Landlock allows, under seccomp
+//! (which here also refuses network sockets and SysV IPC), rlimits, the
+//! environment scrub and the output bounds. The helper becomes a child
+//! subreaper, so daemons the program leaves behind are re-parented to it
+//! and killed, without a pid namespace.
+
+use std::ffi::CString;
+
+use corral_sys::exec::ExecArgs;
+use corral_sys::process::{self, Fork};
+use corral_sys::{fd, signal};
+
+use super::init::{exec_program, reap, LastSteps};
+use super::Control;
+use crate::plan::SandboxPlan;
+use crate::protocol::FailureKind;
+
+/// Runs the program in reduced mode and supervises it. Never returns.
+pub(super) fn run(plan: SandboxPlan, mut ctrl: Control) -> ! {
+    if let Err(e) = process::set_child_subreaper() {
+        ctrl.fail(FailureKind::Setup, format!("PR_SET_CHILD_SUBREAPER: {e}"));
+    }
+    if let Err(e) = signal::block_all() {
+        ctrl.fail(FailureKind::Setup, format!("blocking signals: {e}"));
+    }
+    let ruleset = match crate::landlock::prepare(&plan.security.landlock) {
+        Ok(r) => r,
+        Err(msg) => ctrl.fail(FailureKind::Security, msg),
+    };
+    let filters = plan.security.filters.to_bpf();
+    let exec = match ExecArgs::new(&plan.exec_path, &plan.argv, &plan.env) {
+        Ok(e) => e,
+        Err(_) => ctrl.fail(
+            FailureKind::ExecFailed,
+            "argv or environment contains a NUL byte".into(),
+        ),
+    };
+    let Ok(cwd) = CString::new(plan.cwd.as_str()) else {
+        ctrl.fail(
+            FailureKind::Setup,
+            "working directory contains a NUL byte".into(),
+        );
+    };
+    // The helper holds the plan: nothing may read its memory.
+    if let Err(e) = process::set_non_dumpable() {
+        ctrl.fail(FailureKind::Privileges, format!("PR_SET_DUMPABLE: {e}"));
+    }
+    let last = LastSteps {
+        exec: &exec,
+        cwd: &cwd,
+        path: &plan.exec_path,
+        rlimits: &plan.rlimits,
+        landlock_required: true,
+        landlock_full: plan.security.landlock.require_full,
+        filters: &filters,
+    };
+    let program = match process::fork_in_single_threaded_helper() {
+        Err(e) => ctrl.fail(FailureKind::Setup, format!("fork of the program: {e}")),
+        Ok(Fork::Child) => exec_program(last, ruleset, ctrl),
+        Ok(Fork::Parent(pid)) => pid,
+    };
+    drop(exec);
+    fd::stdio_to_devnull();
+    reap(program, ctrl, &kill_children)
+}
+
+/// SIGKILLs every child of this process (direct children and the orphans
+/// re-parented to this subreaper), found through /proc. Never `kill(-1)`:
+/// outside a pid namespace that would reach every process of the user.
+fn kill_children() {
+    let me = process::getpid();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        // Field 4, after the parenthesised command name: the parent pid.
+        let ppid = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|p| p.parse::<i32>().ok());
+        if ppid == Some(me) {
+            let _ = process::kill(pid, libc::SIGKILL);
+        }
+    }
+}
