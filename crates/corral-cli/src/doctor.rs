@@ -156,7 +156,7 @@ fn probe_sandbox() -> (bool, String) {
         forward_signals: false,
         helper: corral_runtime::launch::HelperStart::ReExec,
     };
-    match launch(&plan, &opts, None) {
+    match launch(&plan, &opts, None, None) {
         Ok(o) if o.failure.is_none() && o.exit_code == 0 => {
             (true, format!("works ({} ms)", o.wall.as_millis()))
         }

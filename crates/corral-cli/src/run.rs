@@ -63,6 +63,22 @@ pub struct RunArgs {
     /// delegation); the result lists what was not enforced.
     #[arg(long = "allow-unenforced-limits")]
     allow_unenforced_limits: bool,
+    /// Network mode: none (loopback only, the default), allow (only through
+    /// corral's proxy, to allowed domains), host (the host's network,
+    /// unfiltered).
+    #[arg(long = "net", value_name = "MODE")]
+    net: Option<String>,
+    /// Allow a domain through the proxy: `example.com` or `*.example.com`,
+    /// optionally with `:PORT,...` (default 80,443). Implies --net allow.
+    #[arg(long = "allow-domain", value_name = "PATTERN[:PORT,...]")]
+    allow_domain: Vec<String>,
+    /// Allow a network (needed for private, loopback or link-local
+    /// addresses and for IP literals). Implies --net allow.
+    #[arg(long = "allow-cidr", value_name = "CIDR")]
+    allow_cidr: Vec<String>,
+    /// A static host entry for the proxy, NAME=IP.
+    #[arg(long = "add-host", value_name = "NAME=IP")]
+    add_host: Vec<String>,
     /// Run WITHOUT namespaces (for hosts where user namespaces are
     /// blocked): Landlock (ABI 6+, required), seccomp without network
     /// sockets or SysV IPC, rlimits, the environment scrub and output
@@ -243,6 +259,43 @@ fn apply_limit_flags(args: &RunArgs, profile: &mut Profile) -> Result<(), String
     if args.allow_unenforced_limits {
         l.allow_unenforced = true;
     }
+    apply_network_flags(args, &mut profile.network)
+}
+
+/// Applies --net, --allow-domain, --allow-cidr and --add-host.
+fn apply_network_flags(args: &RunArgs, n: &mut corral_policy::NetworkPolicy) -> Result<(), String> {
+    use corral_policy::network::{normalize_host, Cidr, DomainRule, NetworkMode};
+    for d in &args.allow_domain {
+        n.allow_domains
+            .push(DomainRule::parse(d).map_err(|e| format!("--allow-domain: {e}"))?);
+    }
+    for c in &args.allow_cidr {
+        n.allow_cidrs
+            .push(Cidr::parse(c).map_err(|e| format!("--allow-cidr: {e}"))?);
+    }
+    for h in &args.add_host {
+        let (name, ip) = h
+            .split_once('=')
+            .ok_or_else(|| format!("--add-host {h}: write NAME=IP"))?;
+        let name = normalize_host(name)
+            .ok_or_else(|| format!("--add-host {h}: `{name}` is not a host name"))?;
+        let ip = ip
+            .parse()
+            .map_err(|_| format!("--add-host {h}: `{ip}` is not an IP address"))?;
+        n.hosts.insert(name, ip);
+    }
+    if !args.allow_domain.is_empty() || !args.allow_cidr.is_empty() {
+        n.mode = NetworkMode::Allow;
+    }
+    if let Some(mode) = &args.net {
+        let mode: NetworkMode = mode.parse().map_err(|e: String| format!("--net: {e}"))?;
+        if mode != NetworkMode::Allow
+            && (!args.allow_domain.is_empty() || !args.allow_cidr.is_empty())
+        {
+            return Err("--allow-domain and --allow-cidr only make sense with --net allow".into());
+        }
+        n.mode = mode;
+    }
     Ok(())
 }
 
@@ -304,6 +357,16 @@ fn enforced(
     } else {
         Enforced::full_sandbox(identity.uid, identity.gid)
     };
+    if plan.reduced.is_none() {
+        e.network = match plan.network {
+            corral_policy::NetworkMode::None => "none".into(),
+            corral_policy::NetworkMode::Allow => "allow".into(),
+            corral_policy::NetworkMode::Host => {
+                e.namespaces.retain(|n| *n != "net");
+                "host".into()
+            }
+        };
+    }
     for r in &plan.rlimits {
         e.rlimits.insert(rlimit_name(r.kind).into(), r.soft.into());
     }
@@ -385,6 +448,13 @@ pub fn run(args: RunArgs) -> i32 {
             return refuse(json, e.exit_code(), e.code(), e.to_string(), events);
         }
     };
+    if plan.network == corral_policy::NetworkMode::Host {
+        events.push(AuditEvent::new(
+            corral_policy::Level::Warn,
+            corral_policy::ReasonCode::NetHost,
+            "the sandbox shares the HOST network, unfiltered (network mode `host`)",
+        ));
+    }
     if plan.reduced.is_some() {
         events.push(
             AuditEvent::new(
@@ -421,7 +491,7 @@ pub fn run(args: RunArgs) -> i32 {
         // The CLI is single-threaded: skip a whole program start.
         helper: HelperStart::Fork,
     };
-    let outcome = match launch(&plan, &opts, containment.as_launch()) {
+    let outcome = match launch(&plan, &opts, containment.as_launch(), None) {
         Ok(o) => o,
         Err(e) => {
             return refuse(

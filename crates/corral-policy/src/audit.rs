@@ -45,6 +45,18 @@ pub enum ReasonCode {
     /// The run was explicitly started without namespaces (reduced mode).
     #[serde(rename = "sandbox.reduced")]
     SandboxReduced,
+    /// The sandbox shares the host's network (mode `host`).
+    #[serde(rename = "net.host")]
+    NetHost,
+    /// The proxy let a connection through.
+    #[serde(rename = "net.allowed")]
+    NetAllowed,
+    /// The proxy refused a connection (`fields.reason` says why).
+    #[serde(rename = "net.denied")]
+    NetDenied,
+    /// A permitted connection failed (resolution, connect, protocol).
+    #[serde(rename = "net.error")]
+    NetError,
 }
 
 impl ReasonCode {
@@ -58,6 +70,10 @@ impl ReasonCode {
             ReasonCode::CommandNotFound => "command.not_found",
             ReasonCode::CommandInvalid => "command.invalid",
             ReasonCode::SandboxReduced => "sandbox.reduced",
+            ReasonCode::NetHost => "net.host",
+            ReasonCode::NetAllowed => "net.allowed",
+            ReasonCode::NetDenied => "net.denied",
+            ReasonCode::NetError => "net.error",
         }
     }
 }

@@ -91,6 +91,7 @@ pub fn base(name: &str) -> Profile {
             tcp_bind: vec![],
             tcp_connect: vec![],
         },
+        network: crate::network::NetworkPolicy::default(),
     }
 }
 

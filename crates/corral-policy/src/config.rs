@@ -92,6 +92,20 @@ struct RawProfile {
     limits: Option<RawLimits>,
     identity: Option<RawIdentity>,
     security: Option<RawSecurity>,
+    network: Option<RawNetwork>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawNetwork {
+    mode: Option<Spanned<String>>,
+    allow_domains: Option<Vec<Spanned<String>>>,
+    deny_domains: Option<Vec<Spanned<String>>>,
+    allow_cidrs: Option<Vec<Spanned<String>>>,
+    hosts: Option<BTreeMap<String, Spanned<String>>>,
+    sni_check: Option<bool>,
+    max_connections: Option<Spanned<u32>>,
+    idle_timeout_secs: Option<Spanned<u64>>,
 }
 
 #[derive(Deserialize)]
@@ -593,6 +607,9 @@ fn apply(src: &Source, key: &str, mut p: Profile, raw: RawProfile) -> Result<Pro
             }
         }
     }
+    if let Some(net) = raw.network {
+        apply_network(src, &format!("{key}.network"), &mut p.network, net)?;
+    }
     if let Some(id) = raw.identity {
         for (field, value, target) in [
             ("uid", id.uid, &mut p.identity.uid),
@@ -611,6 +628,89 @@ fn apply(src: &Source, key: &str, mut p: Profile, raw: RawProfile) -> Result<Pro
         }
     }
     Ok(p)
+}
+
+fn apply_network(
+    src: &Source,
+    k: &str,
+    n: &mut crate::network::NetworkPolicy,
+    raw: RawNetwork,
+) -> Result<(), ConfigError> {
+    use crate::network::{normalize_host, Cidr, DomainRule};
+    if let Some(m) = raw.mode {
+        n.mode = m
+            .get_ref()
+            .parse()
+            .map_err(|e: String| src.err(Some(m.span()), format!("{k}.mode"), e))?;
+    }
+    let rules = |list: Vec<Spanned<String>>, field: &str| -> Result<Vec<DomainRule>, ConfigError> {
+        list.into_iter()
+            .map(|s| {
+                DomainRule::parse(s.get_ref())
+                    .map_err(|e| src.err(Some(s.span()), format!("{k}.{field}"), e))
+            })
+            .collect()
+    };
+    if let Some(list) = raw.allow_domains {
+        n.allow_domains = rules(list, "allow_domains")?;
+    }
+    if let Some(list) = raw.deny_domains {
+        n.deny_domains = rules(list, "deny_domains")?;
+    }
+    if let Some(list) = raw.allow_cidrs {
+        n.allow_cidrs = list
+            .into_iter()
+            .map(|s| {
+                Cidr::parse(s.get_ref())
+                    .map_err(|e| src.err(Some(s.span()), format!("{k}.allow_cidrs"), e))
+            })
+            .collect::<Result<_, _>>()?;
+    }
+    if let Some(hosts) = raw.hosts {
+        let mut out = BTreeMap::new();
+        for (name, addr) in hosts {
+            let host = normalize_host(&name).ok_or_else(|| {
+                src.err(
+                    Some(addr.span()),
+                    format!("{k}.hosts"),
+                    format!("`{name}` is not a host name"),
+                )
+            })?;
+            let ip = addr.get_ref().parse().map_err(|_| {
+                src.err(
+                    Some(addr.span()),
+                    format!("{k}.hosts.{name}"),
+                    format!("`{}` is not an IP address", addr.get_ref()),
+                )
+            })?;
+            out.insert(host, ip);
+        }
+        n.hosts = out;
+    }
+    if let Some(b) = raw.sni_check {
+        n.sni_check = b;
+    }
+    if let Some(m) = raw.max_connections {
+        if *m.get_ref() == 0 {
+            return Err(src.err(
+                Some(m.span()),
+                format!("{k}.max_connections"),
+                "must be at least 1",
+            ));
+        }
+        n.max_connections = m.into_inner();
+    }
+    if let Some(t) = raw.idle_timeout_secs {
+        if *t.get_ref() == 0 {
+            return Err(src.err(
+                Some(t.span()),
+                format!("{k}.idle_timeout_secs"),
+                "must be at least 1",
+            ));
+        }
+        n.idle_timeout_secs = t.into_inner();
+    }
+    Ok(())
 }
 
 /// Checks the profile as merged with what it inherits: rules that are
@@ -863,6 +963,30 @@ read_only = ["/opt/data:/data"]
         assert_eq!(e.key, "profile.a.limits.output_kill", "{e}");
         let e = err("[profile.a.limits]\ncpu_millicores = 5\n");
         assert_eq!(e.key, "profile.a.limits.cpu_millicores");
+    }
+
+    #[test]
+    fn network_section() {
+        let c = Config::parse(
+            "[profile.n]\nextends = \"code\"\n[profile.n.network]\nmode = \"allow\"\nallow_domains = [\"pypi.org\", \"*.pythonhosted.org:443\"]\nallow_cidrs = [\"127.0.0.1/32\"]\nhosts = { \"pypi.test\" = \"127.0.0.1\" }\n",
+            None,
+        )
+        .unwrap();
+        let n = &c.profile("n").unwrap().network;
+        assert_eq!(n.mode, crate::network::NetworkMode::Allow);
+        assert_eq!(n.allow_domains[1].ports, [443]);
+        assert_eq!(n.hosts["pypi.test"].to_string(), "127.0.0.1");
+        let e = err("[profile.n.network]\nmode = \"open\"\n");
+        assert_eq!(
+            (e.line, e.key.as_str()),
+            (Some(2), "profile.n.network.mode")
+        );
+        let e = err("[profile.n.network]\nallow_domains = [\"ok.org\",\n  \"1.2.3.4\"]\n");
+        assert_eq!(e.line, Some(3));
+        let e = err("[profile.n.network]\nallow_cidrs = [\"10.0.0.1/8\"]\n");
+        assert!(e.message.contains("host bits"));
+        let e = err("[profile.n.network]\nhosts = { \"a.test\" = \"nope\" }\n");
+        assert_eq!(e.key, "profile.n.network.hosts.a.test");
     }
 
     #[test]

@@ -12,6 +12,7 @@ pub mod builtin;
 pub mod commands;
 pub mod config;
 pub mod env;
+pub mod network;
 pub mod path;
 pub mod profile;
 pub mod size;
@@ -19,6 +20,7 @@ pub mod size;
 pub use audit::{AuditEvent, Level, ReasonCode};
 pub use commands::{CommandDecision, CommandRejection};
 pub use config::{Config, ConfigError};
+pub use network::{Cidr, DomainRule, NetworkMode, NetworkPolicy};
 pub use path::{MountSpec, PathError, SandboxPath};
 pub use profile::{
     CommandPolicy, EnvPolicy, Filesystem, Identity, LandlockMode, Limits, Profile, SeccompProfile,

@@ -29,6 +29,8 @@ pub struct Profile {
     pub identity: Identity,
     /// The syscall filter and the Landlock layer.
     pub security: Security,
+    /// Network mode and egress rules.
+    pub network: crate::network::NetworkPolicy,
 }
 
 /// Which seccomp filter the program runs under.

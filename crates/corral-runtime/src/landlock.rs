@@ -36,6 +36,10 @@ pub struct LandlockPlan {
     pub devices: Vec<String>,
     /// Directories that may only be listed (`/`).
     pub list: Vec<String>,
+    /// Whether TCP bind/connect are restricted at all (not in network
+    /// mode `host`).
+    #[serde(default)]
+    pub restrict_tcp: bool,
     /// TCP ports the program may bind.
     pub tcp_bind: Vec<u16>,
     /// TCP ports the program may connect to.
@@ -80,9 +84,13 @@ fn add_path(
 /// Builds the ruleset (in PID 1, after `pivot_root`).
 pub fn prepare(plan: &LandlockPlan) -> Result<RulesetCreated, String> {
     let abi = TARGET_ABI;
-    let mut ruleset = Ruleset::default()
-        .handle_access(AccessFs::from_all(abi))
-        .and_then(|r| r.handle_access(AccessNet::BindTcp | AccessNet::ConnectTcp))
+    let handled = Ruleset::default().handle_access(AccessFs::from_all(abi));
+    let handled = if plan.restrict_tcp {
+        handled.and_then(|r| r.handle_access(AccessNet::BindTcp | AccessNet::ConnectTcp))
+    } else {
+        handled
+    };
+    let mut ruleset = handled
         .and_then(|r| r.scope(Scope::AbstractUnixSocket | Scope::Signal))
         .and_then(|r| r.create())
         .map_err(|e| err("creating the ruleset", e))?;
@@ -100,12 +108,19 @@ pub fn prepare(plan: &LandlockPlan) -> Result<RulesetCreated, String> {
     for p in &plan.write {
         ruleset = add_path(ruleset, p, AccessFs::from_all(abi))?;
     }
-    for &port in &plan.tcp_bind {
+    let ports = |list: &[u16]| {
+        if plan.restrict_tcp {
+            list.to_vec()
+        } else {
+            Vec::new()
+        }
+    };
+    for port in ports(&plan.tcp_bind) {
         ruleset = ruleset
             .add_rule(NetPort::new(port, AccessNet::BindTcp))
             .map_err(|e| err(&format!("bind rule for port {port}"), e))?;
     }
-    for &port in &plan.tcp_connect {
+    for port in ports(&plan.tcp_connect) {
         ruleset = ruleset
             .add_rule(NetPort::new(port, AccessNet::ConnectTcp))
             .map_err(|e| err(&format!("connect rule for port {port}"), e))?;

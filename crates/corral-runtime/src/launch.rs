@@ -91,6 +91,20 @@ pub trait Containment {
     fn kill_all(&self);
 }
 
+/// corral's egress proxy for network mode `allow`. The sandbox creates its
+/// listening sockets inside its own network namespace and hands them over;
+/// the launcher passes them here, on the host side.
+pub trait EgressProxy {
+    /// Starts serving the two listeners (called once, when they arrive).
+    fn start(
+        &mut self,
+        http: std::net::TcpListener,
+        socks: std::net::TcpListener,
+    ) -> Result<(), String>;
+    /// Stops serving and returns one audit event per connection.
+    fn stop(&mut self) -> Vec<corral_policy::AuditEvent>;
+}
+
 /// One output stream as reported.
 #[derive(Debug, Clone, Default)]
 pub struct StreamResult {
@@ -125,6 +139,8 @@ pub struct Outcome {
     pub usage: Usage,
     /// Landlock as the program's process reported it before exec.
     pub landlock: Option<crate::landlock::LandlockOutcome>,
+    /// One audit event per proxied (or refused) connection.
+    pub network_events: Vec<corral_policy::AuditEvent>,
 }
 
 impl Outcome {
@@ -171,7 +187,13 @@ pub fn launch(
     plan: &SandboxPlan,
     opts: &LaunchOptions,
     containment: Option<&dyn Containment>,
+    mut proxy: Option<&mut dyn EgressProxy>,
 ) -> Result<Outcome, LaunchError> {
+    if plan.network == corral_policy::NetworkMode::Allow && proxy.is_none() {
+        return Err(LaunchError::Contain(
+            "network mode `allow` needs an egress proxy, and none was given".into(),
+        ));
+    }
     let start = Instant::now();
     let signals = if opts.forward_signals {
         Some(SignalFd::new(&FORWARDED_SIGNALS).map_err(|e| spawn_err("signalfd")(e.into()))?)
@@ -294,9 +316,27 @@ pub fn launch(
             _ => -1,
         };
         pump.poll(wait_ms);
+        if let Some((http, socks)) = pump.listeners.take() {
+            let started = match proxy.as_deref_mut() {
+                Some(p) => p.start(
+                    std::net::TcpListener::from(http),
+                    std::net::TcpListener::from(socks),
+                ),
+                None => Err("no egress proxy".into()),
+            };
+            if let Err(e) = started {
+                pump.failure.get_or_insert((
+                    FailureKind::Setup,
+                    format!("starting the egress proxy: {e}"),
+                ));
+                kill();
+                killed_at = Some(Instant::now());
+            }
+        }
     }
     let (helper_status, usage) =
         process::wait4(helper_pid).map_err(|e| spawn_err("wait")(e.into()))?;
+    let network_events = proxy.map(|p| p.stop()).unwrap_or_default();
     let Finished {
         stdout,
         stderr,
@@ -337,6 +377,7 @@ pub fn launch(
         wall: start.elapsed(),
         usage,
         landlock,
+        network_events,
     })
 }
 
@@ -515,6 +556,7 @@ struct Pump {
     exited: Option<(Option<i32>, Option<i32>)>,
     failure: Option<(FailureKind, String)>,
     landlock: Option<crate::landlock::LandlockOutcome>,
+    listeners: Option<(std::os::fd::OwnedFd, std::os::fd::OwnedFd)>,
 }
 
 impl Pump {
@@ -553,6 +595,7 @@ impl Pump {
             exited: None,
             failure: None,
             landlock: None,
+            listeners: None,
         }
     }
 
@@ -612,9 +655,22 @@ impl Pump {
         let Some(ctrl) = self.ctrl.as_mut() else {
             return;
         };
-        match ctrl.read(&mut self.buf) {
-            Ok(0) => self.ctrl = None,
-            Ok(n) => match serde_json::from_slice::<HelperMessage>(&self.buf[..n]) {
+        match fd::recv_with_fds(ctrl.as_raw_fd(), &mut self.buf).map_err(std::io::Error::from) {
+            Ok((0, _)) => self.ctrl = None,
+            Ok((n, mut fds)) => match serde_json::from_slice::<HelperMessage>(&self.buf[..n]) {
+                Ok(HelperMessage::Listeners { .. }) if fds.len() == 2 => {
+                    let socks = fds.pop();
+                    let http = fds.pop();
+                    if let (Some(h), Some(s)) = (http, socks) {
+                        self.listeners = Some((h, s));
+                    }
+                }
+                Ok(HelperMessage::Listeners { .. }) => {
+                    self.failure.get_or_insert((
+                        FailureKind::Protocol,
+                        "proxy sockets arrived without descriptors".into(),
+                    ));
+                }
                 Ok(HelperMessage::Failed { kind, message }) => {
                     // The first failure is the cause; later ones are echoes.
                     self.failure.get_or_insert((kind, message));

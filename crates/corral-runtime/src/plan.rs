@@ -11,7 +11,7 @@ use corral_policy::env::{self, EnvError, EnvRequest};
 use corral_policy::{AuditEvent, Level, MountSpec, Profile, ReasonCode, SandboxPath};
 use serde::{Deserialize, Serialize};
 
-use corral_policy::{LandlockMode, SeccompProfile};
+use corral_policy::{LandlockMode, NetworkMode, SeccompProfile};
 
 use crate::landlock::LandlockPlan;
 use crate::resolve::{CommandTable, Resolution};
@@ -242,6 +242,31 @@ pub struct SandboxPlan {
     /// Set in reduced mode: no namespaces, no mounts; the program runs on
     /// the host filesystem as Landlock allows, in this host directory.
     pub reduced: Option<ReducedPlan>,
+    /// The network mode.
+    pub network: NetworkMode,
+}
+
+/// Port of the HTTP proxy on the sandbox's loopback (mode `allow`).
+pub const HTTP_PROXY_PORT: u16 = 3128;
+/// Port of the SOCKS5 proxy on the sandbox's loopback (mode `allow`).
+pub const SOCKS_PROXY_PORT: u16 = 1080;
+
+/// The variables that point clients at corral's proxy, both cases (curl,
+/// pip, npm, uv and git read one or the other).
+pub fn proxy_env() -> Vec<(String, String)> {
+    let http = format!("http://127.0.0.1:{HTTP_PROXY_PORT}");
+    let socks = format!("socks5h://127.0.0.1:{SOCKS_PROXY_PORT}");
+    let mut out = Vec::new();
+    for (name, value) in [
+        ("HTTP_PROXY", http.as_str()),
+        ("HTTPS_PROXY", http.as_str()),
+        ("ALL_PROXY", socks.as_str()),
+        ("NO_PROXY", "localhost,127.0.0.1,::1"),
+    ] {
+        out.push((name.to_string(), value.to_string()));
+        out.push((name.to_ascii_lowercase(), value.to_string()));
+    }
+    out
 }
 
 /// Reduced mode's own facts.
@@ -276,7 +301,12 @@ pub fn landlock_plan(profile: &Profile, mounts: &[MountOp]) -> LandlockPlan {
         devices: vec!["/dev".into()],
         tcp_bind: profile.security.tcp_bind.clone(),
         tcp_connect: profile.security.tcp_connect.clone(),
+        // The host's network is the point of mode `host`.
+        restrict_tcp: profile.network.mode != NetworkMode::Host,
     };
+    if profile.network.mode == NetworkMode::Allow {
+        plan.tcp_connect.extend([HTTP_PROXY_PORT, SOCKS_PROXY_PORT]);
+    }
     for op in mounts {
         match op {
             MountOp::Bind {
@@ -390,7 +420,18 @@ pub fn build_plan(
             return Err(PlanError::Rejected { rejection, event });
         }
     };
-    let (env, events) = env::build(&profile.env, &request.env, lookup_env)?;
+    let (mut env, events) = env::build(&profile.env, &request.env, lookup_env)?;
+    if request.without_namespaces && profile.network.mode != NetworkMode::None {
+        return Err(PlanError::Security(
+            "network modes other than `none` need namespaces (the proxy lives in the sandbox's own network namespace)".into(),
+        ));
+    }
+    if profile.network.mode == NetworkMode::Allow {
+        // Set last: a request cannot point clients elsewhere.
+        env.retain(|(k, _)| !proxy_env().iter().any(|(p, _)| p == k));
+        env.extend(proxy_env());
+        env.sort();
+    }
     if request.without_namespaces {
         let plan = reduced_plan(profile, request, identity, exec_path, env)?;
         return Ok((plan, events));
@@ -418,6 +459,7 @@ pub fn build_plan(
             landlock: landlock_plan(profile, &mounts_for_landlock),
         },
         reduced: None,
+        network: profile.network.mode,
     };
     Ok((plan, events))
 }
@@ -470,6 +512,7 @@ fn reduced_plan(
         write: vec![workdir.clone()],
         tcp_bind: profile.security.tcp_bind.clone(),
         tcp_connect: profile.security.tcp_connect.clone(),
+        restrict_tcp: true,
         ..Default::default()
     };
     landlock.read = profile
@@ -514,6 +557,7 @@ fn reduced_plan(
             landlock,
         },
         reduced: Some(ReducedPlan { workdir }),
+        network: NetworkMode::None,
     })
 }
 

@@ -45,6 +45,15 @@ pub enum HelperMessage {
         /// What failed, with paths and the errno name.
         message: String,
     },
+    /// The proxy's listening sockets, created inside the sandbox's network
+    /// namespace, are attached to this message (`SCM_RIGHTS`): HTTP first,
+    /// then SOCKS5.
+    Listeners {
+        /// Port of the HTTP proxy inside the sandbox.
+        http_port: u16,
+        /// Port of the SOCKS5 proxy inside the sandbox.
+        socks_port: u16,
+    },
     /// The program's last layers are in force (sent just before execve).
     Layers {
         /// How Landlock ended up.

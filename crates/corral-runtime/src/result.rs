@@ -31,6 +31,9 @@ pub struct Enforced {
     pub seccomp: Option<String>,
     /// Landlock as enforced: the kernel ABI and the ruleset status.
     pub landlock: Option<crate::landlock::LandlockOutcome>,
+    /// The network mode: `none` (loopback only), `allow` (corral's proxy
+    /// only) or `host`.
+    pub network: String,
 }
 
 impl Enforced {
@@ -38,6 +41,8 @@ impl Enforced {
     pub fn reduced(uid: u32, gid: u32) -> Self {
         Enforced {
             namespaces: Vec::new(),
+            network: "host (reduced mode: no network namespace; seccomp refuses non-unix sockets)"
+                .into(),
             root: "host filesystem through Landlock only (reduced mode)",
             ..Enforced::full_sandbox(uid, gid)
         }
@@ -57,6 +62,7 @@ impl Enforced {
             not_enforced: Vec::new(),
             seccomp: None,
             landlock: None,
+            network: "none".into(),
         }
     }
 }

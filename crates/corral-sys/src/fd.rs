@@ -198,3 +198,111 @@ pub fn place(fd: &OwnedFd, target: RawFd) -> SysResult<()> {
     // numbers this child owns.
     cvt(unsafe { libc::dup2(src, target) }).map(drop)
 }
+
+/// Most descriptors passed in one control message.
+pub const MAX_PASSED_FDS: usize = 4;
+
+/// Sends `data` as one message on a unix socket with `fds` attached
+/// (`SCM_RIGHTS`, unix(7)). The receiver gets its own copies.
+pub fn send_with_fds(sock: RawFd, data: &[u8], fds: &[RawFd]) -> SysResult<()> {
+    if fds.len() > MAX_PASSED_FDS {
+        return Err(Errno(libc::EINVAL));
+    }
+    let mut iov = libc::iovec {
+        iov_base: data.as_ptr() as *mut libc::c_void,
+        iov_len: data.len(),
+    };
+    // Room for MAX_PASSED_FDS ints, aligned for cmsghdr.
+    let mut space = [0u64; 8];
+    // SAFETY: CMSG_SPACE is a pure size computation.
+    let cmsg_len = unsafe { libc::CMSG_SPACE(std::mem::size_of_val(fds) as u32) } as usize;
+    // SAFETY: msghdr is plain data; all-zero is a valid start.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    if !fds.is_empty() {
+        msg.msg_control = space.as_mut_ptr().cast();
+        msg.msg_controllen = cmsg_len;
+        // SAFETY: msg_control points at `space`, which is large enough for
+        // one header plus MAX_PASSED_FDS descriptors (64 bytes), so the
+        // first header and its data lie inside it.
+        unsafe {
+            let cmsg = libc::CMSG_FIRSTHDR(&msg);
+            (*cmsg).cmsg_level = libc::SOL_SOCKET;
+            (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+            (*cmsg).cmsg_len = libc::CMSG_LEN(std::mem::size_of_val(fds) as u32) as usize;
+            std::ptr::copy_nonoverlapping(
+                fds.as_ptr(),
+                libc::CMSG_DATA(cmsg).cast::<RawFd>(),
+                fds.len(),
+            );
+        }
+    }
+    // SAFETY: `msg` and everything it points to live across the call.
+    cvt(unsafe { libc::sendmsg(sock, &msg, libc::MSG_NOSIGNAL) }).map(drop)
+}
+
+/// Receives one message into `buf`, with any descriptors attached (made
+/// close-on-exec). Returns the byte count (0: peer closed) and the fds.
+pub fn recv_with_fds(sock: RawFd, buf: &mut [u8]) -> SysResult<(usize, Vec<OwnedFd>)> {
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    let mut space = [0u64; 8];
+    // SAFETY: msghdr is plain data; all-zero is a valid start.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = space.as_mut_ptr().cast();
+    msg.msg_controllen = std::mem::size_of_val(&space);
+    // SAFETY: `msg` points at `iov`/`buf` and `space`, all alive and
+    // writable for the call.
+    let n = cvt(unsafe { libc::recvmsg(sock, &mut msg, libc::MSG_CMSG_CLOEXEC) })?;
+    let mut fds = Vec::new();
+    // SAFETY: the kernel filled msg_control with well-formed headers within
+    // msg_controllen; CMSG_FIRSTHDR/NXTHDR stay inside it.
+    unsafe {
+        let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
+        while !cmsg.is_null() {
+            if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
+                let data_len = (*cmsg).cmsg_len as usize - libc::CMSG_LEN(0) as usize;
+                let count = data_len / std::mem::size_of::<RawFd>();
+                let data = libc::CMSG_DATA(cmsg).cast::<RawFd>();
+                for i in 0..count {
+                    // Each received fd is new and owned by us alone.
+                    fds.push(OwnedFd::from_raw_fd(std::ptr::read_unaligned(data.add(i))));
+                }
+            }
+            cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
+        }
+    }
+    Ok((n as usize, fds))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Read, Write};
+
+    use super::*;
+
+    #[test]
+    fn descriptors_cross_a_seqpacket_socket() {
+        let (a, b) = seqpacket_pair().unwrap();
+        let (r, w) = pipe().unwrap();
+        send_with_fds(a.as_raw_fd(), b"hello", &[w.as_raw_fd()]).unwrap();
+        drop(w);
+        let mut buf = [0u8; 16];
+        let (n, fds) = recv_with_fds(b.as_raw_fd(), &mut buf).unwrap();
+        assert_eq!(&buf[..n], b"hello");
+        assert_eq!(fds.len(), 1);
+        // The received copy writes into the same pipe.
+        std::fs::File::from(fds.into_iter().next().unwrap())
+            .write_all(b"x")
+            .unwrap();
+        let mut got = [0u8; 1];
+        std::fs::File::from(r).read_exact(&mut got).unwrap();
+        assert_eq!(&got, b"x");
+        assert!(send_with_fds(a.as_raw_fd(), b"", &[0; MAX_PASSED_FDS + 1]).is_err());
+    }
+}

@@ -38,8 +38,18 @@ pub(super) fn run(
             format!("sethostname {:?}: {e}", plan.hostname),
         );
     }
-    if let Err(e) = net::loopback_up() {
-        ctrl.fail(FailureKind::Setup, format!("bringing up loopback: {e}"));
+    if plan.network != corral_policy::NetworkMode::Host {
+        if let Err(e) = net::loopback_up() {
+            ctrl.fail(FailureKind::Setup, format!("bringing up loopback: {e}"));
+        }
+    }
+    if plan.network == corral_policy::NetworkMode::Allow {
+        // The proxy's sockets must live in this network namespace (a socket
+        // keeps the namespace it was created in) but be served by corral on
+        // the host side: create them here, hand them over, keep no copy.
+        if let Err(msg) = hand_over_listeners(&mut ctrl) {
+            ctrl.fail(FailureKind::Setup, msg);
+        }
     }
     // PID 1 holds the plan in memory: nobody in the sandbox may read it
     // through /proc/1/mem, environ or ptrace.
@@ -185,6 +195,27 @@ fn apply_rlimit(r: &Rlimit) -> Result<(), corral_sys::Errno> {
     let resource = crate::plan::rlimit_resource(r.kind);
     let (_, hard_now) = process::get_rlimit(resource)?;
     process::set_rlimit(resource, r.soft.min(hard_now), r.hard.min(hard_now))
+}
+
+/// Binds the proxy listeners on this namespace's loopback and sends them to
+/// the parent.
+fn hand_over_listeners(ctrl: &mut Control) -> Result<(), String> {
+    use crate::plan::{HTTP_PROXY_PORT, SOCKS_PROXY_PORT};
+    use std::os::fd::AsRawFd;
+    let bind = |port: u16| {
+        std::net::TcpListener::bind(("127.0.0.1", port))
+            .map_err(|e| format!("binding the proxy port {port} in the sandbox: {e}"))
+    };
+    let http = bind(HTTP_PROXY_PORT)?;
+    let socks = bind(SOCKS_PROXY_PORT)?;
+    ctrl.send_with_fds(
+        &HelperMessage::Listeners {
+            http_port: HTTP_PROXY_PORT,
+            socks_port: SOCKS_PROXY_PORT,
+        },
+        &[http.as_raw_fd(), socks.as_raw_fd()],
+    )
+    .map_err(|e| format!("handing the proxy sockets to corral: {e}"))
 }
 
 /// PID 1's loop. Signals arrive synchronously; SIGCHLD reaps every child

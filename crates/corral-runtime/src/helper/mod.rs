@@ -50,6 +50,13 @@ impl Control {
         }
     }
 
+    /// Sends a message with descriptors attached.
+    pub(crate) fn send_with_fds(&mut self, msg: &HelperMessage, fds: &[i32]) -> Result<(), String> {
+        let bytes = serde_json::to_vec(msg).map_err(|e| e.to_string())?;
+        use std::os::fd::AsRawFd;
+        fd::send_with_fds(self.0.as_raw_fd(), &bytes, fds).map_err(|e| e.to_string())
+    }
+
     pub(crate) fn fail(&mut self, kind: FailureKind, message: String) -> ! {
         self.send(&HelperMessage::Failed { kind, message });
         process::exit_now(EXIT_CORRAL_ERROR)
@@ -167,11 +174,18 @@ fn run(plan: SandboxPlan, mut ctrl: Control) -> ! {
         );
     }
     // 5. Every other namespace, owned by the new user namespace.
+    // Network mode `host` keeps the host's network namespace (explicit,
+    // and reported loudly by the caller).
+    let net = if plan.network == corral_policy::NetworkMode::Host {
+        0
+    } else {
+        ns::CLONE_NEWNET
+    };
     let flags = ns::CLONE_NEWNS
         | ns::CLONE_NEWPID
         | ns::CLONE_NEWIPC
         | ns::CLONE_NEWUTS
-        | ns::CLONE_NEWNET
+        | net
         | ns::CLONE_NEWCGROUP;
     if let Err(e) = ns::unshare(flags) {
         ctrl.fail(
