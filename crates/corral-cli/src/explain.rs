@@ -12,7 +12,7 @@ pub fn explain(name: Option<&str>, config: Option<&Path>, as_json: bool) -> i32 
     let config = match crate::load_config(config) {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("corral: {e}");
+            crate::say(&e.to_string());
             return corral_runtime::EXIT_CORRAL_ERROR;
         }
     };
@@ -20,7 +20,7 @@ pub fn explain(name: Option<&str>, config: Option<&Path>, as_json: bool) -> i32 
     let profile = match config.profile(name) {
         Ok(p) => p,
         Err(e) => {
-            eprintln!("corral: {e}");
+            crate::say(&e.to_string());
             return corral_runtime::EXIT_CORRAL_ERROR;
         }
     };

@@ -125,10 +125,28 @@ fn check(file: &std::path::Path) -> i32 {
             0
         }
         Err(e) => {
-            eprintln!("corral: {e}");
+            crate::say(&e.to_string());
             corral_runtime::EXIT_CORRAL_ERROR
         }
     }
+}
+
+/// Prints one of corral's own messages on stderr. Messages quote
+/// untrusted text (config values, command names, paths), so control
+/// characters are shown escaped: a hostile string cannot drive the
+/// operator's terminal.
+pub(crate) fn say(message: &str) {
+    let shown: String = message
+        .chars()
+        .map(|c| {
+            if c.is_control() && c != '\n' {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect();
+    eprintln!("corral: {shown}");
 }
 
 /// Loads the config file if one is given, else the built-in profiles.

@@ -191,7 +191,7 @@ pub fn refuse(
     message: String,
     events: Vec<AuditEvent>,
 ) -> i32 {
-    eprintln!("corral: {message}");
+    crate::say(&message);
     if json {
         print_json(&RunResult {
             exit_code,
@@ -357,6 +357,9 @@ fn enforced(
     } else {
         Enforced::full_sandbox(identity.uid, identity.gid)
     };
+    // Without a user namespace an ordinary user cannot empty the bounding
+    // set (no_new_privs keeps it unusable); say so.
+    e.capabilities_dropped = plan.reduced.is_none() || identity.drop_from_root;
     if plan.reduced.is_none() {
         e.network = match plan.network {
             corral_policy::NetworkMode::None => "none".into(),
@@ -544,7 +547,7 @@ pub fn run(args: RunArgs) -> i32 {
 /// One line on stderr for each way the run ended abnormally.
 fn report(outcome: &Outcome, profile: &Profile, oom_killed: bool) {
     if let Some((_, message)) = &outcome.failure {
-        eprintln!("corral: {message}");
+        crate::say(message);
     }
     if outcome.timed_out {
         eprintln!(

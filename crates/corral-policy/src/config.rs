@@ -234,6 +234,17 @@ impl Config {
             let mut next = Vec::new();
             for (name, raw) in pending {
                 let key = format!("profile.{name}");
+                if name.is_empty()
+                    || !name
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+                {
+                    return Err(src.err(
+                        Some(raw.span()),
+                        "profile",
+                        format!("profile name {name:?} is invalid: use letters, digits, `_`, `-` and `.`"),
+                    ));
+                }
                 let base_name = raw.get_ref().extends.as_ref().map(|s| s.get_ref().clone());
                 // Wait while the base is a file profile not yet built.
                 if base_name
@@ -474,7 +485,12 @@ fn apply(src: &Source, key: &str, mut p: Profile, raw: RawProfile) -> Result<Pro
         if let Some(list) = c.allow {
             for name in &list {
                 let n = name.get_ref();
-                if n.is_empty() || n.contains('/') || n.contains('\0') || n == "." || n == ".." {
+                if n.is_empty()
+                    || n.contains('/')
+                    || n.chars().any(char::is_control)
+                    || n == "."
+                    || n == ".."
+                {
                     return Err(src.err(Some(name.span()), format!("{k}.allow"), format!("`{n}` is not a bare command name; list names such as `python3`, and use allow_paths for paths")));
                 }
             }

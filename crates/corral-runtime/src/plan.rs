@@ -483,6 +483,18 @@ fn reduced_plan(
     })?;
     let workdir = std::fs::canonicalize(workdir)
         .map_err(|e| PlanError::Mount(format!("workdir {}: {e}", workdir.display())))?;
+    if !workdir.is_dir() {
+        return Err(PlanError::Mount(format!(
+            "workdir {} is not a directory",
+            workdir.display()
+        )));
+    }
+    if let Some(d) = profile.filesystem.deny.first() {
+        return Err(PlanError::Mount(format!(
+            "filesystem.deny ({d}) needs mount namespaces: Landlock only grants, so reduced mode cannot hide a path \
+             inside an allowed tree; remove the deny rules or run with namespaces"
+        )));
+    }
     let workdir = workdir
         .to_str()
         .ok_or_else(|| PlanError::Mount("workdir is not UTF-8".into()))?
@@ -694,11 +706,11 @@ fn idmap_owner(
     if !identity.drop_from_root || owner == (identity.uid, identity.gid) {
         return Ok(None);
     }
-    if owner.0 == 0 {
+    if owner.0 == 0 || owner.1 == 0 {
         return Err(PlanError::Mount(format!(
-            "{} is owned by root and would be writable by the sandbox: files it creates would be root-owned on the \
-             host (a setuid-root plant). Use a directory owned by an unprivileged user (its files then stay that \
-             user's), e.g. `chown {}:{} {}`",
+            "{} is owned by root (user or group) and would be writable by the sandbox: files it creates would be \
+             root-owned on the host (a setuid- or setgid-root plant). Use a directory owned by an unprivileged user \
+             and group (its files then stay theirs), e.g. `chown {}:{} {}`",
             path.display(),
             identity.uid,
             identity.gid,

@@ -213,6 +213,12 @@ const DENIED: &[(&str, i64, &str)] = &[
     ("swapoff", libc::SYS_swapoff, "change host swap"),
     ("acct", libc::SYS_acct, "process accounting to a file"),
     ("quotactl", libc::SYS_quotactl, "filesystem quotas"),
+    ("quotactl_fd", libc::SYS_quotactl_fd, "filesystem quotas"),
+    (
+        "open_tree_attr",
+        SYS_OPEN_TREE_ATTR,
+        "new mount API: clone a tree with new attributes",
+    ),
     (
         "name_to_handle_at",
         libc::SYS_name_to_handle_at,
@@ -237,6 +243,10 @@ const DENIED: &[(&str, i64, &str)] = &[
         "READ_IMPLIES_EXEC and ASLR switches",
     ),
 ];
+
+/// `open_tree_attr` (Linux 6.15), not yet in the libc crate; the same
+/// number on every architecture that uses the generic syscall table.
+const SYS_OPEN_TREE_ATTR: i64 = 467;
 
 /// Socket families a sandbox may open; everything else fails (AF_PACKET,
 /// AF_VSOCK, AF_BLUETOOTH, AF_ALG, AF_KEY, AF_XDP, ...).
@@ -576,8 +586,10 @@ pub fn compile(profile: SeccompProfile) -> Result<CompiledFilters, SeccompError>
         SeccompAction::Allow,
         SeccompAction::Errno(libc::ENOSYS as u32),
     )?;
+    // The main filter goes in last: under the strict allowlist even
+    // seccomp(2) itself is refused, so no filter could follow it.
     Ok(CompiledFilters {
-        programs: vec![main, clone3],
+        programs: vec![clone3, main],
     })
 }
 
@@ -598,26 +610,26 @@ const SYSV_IPC: &[(&str, i64)] = &[
 ];
 
 /// Filters for reduced mode (no namespaces): the profile's filter plus one
-/// refusing every socket family but AF_UNIX (there is no network
-/// namespace to contain the others) and SysV IPC (no IPC namespace).
+/// refusing socket(2) altogether (there is no network namespace to contain
+/// any family) and SysV IPC (no IPC namespace).
 pub fn compile_reduced(profile: SeccompProfile) -> Result<CompiledFilters, SeccompError> {
     let mut filters = compile(profile)?;
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> =
         SYSV_IPC.iter().map(|(_, nr)| (*nr, vec![])).collect();
-    rules.insert(
-        libc::SYS_socket,
-        vec![rule(vec![cond(
-            0,
-            Len::Dword,
-            Op::Ne,
-            libc::AF_UNIX as u64,
-        )?])?],
+    // Every socket(2): without a network namespace even AF_UNIX would reach
+    // the host's named sockets (the D-Bus session bus, ssh-agent), which
+    // Landlock below ABI 9 cannot restrict. socketpair(2) stays.
+    rules.insert(libc::SYS_socket, vec![]);
+    // Before the main filter, which must stay last (see `compile`).
+    let at = filters.programs.len() - 1;
+    filters.programs.insert(
+        at,
+        compile_one(
+            rules,
+            SeccompAction::Allow,
+            SeccompAction::Errno(libc::EPERM as u32),
+        )?,
     );
-    filters.programs.push(compile_one(
-        rules,
-        SeccompAction::Allow,
-        SeccompAction::Errno(libc::EPERM as u32),
-    )?);
     Ok(filters)
 }
 
@@ -745,6 +757,8 @@ mod tests {
             "open_by_handle_at",
             "pivot_root",
             "move_mount",
+            "open_tree_attr",
+            "quotactl_fd",
         ] {
             assert!(names.contains(&needed), "{needed} must be denied");
         }
