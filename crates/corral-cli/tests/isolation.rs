@@ -238,3 +238,34 @@ fn sysv_ipc_and_network_are_private() {
     let s = py("import socket\ns = socket.socket()\ntry:\n    s.connect(('127.0.0.1', 9))\nexcept OSError as e:\n    print('refused', e.errno)\n");
     assert!(s.starts_with("refused"), "{s}");
 }
+
+#[test]
+fn strict_seccomp_profile_runs_snippets_and_refuses_the_rest() {
+    let (_d, cfg) = config(
+        "[profile.strict]\nextends = \"code\"\n[profile.strict.security]\nseccomp = \"strict\"\n",
+    );
+    let cfg = cfg.to_str().unwrap();
+    let flags = ["--config", cfg, "--profile", "strict"];
+    // Ordinary programs work: python with threads, node, sh pipelines.
+    let (v, _) = run_json(&flags, &["python3", "-c", "import threading, json\nt = threading.Thread(target=print, args=(6 * 7,))\nt.start(); t.join()"]);
+    assert_eq!(v["stdout"], "42\n", "{v}");
+    assert_eq!(v["enforced"]["seccomp"], "strict");
+    let (v, _) = run_json(&flags, &["node", "-e", "console.log(6 * 7)"]);
+    assert_eq!(v["stdout"], "42\n", "{v}");
+    let (v, _) = run_json(&flags, &["sh", "-c", "echo 42 | cat"]);
+    assert_eq!(v["stdout"], "42\n", "{v}");
+    // What is not on the allowlist fails with EPERM: inet sockets (only
+    // AF_UNIX is allowed), and sync(2), which the default profile allows.
+    let script = "import socket, ctypes\n\
+        try:\n    socket.socket(socket.AF_INET)\n    print('inet ok')\nexcept OSError as e:\n    print('inet', e.errno)\n\
+        socket.socket(socket.AF_UNIX).close()\n\
+        libc = ctypes.CDLL(None, use_errno=True)\n\
+        print('sync', libc.syscall(162), ctypes.get_errno())\n";
+    let (v, _) = run_json(&flags, &["python3", "-c", script]);
+    assert_eq!(v["stdout"], "inet 1\nsync -1 1\n", "{v}");
+    let (v, _) = run_json(&[], &["python3", "-c", script]);
+    assert_eq!(
+        v["stdout"], "inet ok\nsync 0 0\n",
+        "the default profile allows both: {v}"
+    );
+}
