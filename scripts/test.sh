@@ -17,7 +17,7 @@ export CARGO_TERM_COLOR=never
 
 # --- 1. packages the tests use inside and around sandboxes ---------------
 need=()
-for pkg in python3 nodejs util-linux passwd iproute2 procps; do
+for pkg in python3 python3-pip nodejs curl gcc libc6-dev util-linux passwd iproute2 procps; do
     dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if [ "${#need[@]}" -gt 0 ]; then

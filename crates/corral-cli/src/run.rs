@@ -494,7 +494,10 @@ pub fn run(args: RunArgs) -> i32 {
         // The CLI is single-threaded: skip a whole program start.
         helper: HelperStart::Fork,
     };
-    let outcome = match launch(&plan, &opts, containment.as_launch(), None) {
+    let mut proxy = corral_runtime::egress::ProxyService::new(profile.network.clone());
+    let egress: Option<&mut dyn corral_runtime::launch::EgressProxy> =
+        (plan.network == corral_policy::NetworkMode::Allow).then_some(&mut proxy as _);
+    let outcome = match launch(&plan, &opts, containment.as_launch(), egress) {
         Ok(o) => o,
         Err(e) => {
             return refuse(
@@ -506,6 +509,7 @@ pub fn run(args: RunArgs) -> i32 {
             )
         }
     };
+    sink.emit(&outcome.network_events);
     let in_force = enforced(&plan, identity, &containment, &outcome);
     let stats = containment.finish();
     report(&outcome, &profile, stats.oom_killed);
@@ -536,7 +540,10 @@ pub fn run(args: RunArgs) -> i32 {
                 .peak_memory_bytes
                 .unwrap_or(outcome.usage.max_rss_bytes),
             error,
-            events: std::mem::take(&mut events),
+            events: std::mem::take(&mut events)
+                .into_iter()
+                .chain(outcome.network_events.iter().cloned())
+                .collect(),
             enforced: sandbox_started.then_some(in_force),
         };
         print_json(&result);

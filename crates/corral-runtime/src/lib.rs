@@ -14,6 +14,7 @@
 
 pub mod cgroup;
 pub mod contain;
+pub mod egress;
 pub mod helper;
 pub mod landlock;
 pub mod launch;
