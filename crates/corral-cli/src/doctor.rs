@@ -155,6 +155,8 @@ fn probe_sandbox() -> (bool, String) {
         timeout: Some(std::time::Duration::from_secs(10)),
         forward_signals: false,
         helper: corral_runtime::launch::HelperStart::ReExec,
+        cancel: None,
+        stdin: None,
     };
     match launch(&plan, &opts, None, None) {
         Ok(o) if o.failure.is_none() && o.exit_code == 0 => {

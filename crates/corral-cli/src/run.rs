@@ -3,19 +3,15 @@
 use std::fs::OpenOptions;
 use std::io::Write;
 use std::path::PathBuf;
-use std::time::Duration;
 
 use clap::Args;
 use corral_policy::env::{parse_assignment, EnvRequest};
 use corral_policy::{AuditEvent, ByteSize, MountSpec, Profile};
+use corral_runtime::execute::{execute, ExecuteOptions};
 use corral_runtime::launch::{HelperStart, Outcome};
-use corral_runtime::plan::{RlimitKind, SandboxIdentity, SandboxPlan};
-use corral_runtime::protocol::FailureKind;
+use corral_runtime::plan::SandboxIdentity;
 use corral_runtime::result::ErrorInfo;
-use corral_runtime::{
-    build_plan, launch, CommandTable, Enforced, LaunchOptions, OutputMode, RunRequest, RunResult,
-    EXIT_CORRAL_ERROR,
-};
+use corral_runtime::{CommandTable, OutputMode, RunRequest, RunResult, EXIT_CORRAL_ERROR};
 
 /// Arguments of `corral run`.
 #[derive(Args)]
@@ -334,59 +330,6 @@ fn request(args: &RunArgs) -> Result<RunRequest, (String, String)> {
     Ok(request)
 }
 
-fn rlimit_name(kind: RlimitKind) -> &'static str {
-    match kind {
-        RlimitKind::AddressSpace => "address_space",
-        RlimitKind::CpuTime => "cpu_time",
-        RlimitKind::FileSize => "file_size",
-        RlimitKind::OpenFiles => "open_files",
-        RlimitKind::Processes => "processes",
-        RlimitKind::Core => "core",
-    }
-}
-
-/// What was in force, for the result.
-fn enforced(
-    plan: &SandboxPlan,
-    identity: SandboxIdentity,
-    containment: &corral_runtime::contain::Containment,
-    outcome: &Outcome,
-) -> Enforced {
-    let mut e = if plan.reduced.is_some() {
-        Enforced::reduced(identity.uid, identity.gid)
-    } else {
-        Enforced::full_sandbox(identity.uid, identity.gid)
-    };
-    // Without a user namespace an ordinary user cannot empty the bounding
-    // set (no_new_privs keeps it unusable); say so.
-    e.capabilities_dropped = plan.reduced.is_none() || identity.drop_from_root;
-    if plan.reduced.is_none() {
-        e.network = match plan.network {
-            corral_policy::NetworkMode::None => "none".into(),
-            corral_policy::NetworkMode::Allow => "allow".into(),
-            corral_policy::NetworkMode::Host => {
-                e.namespaces.retain(|n| *n != "net");
-                "host".into()
-            }
-        };
-    }
-    for r in &plan.rlimits {
-        e.rlimits.insert(rlimit_name(r.kind).into(), r.soft.into());
-    }
-    e.cgroup = containment.enforced_json();
-    e.not_enforced = containment.not_enforced().to_vec();
-    // Reported by the program's process itself, just before execve; absent
-    // when it never got that far.
-    if outcome.landlock.is_some() {
-        e.seccomp = Some(match plan.security.seccomp_profile {
-            corral_policy::SeccompProfile::Default => "default".into(),
-            corral_policy::SeccompProfile::Strict => "strict".into(),
-        });
-        e.landlock = outcome.landlock.clone();
-    }
-    e
-}
-
 /// Runs `corral run`; returns the exit status.
 pub fn run(args: RunArgs) -> i32 {
     let json = args.json;
@@ -443,112 +386,36 @@ pub fn run(args: RunArgs) -> i32 {
     // Resolved once, here, before anything of the request is looked at.
     let commands = CommandTable::resolve(&profile, std::env::var("PATH").ok().as_deref());
     let lookup = |name: &str| std::env::var(name).ok();
-    let (plan, mut events) = match build_plan(&profile, &commands, &request, identity, &lookup) {
-        Ok(p) => p,
-        Err(e) => {
-            let events: Vec<AuditEvent> = e.event().cloned().into_iter().collect();
-            sink.emit(&events);
-            return refuse(json, e.exit_code(), e.code(), e.to_string(), events);
-        }
-    };
-    if plan.network == corral_policy::NetworkMode::Host {
-        events.push(AuditEvent::new(
-            corral_policy::Level::Warn,
-            corral_policy::ReasonCode::NetHost,
-            "the sandbox shares the HOST network, unfiltered (network mode `host`)",
-        ));
-    }
-    if plan.reduced.is_some() {
-        events.push(
-            AuditEvent::new(
-                corral_policy::Level::Warn,
-                corral_policy::ReasonCode::SandboxReduced,
-                "running WITHOUT namespaces (--without-namespaces): Landlock, seccomp, rlimits, env scrub and output bounds only",
-            )
-            .with("workdir", plan.cwd.as_str()),
-        );
-    }
-    sink.emit(&events);
-    let containment = match corral_runtime::contain::Containment::for_limits(&profile.limits) {
-        Ok(c) => c,
-        Err(message) => {
-            return refuse(
-                json,
-                EXIT_CORRAL_ERROR,
-                "limits.unenforceable",
-                message,
-                events,
-            )
-        }
-    };
-    let opts = LaunchOptions {
+    let opts = ExecuteOptions {
         output: if json {
             OutputMode::Capture
         } else {
             OutputMode::Stream
         },
-        output_bytes: usize::try_from(profile.limits.output_bytes.bytes()).unwrap_or(usize::MAX),
-        output_kill_bytes: profile.limits.output_kill_bytes.bytes(),
-        timeout: profile.limits.timeout_secs.map(Duration::from_secs),
-        forward_signals: true,
         // The CLI is single-threaded: skip a whole program start.
         helper: HelperStart::Fork,
+        forward_signals: true,
+        cancel: None,
+        stdin: None,
     };
-    let mut proxy = corral_runtime::egress::ProxyService::new(profile.network.clone());
-    let egress: Option<&mut dyn corral_runtime::launch::EgressProxy> =
-        (plan.network == corral_policy::NetworkMode::Allow).then_some(&mut proxy as _);
-    let outcome = match launch(&plan, &opts, containment.as_launch(), egress) {
-        Ok(o) => o,
-        Err(e) => {
-            return refuse(
-                json,
-                EXIT_CORRAL_ERROR,
-                "sandbox.launch",
-                e.to_string(),
-                events,
-            )
+    let run = execute(
+        &profile,
+        &commands,
+        &request,
+        &lookup,
+        opts,
+        &mut |events| sink.emit(events),
+    );
+    match run {
+        Err(r) => refuse(json, r.exit_code, &r.code, r.message, r.events),
+        Ok(done) => {
+            report(&done.outcome, &profile, done.stats.oom_killed);
+            if json {
+                print_json(&done.result);
+            }
+            done.result.exit_code
         }
-    };
-    sink.emit(&outcome.network_events);
-    let in_force = enforced(&plan, identity, &containment, &outcome);
-    let stats = containment.finish();
-    report(&outcome, &profile, stats.oom_killed);
-    if json {
-        let sandbox_started = outcome
-            .failure
-            .as_ref()
-            .is_none_or(|(k, _)| matches!(k, FailureKind::ExecNotFound | FailureKind::ExecFailed));
-        let error = outcome.failure.as_ref().map(|(kind, message)| ErrorInfo {
-            code: Outcome::failure_code(*kind).into(),
-            message: message.clone(),
-        });
-        let result = RunResult {
-            exit_code: outcome.exit_code,
-            signal: outcome.signal,
-            timed_out: outcome.timed_out,
-            oom_killed: stats.oom_killed,
-            output_limit_exceeded: outcome.output_killed,
-            stdout: String::from_utf8_lossy(&outcome.stdout.data).into_owned(),
-            stderr: String::from_utf8_lossy(&outcome.stderr.data).into_owned(),
-            stdout_bytes: outcome.stdout.total,
-            stderr_bytes: outcome.stderr.total,
-            stdout_truncated: outcome.stdout.truncated,
-            stderr_truncated: outcome.stderr.truncated,
-            wall_ms: outcome.wall.as_millis() as u64,
-            cpu_ms: stats.cpu_ms.unwrap_or(outcome.usage.cpu_us / 1000),
-            peak_memory_bytes: stats
-                .peak_memory_bytes
-                .unwrap_or(outcome.usage.max_rss_bytes),
-            error,
-            events: std::mem::take(&mut events)
-                .into_iter()
-                .chain(outcome.network_events.iter().cloned())
-                .collect(),
-            enforced: sandbox_started.then_some(in_force),
-        };
-        print_json(&result);
     }
-    outcome.exit_code
 }
 
 /// One line on stderr for each way the run ended abnormally.

@@ -63,12 +63,15 @@ fn location(file: &Option<PathBuf>, line: &Option<usize>, key: &str) -> String {
 pub struct Config {
     /// Profiles by name.
     pub profiles: BTreeMap<String, Profile>,
+    /// `corral serve` settings (defaults when the file has no `[server]`).
+    pub server: crate::server::ServerConfig,
 }
 
 impl Default for Config {
     fn default() -> Self {
         Config {
             profiles: builtin::all(),
+            server: crate::server::ServerConfig::default(),
         }
     }
 }
@@ -78,6 +81,32 @@ impl Default for Config {
 struct RawConfig {
     #[serde(default)]
     profile: BTreeMap<String, Spanned<RawProfile>>,
+    server: Option<Spanned<RawServer>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawServer {
+    listen: Option<Spanned<String>>,
+    max_concurrent: Option<Spanned<u32>>,
+    code_mode: Option<bool>,
+    audit_db: Option<Spanned<String>>,
+    audit_jsonl: Option<Spanned<String>>,
+    retention_days: Option<Spanned<u32>>,
+    store_code: Option<bool>,
+    work_dir: Option<Spanned<String>>,
+    max_request_bytes: Option<Spanned<RawSize>>,
+    #[serde(default)]
+    tenant: Vec<Spanned<RawTenant>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTenant {
+    name: Spanned<String>,
+    token_sha256: Spanned<String>,
+    profiles: Spanned<Vec<String>>,
+    max_concurrent: Option<Spanned<u32>>,
 }
 
 #[derive(Deserialize)]
@@ -226,6 +255,7 @@ impl Config {
         let raw: RawConfig = toml::from_str(text)
             .map_err(|e| src.err(e.span(), "", e.message().trim().to_string()))?;
         let mut config = Config::default();
+        let raw_server = raw.server;
         // Resolve `extends` in dependency order; a round that resolves
         // nothing means the rest extend each other in a cycle.
         let mut pending: Vec<(String, Spanned<RawProfile>)> = raw.profile.into_iter().collect();
@@ -289,6 +319,9 @@ impl Config {
                 ));
             }
             pending = next;
+        }
+        if let Some(server) = raw_server {
+            config.server = apply_server(&src, server, &config)?;
         }
         Ok(config)
     }
@@ -729,6 +762,144 @@ fn apply_network(
     Ok(())
 }
 
+fn apply_server(
+    src: &Source,
+    raw: Spanned<RawServer>,
+    config: &Config,
+) -> Result<crate::server::ServerConfig, ConfigError> {
+    use crate::server::{valid_token_hash, ServerConfig, Tenant};
+    let mut s = ServerConfig::default();
+    let raw = raw.into_inner();
+    let k = "server";
+    if let Some(l) = raw.listen {
+        s.listen = l.get_ref().parse().map_err(|_| {
+            src.err(
+                Some(l.span()),
+                format!("{k}.listen"),
+                format!("`{}` is not ADDR:PORT", l.get_ref()),
+            )
+        })?;
+    }
+    if let Some(m) = raw.max_concurrent {
+        if *m.get_ref() == 0 {
+            return Err(src.err(
+                Some(m.span()),
+                format!("{k}.max_concurrent"),
+                "must be at least 1",
+            ));
+        }
+        s.max_concurrent = m.into_inner();
+    }
+    if let Some(b) = raw.code_mode {
+        s.code_mode = b;
+    }
+    if let Some(b) = raw.store_code {
+        s.store_code = b;
+    }
+    let abs = |v: Spanned<String>, field: &str| -> Result<PathBuf, ConfigError> {
+        let p = PathBuf::from(v.get_ref());
+        if p.is_absolute() || !v.get_ref().is_empty() {
+            Ok(p)
+        } else {
+            Err(src.err(Some(v.span()), format!("{k}.{field}"), "must not be empty"))
+        }
+    };
+    if let Some(p) = raw.audit_db {
+        s.audit_db = abs(p, "audit_db")?;
+    }
+    if let Some(p) = raw.audit_jsonl {
+        s.audit_jsonl = Some(abs(p, "audit_jsonl")?);
+    }
+    if let Some(p) = raw.work_dir {
+        s.work_dir = abs(p, "work_dir")?;
+    }
+    if let Some(r) = raw.retention_days {
+        if *r.get_ref() == 0 {
+            return Err(src.err(
+                Some(r.span()),
+                format!("{k}.retention_days"),
+                "must be at least 1",
+            ));
+        }
+        s.retention_days = r.into_inner();
+    }
+    if let Some(m) = raw.max_request_bytes {
+        s.max_request_bytes = size(src, &format!("{k}.max_request_bytes"), m)?.bytes();
+    }
+    for t in raw.tenant {
+        let span = t.span();
+        let t = t.into_inner();
+        let name = t.name.get_ref().clone();
+        if name.is_empty()
+            || !name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+        {
+            return Err(src.err(
+                Some(t.name.span()),
+                format!("{k}.tenant.name"),
+                format!("tenant name {name:?} is invalid: use letters, digits, `_`, `-` and `.`"),
+            ));
+        }
+        if s.tenants.iter().any(|x: &Tenant| x.name == name) {
+            return Err(src.err(
+                Some(span),
+                format!("{k}.tenant.name"),
+                format!("tenant `{name}` is defined twice"),
+            ));
+        }
+        let hash = t.token_sha256.get_ref().to_ascii_lowercase();
+        if !valid_token_hash(&hash) {
+            return Err(src.err(
+                Some(t.token_sha256.span()),
+                format!("{k}.tenant.token_sha256"),
+                "must be the SHA-256 of the token as 64 hex digits (e.g. `printf %s TOKEN | sha256sum`); the token itself is never stored",
+            ));
+        }
+        if s.tenants.iter().any(|x| x.token_sha256 == hash) {
+            return Err(src.err(
+                Some(t.token_sha256.span()),
+                format!("{k}.tenant.token_sha256"),
+                "two tenants share a token",
+            ));
+        }
+        if t.profiles.get_ref().is_empty() {
+            return Err(src.err(
+                Some(t.profiles.span()),
+                format!("{k}.tenant.profiles"),
+                "list at least one profile",
+            ));
+        }
+        for p in t.profiles.get_ref() {
+            if !config.profiles.contains_key(p) {
+                return Err(src.err(
+                    Some(t.profiles.span()),
+                    format!("{k}.tenant.profiles"),
+                    format!("unknown profile `{p}`"),
+                ));
+            }
+        }
+        let max_concurrent = match t.max_concurrent {
+            Some(m) if *m.get_ref() == 0 => {
+                return Err(src.err(
+                    Some(m.span()),
+                    format!("{k}.tenant.max_concurrent"),
+                    "must be at least 1",
+                ));
+            }
+            Some(m) => m.into_inner(),
+            None => s.max_concurrent,
+        };
+        s.tenants.push(Tenant {
+            name,
+            token_sha256: hash,
+            profiles: t.profiles.into_inner(),
+            max_concurrent,
+        });
+    }
+    Ok(s)
+}
+
 /// Checks the profile as merged with what it inherits: rules that are
 /// fine alone can conflict with inherited ones.
 fn check_merged(
@@ -1003,6 +1174,32 @@ read_only = ["/opt/data:/data"]
         assert!(e.message.contains("host bits"));
         let e = err("[profile.n.network]\nhosts = { \"a.test\" = \"nope\" }\n");
         assert_eq!(e.key, "profile.n.network.hosts.a.test");
+    }
+
+    #[test]
+    fn server_section() {
+        let hash = "a".repeat(64);
+        let c = Config::parse(
+            &format!("[server]\nlisten = \"127.0.0.1:9000\"\nmax_concurrent = 2\ncode_mode = true\n[[server.tenant]]\nname = \"acme\"\ntoken_sha256 = \"{hash}\"\nprofiles = [\"code\"]\n"),
+            None,
+        )
+        .unwrap();
+        assert_eq!(c.server.listen.port(), 9000);
+        assert_eq!(
+            c.server.tenants[0].max_concurrent, 2,
+            "inherits the global cap"
+        );
+        assert!(c.server.code_mode);
+        let e = err("[server]\nlisten = \"nowhere\"\n");
+        assert_eq!((e.line, e.key.as_str()), (Some(2), "server.listen"));
+        let e = err("[[server.tenant]]\nname = \"a\"\ntoken_sha256 = \"plaintext-token\"\nprofiles = [\"code\"]\n");
+        assert_eq!(e.key, "server.tenant.token_sha256");
+        let e = err(&format!(
+            "[[server.tenant]]\nname = \"a\"\ntoken_sha256 = \"{hash}\"\nprofiles = [\"nope\"]\n"
+        ));
+        assert!(e.message.contains("unknown profile"), "{e}");
+        let e = err("[server]\nbogus = 1\n");
+        assert!(e.message.contains("bogus"), "{e}");
     }
 
     #[test]

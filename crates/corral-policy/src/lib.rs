@@ -15,6 +15,7 @@ pub mod env;
 pub mod network;
 pub mod path;
 pub mod profile;
+pub mod server;
 pub mod size;
 
 pub use audit::{AuditEvent, Level, ReasonCode};
@@ -26,4 +27,5 @@ pub use profile::{
     CommandPolicy, EnvPolicy, Filesystem, Identity, LandlockMode, Limits, Profile, SeccompProfile,
     Security,
 };
+pub use server::{ServerConfig, Tenant};
 pub use size::ByteSize;

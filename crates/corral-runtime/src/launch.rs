@@ -56,6 +56,12 @@ pub struct LaunchOptions {
     pub forward_signals: bool,
     /// How the helper process starts.
     pub helper: HelperStart,
+    /// Set to true by the caller to kill the sandbox early (a client that
+    /// went away); checked at least every 100 ms.
+    pub cancel: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
+    /// The program's standard input; `None` passes corral's own (the CLI).
+    /// A service passes `/dev/null` or a file with the request's input.
+    pub stdin: Option<std::sync::Arc<File>>,
 }
 
 /// How the sandbox helper starts.
@@ -212,7 +218,10 @@ pub fn launch(
                 .arg(HELPER_SUBCOMMAND)
                 .env_clear()
                 .process_group(0)
-                .stdin(Stdio::inherit())
+                .stdin(match &opts.stdin {
+                    Some(f) => Stdio::from(f.try_clone().map_err(spawn_err("stdin"))?),
+                    None => Stdio::inherit(),
+                })
                 .stdout(Stdio::from(out_w))
                 .stderr(Stdio::from(err_w));
             fd::pass_fd_as(&mut cmd, &theirs, fd::HELPER_CONTROL_FD);
@@ -224,7 +233,15 @@ pub fn launch(
             Ok(process::Fork::Child) => {
                 // In the child of a single-threaded process: stdio and the
                 // control socket to their numbers, then the helper.
-                let placed = fd::place(&out_w, 1)
+                let stdin_ok = match &opts.stdin {
+                    Some(f) => f
+                        .try_clone()
+                        .map_err(|_| corral_sys::Errno(libc::EBADF))
+                        .and_then(|f| fd::place(&std::os::fd::OwnedFd::from(f), 0)),
+                    None => Ok(()),
+                };
+                let placed = stdin_ok
+                    .and_then(|_| fd::place(&out_w, 1))
                     .and_then(|_| fd::place(&err_w, 2))
                     .and_then(|_| fd::place(&theirs, fd::HELPER_CONTROL_FD))
                     .and_then(|_| process::setpgid_self());
@@ -290,10 +307,21 @@ pub fn launch(
     let deadline = opts.timeout.map(|t| start + t);
     let mut timed_out = false;
     let mut output_killed = false;
+    let mut cancelled = false;
     while !pump.done() {
         if !output_killed && !timed_out && pump.over_kill_ceiling() {
             kill();
             output_killed = true;
+            killed_at = Some(Instant::now());
+        }
+        if !cancelled
+            && opts
+                .cancel
+                .as_ref()
+                .is_some_and(|c| c.load(std::sync::atomic::Ordering::Relaxed))
+        {
+            cancelled = true;
+            kill();
             killed_at = Some(Instant::now());
         }
         // Should the helper not finish the job in time, it dies itself.
@@ -310,9 +338,14 @@ pub fn launch(
                     killed_at = Some(Instant::now());
                     continue;
                 }
-                (d - now).as_millis().min(i32::MAX as u128) as i32 + 1
+                let cap = if opts.cancel.is_some() {
+                    100
+                } else {
+                    i32::MAX as u128
+                };
+                (d - now).as_millis().min(cap) as i32 + 1
             }
-            _ if killed_at.is_some() => 100,
+            _ if killed_at.is_some() || opts.cancel.is_some() => 100,
             _ => -1,
         };
         pump.poll(wait_ms);

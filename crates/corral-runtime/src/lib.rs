@@ -15,6 +15,7 @@
 pub mod cgroup;
 pub mod contain;
 pub mod egress;
+pub mod execute;
 pub mod helper;
 pub mod landlock;
 pub mod launch;

@@ -1,0 +1,74 @@
+//! The `[server]` section: how `corral serve` listens, who may call it,
+//! how much runs at once, and where the audit trail goes.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+/// One caller of the service, identified by a bearer token.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Tenant {
+    /// Name, used in audit records and execution listings.
+    pub name: String,
+    /// SHA-256 of the bearer token, lower-case hex. The token itself is
+    /// never stored.
+    #[serde(skip_serializing)]
+    pub token_sha256: String,
+    /// Profiles this tenant may use; the first is its default.
+    pub profiles: Vec<String>,
+    /// Executions of this tenant running at once.
+    pub max_concurrent: u32,
+}
+
+/// `corral serve` settings.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ServerConfig {
+    /// Listening address (default 127.0.0.1:8080).
+    pub listen: SocketAddr,
+    /// Executions running at once, all tenants together.
+    pub max_concurrent: u32,
+    /// Whether `{"language", "code"}` requests and the MCP `run_code` tool
+    /// exist. Off by default.
+    pub code_mode: bool,
+    /// SQLite audit database.
+    pub audit_db: PathBuf,
+    /// Optional JSON-lines copy of every audit record.
+    pub audit_jsonl: Option<PathBuf>,
+    /// Days audit records are kept.
+    pub retention_days: u32,
+    /// Store the full code in audit records (its SHA-256 is always stored).
+    pub store_code: bool,
+    /// Directory for per-execution workdirs.
+    pub work_dir: PathBuf,
+    /// Callers. With none, the service is anonymous and may only listen on
+    /// loopback.
+    pub tenants: Vec<Tenant>,
+    /// Largest request body accepted, in bytes.
+    pub max_request_bytes: u64,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            max_concurrent: 4,
+            code_mode: false,
+            audit_db: PathBuf::from("corral-audit.db"),
+            audit_jsonl: None,
+            retention_days: 30,
+            store_code: false,
+            work_dir: std::env::temp_dir(),
+            tenants: Vec::new(),
+            max_request_bytes: 8 << 20,
+        }
+    }
+}
+
+/// Whether `token` (hex SHA-256) is well formed.
+pub fn valid_token_hash(token: &str) -> bool {
+    token.len() == 64
+        && token
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}

@@ -1,0 +1,224 @@
+//! One execution from request to result: plan, cgroup, proxy, launch, and
+//! the [`RunResult`] every front end reports (`corral run --json`, the
+//! HTTP service, MCP). Front ends only add their own input and output.
+
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Duration;
+
+use corral_policy::{AuditEvent, Level, NetworkMode, Profile, ReasonCode};
+
+use crate::contain::{Containment, ContainmentStats};
+use crate::egress::ProxyService;
+use crate::launch::{launch, EgressProxy, HelperStart, LaunchOptions, Outcome, OutputMode};
+use crate::plan::{build_plan, RlimitKind, RunRequest, SandboxIdentity, SandboxPlan};
+use crate::protocol::FailureKind;
+use crate::resolve::CommandTable;
+use crate::result::{Enforced, ErrorInfo, RunResult};
+use crate::EXIT_CORRAL_ERROR;
+
+/// How the front end wants the run done.
+pub struct ExecuteOptions {
+    /// Streamed (CLI without --json) or captured.
+    pub output: OutputMode,
+    /// Fork (single-threaded CLI) or re-exec (anything with threads).
+    pub helper: HelperStart,
+    /// Forward the CLI's signals to the program.
+    pub forward_signals: bool,
+    /// Set to kill the sandbox early.
+    pub cancel: Option<Arc<AtomicBool>>,
+    /// The program's stdin; `None` inherits the caller's.
+    pub stdin: Option<Arc<std::fs::File>>,
+}
+
+/// A run refused before (or while) the sandbox was built.
+#[derive(Debug)]
+pub struct Refusal {
+    /// Exit status (125, or 127 for a missing command).
+    pub exit_code: i32,
+    /// Stable error code.
+    pub code: String,
+    /// What happened and what to do.
+    pub message: String,
+    /// Security events up to the refusal.
+    pub events: Vec<AuditEvent>,
+}
+
+/// A finished run.
+pub struct Execution {
+    /// The result object.
+    pub result: RunResult,
+    /// The launcher's own view, for front ends that report more.
+    pub outcome: Outcome,
+    /// The cgroup's measurements.
+    pub stats: ContainmentStats,
+}
+
+fn refusal(exit_code: i32, code: &str, message: String, events: Vec<AuditEvent>) -> Refusal {
+    Refusal {
+        exit_code,
+        code: code.into(),
+        message,
+        events,
+    }
+}
+
+/// Runs `request` under `profile`. `on_events` sees security events as they
+/// arise (before the program starts, and the proxy's after it ends), so a
+/// streaming front end can print them in order.
+pub fn execute(
+    profile: &Profile,
+    commands: &CommandTable,
+    request: &RunRequest,
+    lookup_env: &dyn Fn(&str) -> Option<String>,
+    opts: ExecuteOptions,
+    on_events: &mut dyn FnMut(&[AuditEvent]),
+) -> Result<Execution, Refusal> {
+    let identity = SandboxIdentity::for_current_process(profile);
+    let (plan, mut events) = match build_plan(profile, commands, request, identity, lookup_env) {
+        Ok(p) => p,
+        Err(e) => {
+            let events: Vec<AuditEvent> = e.event().cloned().into_iter().collect();
+            on_events(&events);
+            return Err(refusal(e.exit_code(), e.code(), e.to_string(), events));
+        }
+    };
+    if plan.network == NetworkMode::Host {
+        events.push(AuditEvent::new(
+            Level::Warn,
+            ReasonCode::NetHost,
+            "the sandbox shares the HOST network, unfiltered (network mode `host`)",
+        ));
+    }
+    if plan.reduced.is_some() {
+        events.push(
+            AuditEvent::new(
+                Level::Warn,
+                ReasonCode::SandboxReduced,
+                "running WITHOUT namespaces (--without-namespaces): Landlock, seccomp, rlimits, env scrub and output bounds only",
+            )
+            .with("workdir", plan.cwd.as_str()),
+        );
+    }
+    on_events(&events);
+    let containment = Containment::for_limits(&profile.limits).map_err(|message| {
+        refusal(
+            EXIT_CORRAL_ERROR,
+            "limits.unenforceable",
+            message,
+            events.clone(),
+        )
+    })?;
+    let launch_opts = LaunchOptions {
+        output: opts.output,
+        output_bytes: usize::try_from(profile.limits.output_bytes.bytes()).unwrap_or(usize::MAX),
+        output_kill_bytes: profile.limits.output_kill_bytes.bytes(),
+        timeout: profile.limits.timeout_secs.map(Duration::from_secs),
+        forward_signals: opts.forward_signals,
+        helper: opts.helper,
+        cancel: opts.cancel,
+        stdin: opts.stdin,
+    };
+    let mut proxy = ProxyService::new(profile.network.clone());
+    let egress: Option<&mut dyn EgressProxy> =
+        (plan.network == NetworkMode::Allow).then_some(&mut proxy as _);
+    let outcome = launch(&plan, &launch_opts, containment.as_launch(), egress).map_err(|e| {
+        refusal(
+            EXIT_CORRAL_ERROR,
+            "sandbox.launch",
+            e.to_string(),
+            events.clone(),
+        )
+    })?;
+    on_events(&outcome.network_events);
+    let in_force = enforced(&plan, identity, &containment, &outcome);
+    let stats = containment.finish();
+    let sandbox_started = outcome
+        .failure
+        .as_ref()
+        .is_none_or(|(k, _)| matches!(k, FailureKind::ExecNotFound | FailureKind::ExecFailed));
+    let error = outcome.failure.as_ref().map(|(kind, message)| ErrorInfo {
+        code: Outcome::failure_code(*kind).into(),
+        message: message.clone(),
+    });
+    events.extend(outcome.network_events.iter().cloned());
+    let result = RunResult {
+        exit_code: outcome.exit_code,
+        signal: outcome.signal,
+        timed_out: outcome.timed_out,
+        oom_killed: stats.oom_killed,
+        output_limit_exceeded: outcome.output_killed,
+        stdout: String::from_utf8_lossy(&outcome.stdout.data).into_owned(),
+        stderr: String::from_utf8_lossy(&outcome.stderr.data).into_owned(),
+        stdout_bytes: outcome.stdout.total,
+        stderr_bytes: outcome.stderr.total,
+        stdout_truncated: outcome.stdout.truncated,
+        stderr_truncated: outcome.stderr.truncated,
+        wall_ms: outcome.wall.as_millis() as u64,
+        cpu_ms: stats.cpu_ms.unwrap_or(outcome.usage.cpu_us / 1000),
+        peak_memory_bytes: stats
+            .peak_memory_bytes
+            .unwrap_or(outcome.usage.max_rss_bytes),
+        error,
+        events,
+        enforced: sandbox_started.then_some(in_force),
+    };
+    Ok(Execution {
+        result,
+        outcome,
+        stats,
+    })
+}
+
+fn rlimit_name(kind: RlimitKind) -> &'static str {
+    match kind {
+        RlimitKind::AddressSpace => "address_space",
+        RlimitKind::CpuTime => "cpu_time",
+        RlimitKind::FileSize => "file_size",
+        RlimitKind::OpenFiles => "open_files",
+        RlimitKind::Processes => "processes",
+        RlimitKind::Core => "core",
+    }
+}
+
+/// What was in force, for the result.
+fn enforced(
+    plan: &SandboxPlan,
+    identity: SandboxIdentity,
+    containment: &Containment,
+    outcome: &Outcome,
+) -> Enforced {
+    let mut e = if plan.reduced.is_some() {
+        Enforced::reduced(identity.uid, identity.gid)
+    } else {
+        Enforced::full_sandbox(identity.uid, identity.gid)
+    };
+    // Without a user namespace an ordinary user cannot empty the bounding
+    // set (no_new_privs keeps it unusable); say so.
+    e.capabilities_dropped = plan.reduced.is_none() || identity.drop_from_root;
+    if plan.reduced.is_none() {
+        e.network = match plan.network {
+            NetworkMode::None => "none".into(),
+            NetworkMode::Allow => "allow".into(),
+            NetworkMode::Host => {
+                e.namespaces.retain(|n| *n != "net");
+                "host".into()
+            }
+        };
+    }
+    for r in &plan.rlimits {
+        e.rlimits.insert(rlimit_name(r.kind).into(), r.soft.into());
+    }
+    e.cgroup = containment.enforced_json();
+    e.not_enforced = containment.not_enforced().to_vec();
+    // Reported by the program's process itself, just before execve; absent
+    // when it never got that far.
+    if outcome.landlock.is_some() {
+        e.seccomp = Some(match plan.security.seccomp_profile {
+            corral_policy::SeccompProfile::Default => "default".into(),
+            corral_policy::SeccompProfile::Strict => "strict".into(),
+        });
+        e.landlock = outcome.landlock.clone();
+    }
+    e
+}
