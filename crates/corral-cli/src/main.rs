@@ -43,6 +43,21 @@ enum Cmd {
     },
     /// Report what this host supports, and what each missing piece means.
     Doctor,
+    /// Run the HTTP execution service.
+    Serve {
+        /// Config file with profiles and a [server] section.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Listening address, e.g. 127.0.0.1:8080 (overrides the config).
+        #[arg(long, value_name = "ADDR:PORT")]
+        listen: Option<std::net::SocketAddr>,
+        /// Executions running at once (overrides the config).
+        #[arg(long, value_name = "N")]
+        max_concurrent: Option<u32>,
+        /// Enable code mode: `{"language", "code"}` requests.
+        #[arg(long)]
+        code_mode: bool,
+    },
 }
 
 fn main() {
@@ -69,6 +84,12 @@ fn main() {
             json,
         } => explain::explain(profile.as_deref(), config.as_deref(), json),
         Cmd::Doctor => doctor::doctor(),
+        Cmd::Serve {
+            config,
+            listen,
+            max_concurrent,
+            code_mode,
+        } => serve(config.as_deref(), listen, max_concurrent, code_mode),
     };
     std::process::exit(code);
 }
@@ -110,6 +131,56 @@ fn usage_error(e: clap::Error) -> i32 {
     }
     let _ = e.print();
     corral_runtime::EXIT_CORRAL_ERROR
+}
+
+/// `corral serve`: the async runtime starts here, after the helper
+/// dispatch, so the sandbox helper never runs in a threaded process.
+fn serve(
+    config: Option<&std::path::Path>,
+    listen: Option<std::net::SocketAddr>,
+    max_concurrent: Option<u32>,
+    code_mode: bool,
+) -> i32 {
+    let mut config = match load_config(config) {
+        Ok(c) => c,
+        Err(e) => {
+            say(&e.to_string());
+            return corral_runtime::EXIT_CORRAL_ERROR;
+        }
+    };
+    if let Some(l) = listen {
+        config.server.listen = l;
+    }
+    if let Some(m) = max_concurrent {
+        if m == 0 {
+            say("--max-concurrent must be at least 1");
+            return corral_runtime::EXIT_CORRAL_ERROR;
+        }
+        config.server.max_concurrent = m;
+        for t in &mut config.server.tenants {
+            t.max_concurrent = t.max_concurrent.min(m);
+        }
+    }
+    if code_mode {
+        config.server.code_mode = true;
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            say(&format!("cannot start the async runtime: {e}"));
+            return corral_runtime::EXIT_CORRAL_ERROR;
+        }
+    };
+    match runtime.block_on(corral_server::serve(config)) {
+        Ok(()) => 0,
+        Err(e) => {
+            say(&e.to_string());
+            corral_runtime::EXIT_CORRAL_ERROR
+        }
+    }
 }
 
 fn check(file: &std::path::Path) -> i32 {

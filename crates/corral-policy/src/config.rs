@@ -946,6 +946,23 @@ fn check_merged(
             ),
         );
     }
+    let n = &p.network;
+    if n.mode != crate::network::NetworkMode::Allow
+        && (!n.allow_domains.is_empty() || !n.allow_cidrs.is_empty())
+    {
+        return err(
+            "network.mode",
+            "allow_domains and allow_cidrs only apply with mode = \"allow\"; set it, or remove the rules".into(),
+        );
+    }
+    if n.mode != crate::network::NetworkMode::None
+        && p.security.seccomp == crate::profile::SeccompProfile::Strict
+    {
+        return err(
+            "security.seccomp",
+            "the strict seccomp profile allows only AF_UNIX sockets: it cannot be combined with a network mode other than none".into(),
+        );
+    }
     if l.cpu_millicores.is_some_and(|m| m < 10) {
         return err(
             "limits.cpu_millicores",

@@ -25,6 +25,7 @@ pub mod protocol;
 pub mod resolve;
 pub mod result;
 pub mod seccomp;
+pub mod workspace;
 
 pub use launch::{launch, Containment, LaunchError, LaunchOptions, Outcome, OutputMode};
 pub use plan::{build_plan, PlanError, RunRequest, SandboxPlan};

@@ -421,6 +421,15 @@ pub fn build_plan(
         }
     };
     let (mut env, events) = env::build(&profile.env, &request.env, lookup_env)?;
+    if profile.security.seccomp == SeccompProfile::Strict
+        && profile.network.mode != NetworkMode::None
+    {
+        return Err(PlanError::Security(
+            "the strict seccomp profile allows only AF_UNIX sockets, so the program could never use the network: \
+             use the default seccomp profile with network modes allow or host"
+                .into(),
+        ));
+    }
     if request.without_namespaces && profile.network.mode != NetworkMode::None {
         return Err(PlanError::Security(
             "network modes other than `none` need namespaces (the proxy lives in the sandbox's own network namespace)".into(),

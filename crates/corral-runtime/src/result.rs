@@ -41,7 +41,7 @@ impl Enforced {
     pub fn reduced(uid: u32, gid: u32) -> Self {
         Enforced {
             namespaces: Vec::new(),
-            network: "host (reduced mode: no network namespace; seccomp refuses non-unix sockets)"
+            network: "none (reduced mode: no network namespace; seccomp refuses every socket(2))"
                 .into(),
             root: "host filesystem through Landlock only (reduced mode)",
             ..Enforced::full_sandbox(uid, gid)

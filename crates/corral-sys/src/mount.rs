@@ -1,8 +1,11 @@
 //! Mounts: the classic `mount(2)` family and the fd-based mount API
 //! (`open_tree`, `move_mount`, `mount_setattr`, kernel 5.12+), plus
-//! `openat2` for resolving paths without following symlinks.
+//! `openat2` for resolving paths without following symlinks and the other
+//! directory-fd-relative file operations (`fstatat`, `fchownat`,
+//! `unlinkat`, `renameat2`, `getdents64`, `fchmod`) that host-side handling of
+//! sandbox-writable directories is built from.
 
-use std::ffi::CStr;
+use std::ffi::{CStr, CString};
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 
 use crate::{cvt, SysResult};
@@ -27,6 +30,8 @@ pub const MOUNT_ATTR_NODEV: u64 = 0x04;
 pub const MOUNT_ATTR_NOEXEC: u64 = 0x08;
 /// `AT_RECURSIVE`: apply to the whole subtree.
 pub const AT_RECURSIVE: u32 = 0x8000;
+/// openat2 `RESOLVE_NO_XDEV`.
+pub const RESOLVE_NO_XDEV: u64 = 0x01;
 /// openat2 `RESOLVE_NO_MAGICLINKS`.
 pub const RESOLVE_NO_MAGICLINKS: u64 = 0x02;
 /// openat2 `RESOLVE_NO_SYMLINKS`.
@@ -242,4 +247,239 @@ pub fn idmap_tree(tree: BorrowedFd<'_>, userns: BorrowedFd<'_>) -> SysResult<()>
         )
     })
     .map(drop)
+}
+
+/// The parts of `struct stat` callers decide on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileStat {
+    /// `st_mode`: file type and permission bits.
+    pub mode: u32,
+    /// `st_size` in bytes (for a symlink: the length of its target).
+    pub size: u64,
+    /// `st_nlink`.
+    pub nlink: u64,
+    /// `st_uid`.
+    pub uid: u32,
+    /// `st_gid`.
+    pub gid: u32,
+    /// `st_dev`.
+    pub dev: u64,
+    /// `st_ino`.
+    pub ino: u64,
+}
+
+impl FileStat {
+    /// The file type bits (`mode & S_IFMT`).
+    pub fn file_type(&self) -> u32 {
+        self.mode & libc::S_IFMT
+    }
+
+    /// A regular file.
+    pub fn is_regular(&self) -> bool {
+        self.file_type() == libc::S_IFREG
+    }
+
+    /// A directory.
+    pub fn is_dir(&self) -> bool {
+        self.file_type() == libc::S_IFDIR
+    }
+
+    /// A symbolic link.
+    pub fn is_symlink(&self) -> bool {
+        self.file_type() == libc::S_IFLNK
+    }
+
+    /// A short name for the file type, for messages.
+    pub fn kind_name(&self) -> &'static str {
+        match self.file_type() {
+            libc::S_IFREG => "regular file",
+            libc::S_IFDIR => "directory",
+            libc::S_IFLNK => "symbolic link",
+            libc::S_IFIFO => "fifo",
+            libc::S_IFSOCK => "socket",
+            libc::S_IFCHR => "character device",
+            libc::S_IFBLK => "block device",
+            _ => "unknown file type",
+        }
+    }
+
+    // st_nlink is u64 on x86_64 but u32 on aarch64; the cast is needed on
+    // one of them and "unnecessary" on the other.
+    #[allow(clippy::unnecessary_cast)]
+    fn from_stat(st: &libc::stat) -> FileStat {
+        FileStat {
+            mode: st.st_mode,
+            size: u64::try_from(st.st_size).unwrap_or(0),
+            nlink: st.st_nlink as u64,
+            uid: st.st_uid,
+            gid: st.st_gid,
+            dev: st.st_dev,
+            ino: st.st_ino,
+        }
+    }
+}
+
+/// `fstatat(2)` with an empty path and `AT_EMPTY_PATH`: the status of the
+/// object `fd` refers to. Works on `O_PATH` descriptors too.
+pub fn fstat(fd: BorrowedFd<'_>) -> SysResult<FileStat> {
+    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: the empty path is a static NUL-terminated string; `st` points
+    // to writable memory of the size fstatat fills; fd is valid for the call.
+    cvt(unsafe {
+        libc::fstatat(
+            fd.as_raw_fd(),
+            c"".as_ptr(),
+            st.as_mut_ptr(),
+            libc::AT_EMPTY_PATH,
+        )
+    })?;
+    // SAFETY: fstatat returned success, so it initialised the whole struct.
+    let st = unsafe { st.assume_init() };
+    Ok(FileStat::from_stat(&st))
+}
+
+/// `fstatat(2)` with `AT_SYMLINK_NOFOLLOW`: the status of the entry `name`
+/// in the directory `dir` itself, a symlink reported as a symlink.
+pub fn fstatat_nofollow(dir: BorrowedFd<'_>, name: &CStr) -> SysResult<FileStat> {
+    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: `name` is NUL-terminated and alive; `st` points to writable
+    // memory of the size fstatat fills; dir is valid for the call.
+    cvt(unsafe {
+        libc::fstatat(
+            dir.as_raw_fd(),
+            name.as_ptr(),
+            st.as_mut_ptr(),
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    })?;
+    // SAFETY: fstatat returned success, so it initialised the whole struct.
+    let st = unsafe { st.assume_init() };
+    Ok(FileStat::from_stat(&st))
+}
+
+/// `fchownat(2)` with an empty path and `AT_EMPTY_PATH`: changes the owner
+/// of the object `fd` refers to (works on `O_PATH` descriptors) without
+/// resolving any path, so no link can redirect it.
+pub fn fchown(fd: BorrowedFd<'_>, uid: u32, gid: u32) -> SysResult<()> {
+    // SAFETY: the empty path is a static NUL-terminated string; fd is valid
+    // for the call.
+    cvt(unsafe { libc::fchownat(fd.as_raw_fd(), c"".as_ptr(), uid, gid, libc::AT_EMPTY_PATH) })
+        .map(drop)
+}
+
+/// `unlinkat(2)`: removes the entry `name` of `dir` (an empty directory
+/// when `remove_dir`). Never follows a symlink: a link is itself removed.
+pub fn unlinkat(dir: BorrowedFd<'_>, name: &CStr, remove_dir: bool) -> SysResult<()> {
+    let flags = if remove_dir { libc::AT_REMOVEDIR } else { 0 };
+    // SAFETY: `name` is NUL-terminated and alive; dir is valid for the call.
+    cvt(unsafe { libc::unlinkat(dir.as_raw_fd(), name.as_ptr(), flags) }).map(drop)
+}
+
+/// `renameat2(2)` flag: fail with `EEXIST` instead of replacing the target.
+pub const RENAME_NOREPLACE: u32 = 1;
+
+/// `renameat2(2)`: renames the entry `old` of `old_dir` to `new` in
+/// `new_dir`. Neither name is followed if it is a symlink.
+pub fn renameat2(
+    old_dir: BorrowedFd<'_>,
+    old: &CStr,
+    new_dir: BorrowedFd<'_>,
+    new: &CStr,
+    flags: u32,
+) -> SysResult<()> {
+    // SAFETY: both names are NUL-terminated and alive; both fds are valid
+    // for the call.
+    cvt(unsafe {
+        libc::syscall(
+            libc::SYS_renameat2,
+            old_dir.as_raw_fd(),
+            old.as_ptr(),
+            new_dir.as_raw_fd(),
+            new.as_ptr(),
+            flags,
+        )
+    })
+    .map(drop)
+}
+
+/// The names in the directory open (for reading, not `O_PATH`) at `dir`,
+/// without `.` and `..`, read with `getdents64(2)` from the fd's current
+/// offset: at most `max` of them, and whether more were left unread.
+pub fn read_dir_names(dir: BorrowedFd<'_>, max: usize) -> SysResult<(Vec<CString>, bool)> {
+    // struct linux_dirent64: u64 d_ino, i64 d_off, u16 d_reclen,
+    // u8 d_type, then the NUL-terminated name, padded to d_reclen.
+    const NAME_OFFSET: usize = 19;
+    let mut buf = vec![0u8; 32 * 1024];
+    let mut names = Vec::new();
+    loop {
+        // SAFETY: `buf` is writable for `buf.len()` bytes and alive for the
+        // call; the kernel writes at most that many; dir is valid.
+        let n = cvt(unsafe {
+            libc::syscall(
+                libc::SYS_getdents64,
+                dir.as_raw_fd(),
+                buf.as_mut_ptr(),
+                buf.len(),
+            )
+        })?;
+        let filled = usize::try_from(n).unwrap_or(0).min(buf.len());
+        if filled == 0 {
+            return Ok((names, false));
+        }
+        let mut at = 0;
+        while at < filled {
+            let reclen = match buf.get(at + 16..at + 18) {
+                Some(&[a, b]) => usize::from(u16::from_ne_bytes([a, b])),
+                _ => return Err(crate::Errno(libc::EIO)),
+            };
+            let record = match buf.get(at..at + reclen) {
+                Some(r) if reclen > NAME_OFFSET => r,
+                _ => return Err(crate::Errno(libc::EIO)),
+            };
+            at += reclen;
+            let name = match CStr::from_bytes_until_nul(&record[NAME_OFFSET..]) {
+                Ok(name) => name,
+                Err(_) => return Err(crate::Errno(libc::EIO)),
+            };
+            if name == c"." || name == c".." {
+                continue;
+            }
+            if names.len() >= max {
+                return Ok((names, true));
+            }
+            names.push(name.to_owned());
+        }
+    }
+}
+
+/// Sets the permission bits of the object `fd` refers to, without
+/// resolving any path that could be swapped: `fchmod(2)` for an ordinary
+/// descriptor; for an `O_PATH` one (where fchmod gives `EBADF`),
+/// `fchmodat2(2)` with `AT_EMPTY_PATH` (Linux 6.6+), else `chmod(2)` of the
+/// descriptor's own `/proc/self/fd/N` entry, which names exactly the
+/// object already open (glibc's `fchmodat` fallback does the same).
+pub fn chmod_fd(fd: BorrowedFd<'_>, mode: u32) -> SysResult<()> {
+    // SAFETY: fchmod takes two integers; fd is valid for the call.
+    match cvt(unsafe { libc::fchmod(fd.as_raw_fd(), mode) }) {
+        Err(e) if e.0 == libc::EBADF => {}
+        other => return other.map(drop),
+    }
+    // SAFETY: the empty path is a static NUL-terminated string; fd is
+    // valid for the call.
+    match cvt(unsafe {
+        libc::syscall(
+            libc::SYS_fchmodat2,
+            fd.as_raw_fd(),
+            c"".as_ptr(),
+            mode,
+            libc::AT_EMPTY_PATH,
+        )
+    }) {
+        Err(e) if e.0 == libc::ENOSYS || e.0 == libc::EINVAL => {}
+        other => return other.map(drop),
+    }
+    let proc_path = CString::new(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+        .map_err(|_| crate::Errno(libc::EINVAL))?;
+    // SAFETY: `proc_path` is NUL-terminated and alive for the call.
+    cvt(unsafe { libc::chmod(proc_path.as_ptr(), mode) }).map(drop)
 }

@@ -1,0 +1,80 @@
+//! Bearer-token authentication: the token's SHA-256 is compared with the
+//! tenants' stored hashes (tokens are never stored in clear).
+
+use axum::http::{HeaderMap, StatusCode};
+use sha2::{Digest, Sha256};
+
+use crate::error::ApiError;
+use crate::state::{AppState, TenantState};
+
+/// Lower-case hex of SHA-256.
+pub fn sha256_hex(data: &[u8]) -> String {
+    Sha256::digest(data)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// Equality that does not stop at the first differing byte.
+fn same(a: &str, b: &str) -> bool {
+    a.len() == b.len()
+        && a.bytes()
+            .zip(b.bytes())
+            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+            == 0
+}
+
+/// The tenant the request authenticates as (the anonymous tenant when the
+/// server has none configured: loopback only, checked at start-up).
+pub fn tenant<'a>(state: &'a AppState, headers: &HeaderMap) -> Result<&'a TenantState, ApiError> {
+    if state.anonymous() {
+        return state.tenants.first().ok_or_else(|| {
+            ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "no tenant")
+        });
+    }
+    let value = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .ok_or_else(|| {
+            ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "auth.missing",
+                "send `Authorization: Bearer <token>`",
+            )
+        })?;
+    let token = value.strip_prefix("Bearer ").ok_or_else(|| {
+        ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "auth.invalid",
+            "the Authorization header must be `Bearer <token>`",
+        )
+    })?;
+    let hash = sha256_hex(token.trim().as_bytes());
+    state
+        .tenants
+        .iter()
+        .find(|t| same(&t.tenant.token_sha256, &hash))
+        .ok_or_else(|| {
+            ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "auth.unknown_token",
+                "unknown token",
+            )
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hashes_and_compares() {
+        assert_eq!(
+            sha256_hex(b"abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+        assert!(same("abc", "abc"));
+        assert!(!same("abc", "abd"));
+        assert!(!same("abc", "ab"));
+    }
+}

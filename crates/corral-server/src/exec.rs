@@ -1,0 +1,530 @@
+//! One execution request: validated into a profile and a command, run in a
+//! fresh workspace, recorded, answered.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use axum::http::StatusCode;
+use corral_policy::env::EnvRequest;
+use corral_policy::{ByteSize, Profile};
+use corral_runtime::execute::{execute, ExecuteOptions};
+use corral_runtime::launch::HelperStart;
+use corral_runtime::plan::SandboxIdentity;
+use corral_runtime::workspace::{FileLimits, Workspace, DEFAULT_RESERVED};
+use corral_runtime::{OutputMode, RunRequest};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::audit::{now_ms, AuditRecord};
+use crate::auth::sha256_hex;
+use crate::error::ApiError;
+use crate::state::AppState;
+
+/// Where programs write files the caller gets back.
+pub const OUTPUT_DIR: &str = "output";
+/// Largest input file, and all input files together.
+pub const MAX_INPUT_BYTES: u64 = 16 << 20;
+/// Most output files returned, and their total size.
+pub const MAX_OUTPUT_FILES: usize = 64;
+/// Total bytes of output files returned.
+pub const MAX_OUTPUT_BYTES: u64 = 8 << 20;
+
+/// The body of `POST /v1/executions`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExecutionRequest {
+    /// Profile (default: the tenant's first).
+    pub profile: Option<String>,
+    /// A command from the profile's allowlist, with arguments.
+    pub command: Option<Vec<String>>,
+    /// `python`, `node` or `bash` (code mode only).
+    pub language: Option<String>,
+    /// The code to run (code mode only).
+    pub code: Option<String>,
+    /// Standard input.
+    pub stdin: Option<String>,
+    /// Files written into the workspace first.
+    pub files: Option<Vec<InputFile>>,
+    /// Limits, at most the profile's.
+    pub limits: Option<RequestLimits>,
+    /// Environment variables (the blocklist applies).
+    pub env: Option<BTreeMap<String, String>>,
+}
+
+/// An input file.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InputFile {
+    /// Path relative to the workspace.
+    pub path: String,
+    /// Content.
+    pub content: String,
+    /// `utf8` (default) or `base64`.
+    pub encoding: Option<String>,
+}
+
+/// Requested limits; units in the names.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RequestLimits {
+    /// Wall-clock limit (rounded up to whole seconds).
+    pub timeout_ms: Option<u64>,
+    /// Memory, swap included.
+    pub memory_bytes: Option<u64>,
+    /// Bytes kept per output stream.
+    pub output_bytes: Option<u64>,
+    /// Processes and threads.
+    pub pids: Option<u64>,
+    /// CPU time (rounded up to whole seconds).
+    pub cpu_time_ms: Option<u64>,
+}
+
+/// A request turned into what runs.
+pub struct Prepared {
+    /// The profile with the request's limits applied.
+    pub profile: Profile,
+    /// argv.
+    pub argv: Vec<String>,
+    /// The caller's files to write first (path, bytes).
+    pub files: Vec<(String, Vec<u8>)>,
+    /// The code file corral writes under the reserved `.corral/` (code mode).
+    pub code_file: Option<(String, Vec<u8>)>,
+    /// Standard input.
+    pub stdin: Option<Vec<u8>>,
+    /// Environment to set.
+    pub env: Vec<(String, String)>,
+    /// What the audit record hashes (and stores when configured).
+    pub code: String,
+}
+
+fn invalid(code: &str, message: impl Into<String>) -> ApiError {
+    ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, code, message)
+}
+
+/// Validates a request for `tenant`.
+pub fn prepare(
+    state: &AppState,
+    tenant_profiles: &[String],
+    req: ExecutionRequest,
+) -> Result<Prepared, ApiError> {
+    let name = match &req.profile {
+        Some(p) => p.clone(),
+        None => tenant_profiles
+            .first()
+            .cloned()
+            .unwrap_or_else(|| "code".into()),
+    };
+    if !tenant_profiles.contains(&name) {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "profile.forbidden",
+            format!(
+                "profile `{name}` is not available to this tenant (available: {})",
+                tenant_profiles.join(", ")
+            ),
+        ));
+    }
+    let mut profile = state
+        .config
+        .profile(&name)
+        .map_err(|e| ApiError::bad_request("profile.unknown", e.to_string()))?
+        .clone();
+    apply_limits(&mut profile, req.limits.unwrap_or_default())?;
+    let mut files = Vec::new();
+    for f in req.files.unwrap_or_default() {
+        let data = match f.encoding.as_deref().unwrap_or("utf8") {
+            "utf8" => f.content.into_bytes(),
+            "base64" => base64_decode(&f.content).ok_or_else(|| {
+                ApiError::bad_request(
+                    "files.encoding",
+                    format!("{}: content is not valid base64", f.path),
+                )
+            })?,
+            other => {
+                return Err(ApiError::bad_request(
+                    "files.encoding",
+                    format!("{}: unknown encoding `{other}` (utf8 or base64)", f.path),
+                ))
+            }
+        };
+        files.push((f.path, data));
+    }
+    let mut code_file = None;
+    let (argv, code) = match (req.command, req.language, req.code) {
+        (Some(cmd), None, None) => {
+            if cmd.is_empty() {
+                return Err(ApiError::bad_request(
+                    "request.invalid",
+                    "`command` is empty",
+                ));
+            }
+            let line = cmd.join(" ");
+            (cmd, line)
+        }
+        (None, Some(lang), Some(code)) => {
+            if !state.config.server.code_mode {
+                return Err(ApiError::new(
+                    StatusCode::FORBIDDEN,
+                    "code_mode.disabled",
+                    "code mode is off on this server: send a `command`, or enable [server] code_mode",
+                ));
+            }
+            let (interp, file) = match lang.as_str() {
+                "python" => ("python3", "main.py"),
+                "node" => ("node", "main.js"),
+                "bash" => ("bash", "main.sh"),
+                other => {
+                    return Err(ApiError::bad_request(
+                        "language.unknown",
+                        format!("unknown language `{other}` (python, node or bash)"),
+                    ))
+                }
+            };
+            code_file = Some((format!(".corral/{file}"), code.clone().into_bytes()));
+            (vec![interp.to_string(), format!(".corral/{file}")], code)
+        }
+        _ => {
+            return Err(ApiError::bad_request(
+                "request.invalid",
+                "send either `command` (an array) or `language` and `code`",
+            ))
+        }
+    };
+    let env = req.env.unwrap_or_default().into_iter().collect();
+    Ok(Prepared {
+        profile,
+        argv,
+        files,
+        code_file,
+        stdin: req.stdin.map(String::into_bytes),
+        env,
+        code,
+    })
+}
+
+/// Applies requested limits, each at most the profile's ceiling.
+fn apply_limits(p: &mut Profile, req: RequestLimits) -> Result<(), ApiError> {
+    let l = &mut p.limits;
+    let check = |field: &str, value: u64, ceiling: Option<u64>| -> Result<u64, ApiError> {
+        if value == 0 {
+            return Err(invalid(
+                "limits.invalid",
+                format!("limits.{field} must be at least 1"),
+            ));
+        }
+        match ceiling {
+            Some(c) if value > c => Err(invalid(
+                "limits.above_ceiling",
+                format!("limits.{field} = {value} is above this profile's ceiling of {c}; see GET /v1/limits"),
+            )),
+            _ => Ok(value),
+        }
+    };
+    if let Some(ms) = req.timeout_ms {
+        let v = check("timeout_ms", ms, l.timeout_secs.map(|s| s * 1000))?;
+        l.timeout_secs = Some(v.div_ceil(1000));
+    }
+    if let Some(b) = req.memory_bytes {
+        l.memory_bytes = Some(ByteSize(check(
+            "memory_bytes",
+            b,
+            l.memory_bytes.map(ByteSize::bytes),
+        )?));
+    }
+    if let Some(b) = req.output_bytes {
+        l.output_bytes = ByteSize(check("output_bytes", b, Some(l.output_bytes.bytes()))?);
+    }
+    if let Some(n) = req.pids {
+        l.pids = Some(check("pids", n, l.pids)?);
+    }
+    if let Some(ms) = req.cpu_time_ms {
+        let v = check("cpu_time_ms", ms, l.cpu_time_secs.map(|s| s * 1000))?;
+        l.cpu_time_secs = Some(v.div_ceil(1000));
+    }
+    Ok(())
+}
+
+/// The ceilings a caller may ask for, per profile (`GET /v1/limits`).
+pub fn ceilings(p: &Profile) -> Value {
+    let l = &p.limits;
+    json!({
+        "timeout_ms": l.timeout_secs.map(|s| s * 1000),
+        "memory_bytes": l.memory_bytes.map(ByteSize::bytes),
+        "output_bytes": l.output_bytes.bytes(),
+        "pids": l.pids,
+        "cpu_time_ms": l.cpu_time_secs.map(|s| s * 1000),
+    })
+}
+
+/// A fresh random execution id.
+pub fn new_id() -> String {
+    let mut bytes = [0u8; 12];
+    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
+        use std::io::Read;
+        let _ = f.read_exact(&mut bytes);
+    }
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Runs a prepared request (blocking: call from `spawn_blocking`).
+pub fn run(
+    state: &AppState,
+    tenant: &str,
+    id: &str,
+    prepared: Prepared,
+    cancel: Arc<AtomicBool>,
+) -> Result<Value, ApiError> {
+    let started = now_ms();
+    let internal = |m: String| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", m);
+    let identity = SandboxIdentity::for_current_process(&prepared.profile);
+    let owner = identity
+        .drop_from_root
+        .then_some((identity.uid, identity.gid));
+    let ws = Workspace::create(&state.work_dir, owner)
+        .map_err(|e| internal(format!("creating the workspace: {e}")))?;
+    // Callers may not write corral's reserved names; corral writes the code
+    // file there itself.
+    let callers = FileLimits {
+        max_file_bytes: MAX_INPUT_BYTES,
+        max_workspace_bytes: MAX_INPUT_BYTES,
+        reserved: DEFAULT_RESERVED,
+    };
+    let own = FileLimits {
+        reserved: &[],
+        ..callers
+    };
+    let writes = prepared
+        .files
+        .iter()
+        .map(|(p, d)| (p, d, &callers))
+        .chain(prepared.code_file.iter().map(|(p, d)| (p, d, &own)));
+    for (path, data, limits) in writes {
+        if let Err(e) = ws.write_file(path, data, limits) {
+            let _ = ws.remove();
+            return Err(ApiError::bad_request(e.code(), format!("files: {e}")));
+        }
+    }
+    let stdin = match stdin_file(&state.work_dir, prepared.stdin.as_deref()) {
+        Ok(f) => f,
+        Err(e) => {
+            let _ = ws.remove();
+            return Err(internal(format!("preparing stdin: {e}")));
+        }
+    };
+    let request = RunRequest {
+        argv: prepared.argv.clone(),
+        workdir: Some(ws.path().to_path_buf()),
+        env: EnvRequest {
+            pass: Vec::new(),
+            set: prepared.env.clone(),
+        },
+        ..Default::default()
+    };
+    let commands = state
+        .commands
+        .get(&prepared.profile.name)
+        .cloned()
+        .unwrap_or_default();
+    let opts = ExecuteOptions {
+        output: OutputMode::Capture,
+        // This process has threads: the helper is always re-executed.
+        helper: HelperStart::ReExec,
+        forward_signals: false,
+        cancel: Some(cancel.clone()),
+        stdin: Some(Arc::new(stdin)),
+    };
+    // The server's own environment never reaches a sandbox.
+    let outcome = execute(
+        &prepared.profile,
+        &commands,
+        &request,
+        &|_| None,
+        opts,
+        &mut |_| {},
+    );
+    let (mut body, status) = match outcome {
+        Ok(done) => {
+            let m = &state.metrics;
+            if done.result.timed_out {
+                m.timed_out.fetch_add(1, Ordering::Relaxed);
+            }
+            if done.result.oom_killed {
+                m.oom_killed.fetch_add(1, Ordering::Relaxed);
+            }
+            (
+                serde_json::to_value(&done.result).unwrap_or_else(|_| json!({})),
+                StatusCode::OK,
+            )
+        }
+        Err(r) => (
+            json!({"exit_code": r.exit_code, "error": {"code": r.code, "message": r.message}, "events": r.events}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
+    };
+    let outputs = ws.collect(OUTPUT_DIR, MAX_OUTPUT_FILES, MAX_OUTPUT_BYTES);
+    let _ = ws.remove();
+    if let Value::Object(map) = &mut body {
+        map.insert("id".into(), json!(id));
+        map.insert("tenant".into(), json!(tenant));
+        map.insert("profile".into(), json!(prepared.profile.name));
+        map.insert("limits".into(), ceilings(&prepared.profile));
+        map.insert("cancelled".into(), json!(cancel.load(Ordering::Relaxed)));
+        match outputs {
+            Ok(c) => {
+                let files: Vec<Value> = c
+                    .files
+                    .iter()
+                    .map(|f| {
+                        let path = f.path.to_string_lossy();
+                        match std::str::from_utf8(&f.data) {
+                            Ok(text) => json!({"path": path, "encoding": "utf8", "content": text}),
+                            Err(_) => json!({"path": path, "encoding": "base64", "content": base64_encode(&f.data)}),
+                        }
+                    })
+                    .collect();
+                map.insert("outputs".into(), json!(files));
+                map.insert("outputs_truncated".into(), json!(c.truncated));
+            }
+            Err(e) => {
+                map.insert("outputs".into(), json!([]));
+                map.insert("outputs_error".into(), json!(e.to_string()));
+            }
+        }
+    }
+    let record = AuditRecord {
+        id: id.to_string(),
+        tenant: tenant.to_string(),
+        profile: prepared.profile.name.clone(),
+        code_sha256: sha256_hex(prepared.code.as_bytes()),
+        code: state
+            .config
+            .server
+            .store_code
+            .then(|| prepared.code.clone()),
+        started_ms: started,
+        finished_ms: now_ms(),
+        result: body.clone(),
+    };
+    if let Err(e) = state.audit.record(&record) {
+        // The execution happened; its answer must not be lost either.
+        eprintln!("corral: audit record {id} not stored: {e}");
+    }
+    if status != StatusCode::OK {
+        let code = body["error"]["code"]
+            .as_str()
+            .unwrap_or("execution.refused")
+            .to_string();
+        let message = body["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        return Err(ApiError::new(status, &code, message));
+    }
+    Ok(body)
+}
+
+/// `/dev/null`, or an unlinked file holding the request's input.
+fn stdin_file(dir: &std::path::Path, data: Option<&[u8]>) -> std::io::Result<std::fs::File> {
+    let Some(data) = data else {
+        return std::fs::File::open("/dev/null");
+    };
+    use std::io::{Seek, Write};
+    let path = dir.join(format!(".corral-stdin-{}", new_id()));
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(&path)?;
+    std::fs::remove_file(&path)?;
+    f.write_all(data)?;
+    f.rewind()?;
+    Ok(f)
+}
+
+const B64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+/// Standard base64 with padding.
+pub fn base64_encode(data: &[u8]) -> String {
+    let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
+    for chunk in data.chunks(3) {
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(B64[((n >> (18 - 6 * i)) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// Decodes standard base64 (padding optional, whitespace refused).
+pub fn base64_decode(text: &str) -> Option<Vec<u8>> {
+    let clean = text.trim_end_matches('=');
+    let mut out = Vec::with_capacity(clean.len() * 3 / 4);
+    let mut acc = 0u32;
+    let mut bits = 0;
+    for c in clean.bytes() {
+        let v = B64.iter().position(|&x| x == c)? as u32;
+        acc = (acc << 6) | v;
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push((acc >> bits) as u8);
+            acc &= (1 << bits) - 1;
+        }
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64_round_trips() {
+        for data in [
+            &b""[..],
+            b"f",
+            b"fo",
+            b"foo",
+            b"foob",
+            b"\x00\xff\x10binary",
+        ] {
+            assert_eq!(base64_decode(&base64_encode(data)).unwrap(), data);
+        }
+        assert_eq!(base64_encode(b"foobar"), "Zm9vYmFy");
+        assert!(base64_decode("not base64!").is_none());
+    }
+
+    #[test]
+    fn limits_above_the_ceiling_name_the_field() {
+        let mut p = corral_policy::builtin::code();
+        let e = apply_limits(
+            &mut p,
+            RequestLimits {
+                memory_bytes: Some(64 << 30),
+                ..Default::default()
+            },
+        )
+        .unwrap_err();
+        assert_eq!(e.code, "limits.above_ceiling");
+        assert!(e.message.contains("limits.memory_bytes"), "{}", e.message);
+        apply_limits(
+            &mut p,
+            RequestLimits {
+                timeout_ms: Some(1500),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(p.limits.timeout_secs, Some(2));
+    }
+}

@@ -1,0 +1,143 @@
+//! What every request shares: configuration, tenants with their quotas,
+//! commands resolved once at start-up, the audit store, metrics.
+
+use std::collections::HashMap;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+
+use corral_policy::{Config, Tenant};
+use corral_runtime::CommandTable;
+use tokio::sync::Semaphore;
+
+use crate::audit::AuditStore;
+use crate::error::ServerError;
+
+/// A tenant and its execution slots.
+pub struct TenantState {
+    /// The configured tenant.
+    pub tenant: Tenant,
+    /// Its quota of concurrent executions.
+    pub slots: Arc<Semaphore>,
+}
+
+/// Counters for `/metrics`.
+#[derive(Default)]
+pub struct Metrics {
+    /// Executions accepted.
+    pub started: AtomicU64,
+    /// Executions finished (any outcome).
+    pub finished: AtomicU64,
+    /// Requests answered 429.
+    pub busy: AtomicU64,
+    /// Executions that timed out.
+    pub timed_out: AtomicU64,
+    /// Executions killed by the OOM killer.
+    pub oom_killed: AtomicU64,
+    /// Requests refused (4xx other than 429).
+    pub refused: AtomicU64,
+}
+
+/// Shared server state.
+pub struct AppState {
+    /// Profiles and `[server]`.
+    pub config: Config,
+    /// Tenants (one anonymous tenant when none is configured).
+    pub tenants: Vec<TenantState>,
+    /// Allowlisted commands of every profile, resolved once at start-up.
+    pub commands: HashMap<String, CommandTable>,
+    /// Executions running at once, all tenants together.
+    pub global: Arc<Semaphore>,
+    /// Audit records.
+    pub audit: AuditStore,
+    /// Counters.
+    pub metrics: Metrics,
+    /// This server's own directory for workspaces:
+    /// `<work_dir>/corral-serve-<pid>`, so a later server can tell what a
+    /// killed one left behind.
+    pub work_dir: std::path::PathBuf,
+    anonymous: bool,
+}
+
+impl AppState {
+    /// Builds the state: resolves commands, opens the audit store.
+    pub fn new(config: Config) -> Result<AppState, ServerError> {
+        let path = std::env::var("PATH").ok();
+        let commands = config
+            .profiles
+            .iter()
+            .map(|(name, p)| (name.clone(), CommandTable::resolve(p, path.as_deref())))
+            .collect();
+        let s = &config.server;
+        let anonymous = s.tenants.is_empty();
+        let tenants: Vec<Tenant> = if anonymous {
+            vec![Tenant {
+                name: "anonymous".into(),
+                token_sha256: String::new(),
+                profiles: config.profiles.keys().cloned().collect(),
+                max_concurrent: s.max_concurrent,
+            }]
+        } else {
+            s.tenants.clone()
+        };
+        let tenants = tenants
+            .into_iter()
+            .map(|t| TenantState {
+                slots: Arc::new(Semaphore::new(t.max_concurrent as usize)),
+                tenant: t,
+            })
+            .collect();
+        let audit = AuditStore::open(&s.audit_db, s.audit_jsonl.as_deref(), s.retention_days)
+            .map_err(|e| ServerError::Audit(e.to_string()))?;
+        sweep_stale_work_dirs(&s.work_dir);
+        let work_dir = s
+            .work_dir
+            .join(format!("corral-serve-{}", std::process::id()));
+        std::fs::create_dir_all(&work_dir)
+            .map_err(|e| ServerError::Io(format!("creating {}: {e}", work_dir.display())))?;
+        Ok(AppState {
+            global: Arc::new(Semaphore::new(s.max_concurrent as usize)),
+            commands,
+            tenants,
+            audit,
+            metrics: Metrics::default(),
+            work_dir,
+            anonymous,
+            config,
+        })
+    }
+
+    /// Whether the server runs without tenants (loopback only).
+    pub fn anonymous(&self) -> bool {
+        self.anonymous
+    }
+}
+
+/// Removes `corral-serve-<pid>` directories whose server is gone (killed
+/// before it could clean up). `remove_dir_all` never follows the symlinks a
+/// sandbox may have planted (CVE-2022-21658 fixed it in Rust 1.58.1).
+fn sweep_stale_work_dirs(base: &std::path::Path) {
+    let Ok(entries) = std::fs::read_dir(base) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("corral-serve-"))
+            .and_then(|p| p.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let alive = pid == std::process::id() as i32
+            || std::path::Path::new(&format!("/proc/{pid}")).exists();
+        if !alive {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
+impl Drop for AppState {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.work_dir);
+    }
+}
