@@ -157,6 +157,7 @@ fn probe_sandbox() -> (bool, String) {
         helper: corral_runtime::launch::HelperStart::ReExec,
         cancel: None,
         stdin: None,
+        tap: None,
     };
     match launch(&plan, &opts, None, None) {
         Ok(o) if o.failure.is_none() && o.exit_code == 0 => {

@@ -397,6 +397,7 @@ pub fn run(args: RunArgs) -> i32 {
         forward_signals: true,
         cancel: None,
         stdin: None,
+        tap: None,
     };
     let run = execute(
         &profile,

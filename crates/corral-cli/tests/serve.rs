@@ -475,3 +475,72 @@ fn listening_beyond_loopback_without_tenants_is_refused() {
         text(&out.stderr)
     );
 }
+
+/// Parses a server-sent event stream into (event, data) pairs.
+fn sse_events(body: &str) -> Vec<(String, serde_json::Value)> {
+    body.split("\n\n")
+        .filter_map(|block| {
+            let mut event = None;
+            let mut data = String::new();
+            for line in block.lines() {
+                if let Some(e) = line.strip_prefix("event:") {
+                    event = Some(e.trim().to_string());
+                } else if let Some(d) = line.strip_prefix("data:") {
+                    data.push_str(d.trim_start());
+                }
+            }
+            event.map(|e| {
+                (
+                    e,
+                    serde_json::from_str(&data).unwrap_or(serde_json::Value::Null),
+                )
+            })
+        })
+        .collect()
+}
+
+#[test]
+fn streaming_sends_typed_events_and_exactly_one_final_result() {
+    let s = start("", &[]);
+    let body = r#"{"command": ["sh", "-c", "echo one; sleep 0.3; echo two >&2; (sleep 0.5; echo late) & exit 3"]}"#;
+    let (status, head, raw) = http(&s.addr, "POST", "/v1/executions/stream", None, Some(body));
+    assert_eq!(status, 200, "{head}");
+    assert!(
+        head.to_ascii_lowercase().contains("text/event-stream"),
+        "{head}"
+    );
+    let events = sse_events(&raw);
+    let names: Vec<&str> = events
+        .iter()
+        .map(|(e, _)| e.as_str())
+        .filter(|e| *e != "heartbeat")
+        .collect();
+    assert_eq!(names.first(), Some(&"start"), "{names:?}");
+    assert_eq!(names.last(), Some(&"result"), "{names:?}");
+    assert_eq!(names.iter().filter(|e| **e == "result").count(), 1);
+    let out: String = events
+        .iter()
+        .filter(|(e, _)| e == "stdout")
+        .map(|(_, d)| d["data"].as_str().unwrap().to_string())
+        .collect();
+    let err: String = events
+        .iter()
+        .filter(|(e, _)| e == "stderr")
+        .map(|(_, d)| d["data"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        (out.as_str(), err.as_str()),
+        ("one\n", "two\n"),
+        "{events:?}"
+    );
+    let result = &events.last().unwrap().1;
+    assert_eq!(result["exit_code"], 3);
+    assert_eq!(
+        result["stdout"], "one\n",
+        "the leftover background job died with the program: {result}"
+    );
+    // The same record is kept as for a non-streaming call.
+    let id = result["id"].as_str().unwrap();
+    let (status, _, _) = http(&s.addr, "GET", &format!("/v1/executions/{id}"), None, None);
+    assert_eq!(status, 200);
+}

@@ -29,6 +29,8 @@ pub struct ExecuteOptions {
     pub cancel: Option<Arc<AtomicBool>>,
     /// The program's stdin; `None` inherits the caller's.
     pub stdin: Option<Arc<std::fs::File>>,
+    /// Sees output chunks as they arrive (streaming front ends).
+    pub tap: Option<crate::launch::OutputTap>,
 }
 
 /// A run refused before (or while) the sandbox was built.
@@ -118,6 +120,7 @@ pub fn execute(
         helper: opts.helper,
         cancel: opts.cancel,
         stdin: opts.stdin,
+        tap: opts.tap,
     };
     let mut proxy = ProxyService::new(profile.network.clone());
     let egress: Option<&mut dyn EgressProxy> =

@@ -40,7 +40,7 @@ pub enum OutputMode {
 }
 
 /// How to launch.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct LaunchOptions {
     /// Output handling.
     pub output: OutputMode,
@@ -62,7 +62,14 @@ pub struct LaunchOptions {
     /// The program's standard input; `None` passes corral's own (the CLI).
     /// A service passes `/dev/null` or a file with the request's input.
     pub stdin: Option<std::sync::Arc<File>>,
+    /// Called with every chunk the program writes (1 = stdout, 2 =
+    /// stderr) as it arrives, for streaming front ends. It must not block:
+    /// the drain waits for nothing.
+    pub tap: Option<OutputTap>,
 }
+
+/// A non-blocking observer of the program's output.
+pub type OutputTap = std::sync::Arc<dyn Fn(u8, &[u8]) + Send + Sync>;
 
 /// How the sandbox helper starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -590,6 +597,7 @@ struct Pump {
     failure: Option<(FailureKind, String)>,
     landlock: Option<crate::landlock::LandlockOutcome>,
     listeners: Option<(std::os::fd::OwnedFd, std::os::fd::OwnedFd)>,
+    tap: Option<OutputTap>,
 }
 
 impl Pump {
@@ -629,6 +637,7 @@ impl Pump {
             failure: None,
             landlock: None,
             listeners: None,
+            tap: opts.tap.clone(),
         }
     }
 
@@ -729,7 +738,12 @@ impl Pump {
                     self.pipes[i] = None;
                     return;
                 }
-                Ok(n) => self.sinks[i].push(&self.buf[..n]),
+                Ok(n) => {
+                    self.sinks[i].push(&self.buf[..n]);
+                    if let Some(tap) = &self.tap {
+                        tap(i as u8 + 1, &self.buf[..n]);
+                    }
+                }
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return,
                 Err(_) => {

@@ -31,6 +31,7 @@ pub fn router(state: Shared) -> Router {
             "/v1/executions",
             post(create_execution).get(list_executions),
         )
+        .route("/v1/executions/stream", post(stream_execution))
         .route("/v1/executions/{id}", get(get_execution))
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(limit))
@@ -161,6 +162,106 @@ async fn create_execution(
     result.map(Json)
 }
 
+/// Seconds between heartbeat events on a stream.
+const HEARTBEAT_SECS: u64 = 10;
+
+/// `POST /v1/executions/stream`: the same request, answered as server-sent
+/// events: `start`, `stdout`/`stderr` chunks as they come, `heartbeat`s,
+/// and exactly one `result` (the non-streaming answer) once the whole
+/// sandbox has exited. A client that goes away kills the execution.
+async fn stream_execution(
+    State(st): State<Shared>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    use axum::response::sse::{Event, KeepAlive, Sse};
+    let refused = |e: ApiError| {
+        st.metrics.refused.fetch_add(1, Ordering::Relaxed);
+        e
+    };
+    let t = tenant(&st, &headers).map_err(refused)?;
+    let req: ExecutionRequest = serde_json::from_slice(&body).map_err(|e| {
+        refused(ApiError::bad_request(
+            "request.malformed",
+            format!("invalid JSON body: {e}"),
+        ))
+    })?;
+    let prepared = exec::prepare(&st, &t.tenant.profiles, req).map_err(refused)?;
+    let busy = || {
+        st.metrics.busy.fetch_add(1, Ordering::Relaxed);
+        let mut e = ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "busy",
+            "all execution slots are in use; retry after the indicated delay",
+        );
+        e.retry_after = Some(1);
+        e
+    };
+    let tenant_slot = t.slots.clone().try_acquire_owned().map_err(|_| busy())?;
+    let global_slot = st.global.clone().try_acquire_owned().map_err(|_| busy())?;
+    st.metrics.started.fetch_add(1, Ordering::Relaxed);
+    let id = exec::new_id();
+    // (is the final result, event)
+    let (tx, rx) = tokio::sync::mpsc::channel::<(bool, Event)>(256);
+    let start = json!({"id": id, "tenant": t.tenant.name, "profile": prepared.profile.name});
+    let _ = tx.try_send((
+        false,
+        Event::default().event("start").data(start.to_string()),
+    ));
+    // Chunks a slow client cannot take are dropped from the stream (never
+    // from the result, which keeps head and tail); the drain never waits.
+    let dropped = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let tap_tx = tx.clone();
+    let tap_dropped = dropped.clone();
+    let tap: corral_runtime::launch::OutputTap = Arc::new(move |stream: u8, data: &[u8]| {
+        let name = if stream == 1 { "stdout" } else { "stderr" };
+        let ev = Event::default()
+            .event(name)
+            .data(json!({"data": String::from_utf8_lossy(data)}).to_string());
+        if tap_tx.try_send((false, ev)).is_err() {
+            tap_dropped.fetch_add(data.len() as u64, Ordering::Relaxed);
+        }
+    });
+    let cancel = Arc::new(AtomicBool::new(false));
+    let guard = CancelOnDrop(cancel.clone(), false);
+    let state = st.clone();
+    let tenant_name = t.tenant.name.clone();
+    tokio::task::spawn_blocking(move || {
+        let result = exec::run_streaming(&state, &tenant_name, &id, prepared, cancel, Some(tap));
+        state.metrics.finished.fetch_add(1, Ordering::Relaxed);
+        drop((tenant_slot, global_slot));
+        let mut body = match result {
+            Ok(v) => v,
+            Err(e) => {
+                json!({"error": {"code": e.code, "message": e.message}, "status": e.status.as_u16()})
+            }
+        };
+        if let Value::Object(m) = &mut body {
+            m.insert(
+                "stream_dropped_bytes".into(),
+                json!(dropped.load(Ordering::Relaxed)),
+            );
+        }
+        // Exactly one result, after the whole tree has exited; waits for
+        // room rather than drop it (fails only if the client left).
+        let _ = tx.blocking_send((
+            true,
+            Event::default().event("result").data(body.to_string()),
+        ));
+    });
+    let events = futures_util::stream::unfold((rx, guard), |(mut rx, mut guard)| async move {
+        let (last, ev) = rx.recv().await?;
+        if last {
+            guard.1 = true;
+        }
+        Some((Ok::<_, std::convert::Infallible>(ev), (rx, guard)))
+    });
+    let keep_alive = KeepAlive::new()
+        .interval(std::time::Duration::from_secs(HEARTBEAT_SECS))
+        .event(Event::default().event("heartbeat").data("{}"));
+    Ok(Sse::new(events).keep_alive(keep_alive).into_response())
+}
+
 async fn get_execution(
     State(st): State<Shared>,
     headers: HeaderMap,
@@ -259,6 +360,9 @@ pub fn openapi_document() -> Value {
                 "get": {"parameters": [{"name": "limit", "in": "query", "schema": {"type": "integer"}}, {"name": "offset", "in": "query", "schema": {"type": "integer"}}, {"name": "profile", "in": "query", "schema": {"type": "string"}}],
                         "responses": {"200": {"description": "the caller's executions, newest first"}}}
             },
+            "/v1/executions/stream": {"post": {"requestBody": {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/ExecutionRequest"}}}},
+                                               "responses": {"200": {"description": "text/event-stream: start, stdout, stderr, heartbeat, then exactly one result (the non-streaming answer)"},
+                                                             "429": {"description": "busy; see Retry-After", "content": {"application/json": {"schema": error}}}}}},
             "/v1/executions/{id}": {"get": {"parameters": [{"name": "id", "in": "path", "required": true, "schema": {"type": "string"}}],
                                             "responses": {"200": {"description": "the stored result"}, "404": {"description": "not found (or another tenant's)", "content": {"application/json": {"schema": error}}}}}}
         }

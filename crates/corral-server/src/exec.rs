@@ -275,6 +275,18 @@ pub fn run(
     prepared: Prepared,
     cancel: Arc<AtomicBool>,
 ) -> Result<Value, ApiError> {
+    run_streaming(state, tenant, id, prepared, cancel, None)
+}
+
+/// Like [`run`], with output chunks also handed to `tap` as they arrive.
+pub fn run_streaming(
+    state: &AppState,
+    tenant: &str,
+    id: &str,
+    prepared: Prepared,
+    cancel: Arc<AtomicBool>,
+    tap: Option<corral_runtime::launch::OutputTap>,
+) -> Result<Value, ApiError> {
     let started = now_ms();
     let internal = |m: String| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", m);
     let identity = SandboxIdentity::for_current_process(&prepared.profile);
@@ -333,6 +345,7 @@ pub fn run(
         forward_signals: false,
         cancel: Some(cancel.clone()),
         stdin: Some(Arc::new(stdin)),
+        tap,
     };
     // The server's own environment never reaches a sandbox.
     let outcome = execute(
