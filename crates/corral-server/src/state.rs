@@ -88,12 +88,15 @@ impl AppState {
             .collect();
         let audit = AuditStore::open(&s.audit_db, s.audit_jsonl.as_deref(), s.retention_days)
             .map_err(|e| ServerError::Audit(e.to_string()))?;
+        check_traversable(&s.work_dir)?;
         sweep_stale_work_dirs(&s.work_dir);
-        let work_dir = s
-            .work_dir
-            .join(format!("corral-serve-{}", std::process::id()));
-        std::fs::create_dir_all(&work_dir)
-            .map_err(|e| ServerError::Io(format!("creating {}: {e}", work_dir.display())))?;
+        let work_dir = s.work_dir.join(format!("corral-serve-{}", std::process::id()));
+        std::fs::create_dir_all(&work_dir).map_err(|e| ServerError::Io(format!("creating {}: {e}", work_dir.display())))?;
+        // Others may pass through (the sandbox uid must reach its own
+        // workspace below) but not list it.
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&work_dir, std::fs::Permissions::from_mode(0o711))
+            .map_err(|e| ServerError::Io(format!("chmod {}: {e}", work_dir.display())))?;
         Ok(AppState {
             global: Arc::new(Semaphore::new(s.max_concurrent as usize)),
             commands,
@@ -140,4 +143,27 @@ impl Drop for AppState {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.work_dir);
     }
+}
+
+/// When corral runs as root, sandboxes run as an unprivileged uid that must
+/// be able to pass through every directory above its workspace.
+fn check_traversable(work_dir: &std::path::Path) -> Result<(), ServerError> {
+    use std::os::unix::fs::MetadataExt;
+    if corral_sys::process::uids().1 != 0 {
+        return Ok(());
+    }
+    let full = std::fs::canonicalize(work_dir).map_err(|e| ServerError::Io(format!("work_dir {}: {e}", work_dir.display())))?;
+    for dir in full.ancestors() {
+        let meta = std::fs::metadata(dir).map_err(|e| ServerError::Io(format!("{}: {e}", dir.display())))?;
+        if meta.mode() & 0o001 == 0 {
+            return Err(ServerError::Unsafe(format!(
+                "work_dir {}: {} is not traversable by others (mode {:o}); sandboxes run as an unprivileged uid \
+                 and must reach their workspace below it. Pick a work_dir whose parents all allow `x` for others (e.g. /tmp)",
+                work_dir.display(),
+                dir.display(),
+                meta.mode() & 0o7777
+            )));
+        }
+    }
+    Ok(())
 }
