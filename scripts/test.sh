@@ -17,7 +17,7 @@ export CARGO_TERM_COLOR=never
 
 # --- 1. packages the tests use inside and around sandboxes ---------------
 need=()
-for pkg in python3 python3-pip nodejs curl gcc libc6-dev util-linux passwd iproute2 procps; do
+for pkg in python3 python3-pip python3-venv nodejs curl gcc libc6-dev util-linux passwd iproute2 procps; do
     dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if [ "${#need[@]}" -gt 0 ]; then
@@ -25,6 +25,15 @@ if [ "${#need[@]}" -gt 0 ]; then
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
 fi
+# The official MCP client (Python `mcp` from PyPI) for tests/mcp.rs, in a
+# venv every user can read: the unprivileged pass uses it too. Debian's own
+# python3, whatever else is first on PATH.
+venv=/opt/corral-test-venv
+if ! "$venv/bin/python" -c 'import mcp' >/dev/null 2>&1; then
+    echo "== installing the Python MCP SDK into $venv"
+    (umask 022 && /usr/bin/python3 -m venv "$venv" && "$venv/bin/pip" install --quiet --disable-pip-version-check mcp)
+fi
+chmod -R a+rX "$venv"
 command -v cargo >/dev/null || { echo "scripts/test.sh: cargo not found; install Rust (rustup) first" >&2; exit 2; }
 
 # --- 2. style and build ---------------------------------------------------

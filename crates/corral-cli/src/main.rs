@@ -43,7 +43,7 @@ enum Cmd {
     },
     /// Report what this host supports, and what each missing piece means.
     Doctor,
-    /// Run the HTTP execution service.
+    /// Run the HTTP execution service (with MCP at /mcp).
     Serve {
         /// Config file with profiles and a [server] section.
         #[arg(long)]
@@ -54,7 +54,18 @@ enum Cmd {
         /// Executions running at once (overrides the config).
         #[arg(long, value_name = "N")]
         max_concurrent: Option<u32>,
-        /// Enable code mode: `{"language", "code"}` requests.
+        /// Enable code mode: `{"language", "code"}` requests and the MCP
+        /// `run_code` tool.
+        #[arg(long)]
+        code_mode: bool,
+    },
+    /// Serve MCP over stdin/stdout (one session; for MCP clients that
+    /// start corral themselves).
+    Mcp {
+        /// Config file with profiles and a [server] section.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Enable code mode: the `run_code` tool.
         #[arg(long)]
         code_mode: bool,
     },
@@ -70,9 +81,10 @@ fn main() {
         Ok(cli) => cli,
         Err(e) => std::process::exit(usage_error(e)),
     };
-    if !matches!(cli.command, Cmd::Run(_)) {
+    if !matches!(cli.command, Cmd::Run(_) | Cmd::Mcp { .. }) {
         // Reports piped into `head` end quietly; `run` handles EPIPE itself
-        // so the sandbox's output drain never stops.
+        // so the sandbox's output drain never stops; `mcp` sees EPIPE when
+        // its client goes away and cleans up.
         corral_sys::signal::default_sigpipe();
     }
     let code = match cli.command {
@@ -90,6 +102,7 @@ fn main() {
             max_concurrent,
             code_mode,
         } => serve(config.as_deref(), listen, max_concurrent, code_mode),
+        Cmd::Mcp { config, code_mode } => mcp(config.as_deref(), code_mode),
     };
     std::process::exit(code);
 }
@@ -175,6 +188,38 @@ fn serve(
         }
     };
     match runtime.block_on(corral_server::serve(config)) {
+        Ok(()) => 0,
+        Err(e) => {
+            say(&e.to_string());
+            corral_runtime::EXIT_CORRAL_ERROR
+        }
+    }
+}
+
+/// `corral mcp`: MCP over stdio. stdout carries the protocol and nothing
+/// else; messages go to stderr.
+fn mcp(config: Option<&std::path::Path>, code_mode: bool) -> i32 {
+    let mut config = match load_config(config) {
+        Ok(c) => c,
+        Err(e) => {
+            say(&e.to_string());
+            return corral_runtime::EXIT_CORRAL_ERROR;
+        }
+    };
+    if code_mode {
+        config.server.code_mode = true;
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            say(&format!("cannot start the async runtime: {e}"));
+            return corral_runtime::EXIT_CORRAL_ERROR;
+        }
+    };
+    match runtime.block_on(corral_server::mcp::serve_stdio(config)) {
         Ok(()) => 0,
         Err(e) => {
             say(&e.to_string());

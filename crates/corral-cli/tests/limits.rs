@@ -350,8 +350,9 @@ fn cgroups_of_a_killed_corral_are_swept_by_the_next_run() {
         eprintln!("unprivileged pass: no cgroups are created (see unenforceable_limits_fail_closed_unless_accepted)");
         return;
     }
+    let token = format!("corral-sweep-{}", std::process::id());
     let mut child = corral_run()
-        .args(["--", "sh", "-c", "sleep 60"])
+        .args(["--", "sh", "-c", "sleep 60", &token])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -374,6 +375,23 @@ fn cgroups_of_a_killed_corral_are_swept_by_the_next_run() {
         group.exists(),
         "the group should outlive a SIGKILLed corral"
     );
+    // Nothing of that run may linger, whenever the kill came (even before
+    // the forked helper got its go-ahead).
+    let lingering = || {
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+            .any(|c| String::from_utf8_lossy(&c).contains(&token))
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while lingering() {
+        assert!(
+            Instant::now() < deadline,
+            "a process of the killed corral lingers"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let out = run(&[], &["sh", "-c", "true"]);
     assert!(out.status.success());
     let deadline = Instant::now() + Duration::from_secs(5);

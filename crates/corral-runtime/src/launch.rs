@@ -251,8 +251,15 @@ pub fn launch(
                     .and_then(|_| fd::place(&out_w, 1))
                     .and_then(|_| fd::place(&err_w, 2))
                     .and_then(|_| fd::place(&theirs, fd::HELPER_CONTROL_FD))
-                    .and_then(|_| process::setpgid_self());
-                if placed.is_err() {
+                    .and_then(|_| process::setpgid_self())
+                    // Keep nothing else: above all not the parent's end of
+                    // the control socket, or the wait for the go-ahead
+                    // below would never see EOF if the parent died.
+                    .and_then(|_| fd::close_from(4))
+                    // Die with the parent from here on, not only once the
+                    // helper proper starts; it may already be gone.
+                    .and_then(|_| process::set_parent_death_signal(libc::SIGKILL));
+                if placed.is_err() || process::getppid() != plan.parent_pid {
                     process::exit_now(EXIT_CORRAL_ERROR);
                 }
                 crate::helper::main_forked(plan.clone())

@@ -33,6 +33,7 @@ pub fn router(state: Shared) -> Router {
         )
         .route("/v1/executions/stream", post(stream_execution))
         .route("/v1/executions/{id}", get(get_execution))
+        .merge(crate::mcp::router(state.clone()))
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(limit))
         .with_state(state)

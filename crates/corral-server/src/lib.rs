@@ -15,6 +15,7 @@ pub mod audit;
 pub mod auth;
 pub mod error;
 pub mod exec;
+pub mod mcp;
 pub mod state;
 
 use std::net::SocketAddr;

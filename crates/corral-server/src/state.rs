@@ -90,8 +90,11 @@ impl AppState {
             .map_err(|e| ServerError::Audit(e.to_string()))?;
         check_traversable(&s.work_dir)?;
         sweep_stale_work_dirs(&s.work_dir);
-        let work_dir = s.work_dir.join(format!("corral-serve-{}", std::process::id()));
-        std::fs::create_dir_all(&work_dir).map_err(|e| ServerError::Io(format!("creating {}: {e}", work_dir.display())))?;
+        let work_dir = s
+            .work_dir
+            .join(format!("corral-serve-{}", std::process::id()));
+        std::fs::create_dir_all(&work_dir)
+            .map_err(|e| ServerError::Io(format!("creating {}: {e}", work_dir.display())))?;
         // Others may pass through (the sandbox uid must reach its own
         // workspace below) but not list it.
         use std::os::unix::fs::PermissionsExt;
@@ -152,9 +155,11 @@ fn check_traversable(work_dir: &std::path::Path) -> Result<(), ServerError> {
     if corral_sys::process::uids().1 != 0 {
         return Ok(());
     }
-    let full = std::fs::canonicalize(work_dir).map_err(|e| ServerError::Io(format!("work_dir {}: {e}", work_dir.display())))?;
+    let full = std::fs::canonicalize(work_dir)
+        .map_err(|e| ServerError::Io(format!("work_dir {}: {e}", work_dir.display())))?;
     for dir in full.ancestors() {
-        let meta = std::fs::metadata(dir).map_err(|e| ServerError::Io(format!("{}: {e}", dir.display())))?;
+        let meta = std::fs::metadata(dir)
+            .map_err(|e| ServerError::Io(format!("{}: {e}", dir.display())))?;
         if meta.mode() & 0o001 == 0 {
             return Err(ServerError::Unsafe(format!(
                 "work_dir {}: {} is not traversable by others (mode {:o}); sandboxes run as an unprivileged uid \

@@ -1,0 +1,734 @@
+//! The MCP side of the service, driven by the official Python SDK (`mcp`
+//! from PyPI) as the client: streamable HTTP against `corral serve`, and
+//! stdio against `corral mcp`.
+//!
+//! The client's interpreter is `$CORRAL_TEST_PYTHON`, else
+//! `/opt/corral-test-venv/bin/python` (scripts/test.sh installs it). Its
+//! absence fails the tests: an interop suite that silently skips proves
+//! nothing.
+
+#![allow(clippy::unwrap_used)] // test helpers fail loudly, as tests do
+
+mod common;
+use common::*;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+/// A client that runs a list of steps in one MCP session and prints one
+/// JSON answer per step (the first: the negotiated protocol version).
+/// argv[1] is the target: `{"url", "token"?}` or `{"command": [...]}`;
+/// the steps come on stdin: `["list"]` or `["call", tool, arguments]`.
+const CLIENT: &str = r#"
+import asyncio, json, sys, traceback
+import httpx2
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+
+async def drive(transport, steps):
+    out = []
+    async with Client(transport) as client:
+        out.append({"protocol": client.protocol_version})
+        for step in steps:
+            if step[0] == "list":
+                tools = await client.list_tools()
+                out.append({"tools": sorted(t.name for t in tools.tools)})
+                continue
+            try:
+                r = await client.call_tool(step[1], step[2])
+            except MCPError as e:
+                out.append({"rpc_error": str(e)})
+                continue
+            text = "".join(c.text for c in r.content if c.type == "text")
+            out.append({"is_error": r.is_error, "text": text, "structured": r.structured_content})
+    return out
+
+async def main():
+    target = json.loads(sys.argv[1])
+    steps = json.load(sys.stdin)
+    if "url" in target:
+        headers = {"Authorization": "Bearer " + target["token"]} if target.get("token") else {}
+        timeout = httpx2.Timeout(30.0, read=60.0)
+        async with httpx2.AsyncClient(headers=headers, timeout=timeout) as http:
+            return await drive(streamable_http_client(target["url"], http_client=http), steps)
+    cmd = target["command"]
+    params = StdioServerParameters(command=cmd[0], args=cmd[1:], env=target.get("env"))
+    return await drive(stdio_client(params), steps)
+
+try:
+    out = asyncio.run(asyncio.wait_for(main(), 60))
+except BaseException as e:
+    out = [{"fatal": "".join(traceback.format_exception(e))[-4000:]}]
+print(json.dumps(out))
+"#;
+
+/// Two sessions at once, each running `sleep 3` through run_code; prints
+/// both answers.
+const SATURATE: &str = r#"
+import asyncio, json, sys
+from mcp import Client
+
+async def one(url, delay):
+    await asyncio.sleep(delay)
+    async with Client(url) as client:
+        r = await client.call_tool("run_code", {"language": "bash", "code": "sleep 3; echo done"})
+        return {"is_error": r.is_error, "structured": r.structured_content}
+
+async def main():
+    url = sys.argv[1]
+    return await asyncio.gather(one(url, 0), one(url, 1))
+
+print(json.dumps(asyncio.run(asyncio.wait_for(main(), 60))))
+"#;
+
+/// The interpreter with the `mcp` package; a clear failure when missing.
+fn python() -> PathBuf {
+    let p = std::env::var_os("CORRAL_TEST_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/opt/corral-test-venv/bin/python"));
+    assert!(
+        p.exists(),
+        "the MCP interop tests need Python with the official `mcp` SDK at {} \
+         (set CORRAL_TEST_PYTHON, or run scripts/test.sh, which does \
+         `python3 -m venv /opt/corral-test-venv && /opt/corral-test-venv/bin/pip install mcp`)",
+        p.display()
+    );
+    p
+}
+
+/// Runs a Python snippet with `args`, `stdin`; returns its stdout as JSON.
+fn run_python(script: &str, args: &[String], stdin: &str) -> Value {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("client.py");
+    std::fs::write(&file, script).unwrap();
+    let mut child = std::process::Command::new(python())
+        .arg(&file)
+        .args(args)
+        .env_clear()
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .env("HOME", dir.path())
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stdout = text(&out.stdout);
+    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
+        panic!(
+            "the Python client printed no JSON ({e}); status={:?}\nstdout={stdout}\nstderr={}",
+            out.status,
+            text(&out.stderr)
+        )
+    })
+}
+
+/// One MCP session against `target`, running `steps`.
+fn session(target: Value, steps: Value) -> Vec<Value> {
+    let out = run_python(CLIENT, &[target.to_string()], &steps.to_string());
+    let out = out.as_array().unwrap().clone();
+    assert!(
+        out[0].get("fatal").is_none(),
+        "client failed: {}",
+        out[0]["fatal"].as_str().unwrap_or_default()
+    );
+    assert_eq!(out.len(), steps.as_array().unwrap().len() + 1, "{out:?}");
+    out
+}
+
+fn list() -> Value {
+    json!(["list"])
+}
+
+fn call(tool: &str, args: Value) -> Value {
+    json!(["call", tool, args])
+}
+
+/// A successful tool answer.
+fn ok(v: &Value) -> &Value {
+    assert_eq!(v["is_error"], false, "expected success: {v}");
+    &v["structured"]
+}
+
+/// A tool error with this code.
+fn refused(v: &Value, code: &str) {
+    assert_eq!(v["is_error"], true, "expected a tool error {code}: {v}");
+    assert_eq!(v["structured"]["error"]["code"], code, "{v}");
+    let text = v["text"].as_str().unwrap();
+    assert!(
+        text.contains(code) && text.len() > code.len() + 10,
+        "unclear message: {text}"
+    );
+}
+
+/// A running `corral serve`, killed on drop.
+struct Server {
+    child: Child,
+    addr: String,
+    dir: tempfile::TempDir,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Server {
+    fn target(&self, token: Option<&str>) -> Value {
+        let mut t = json!({"url": format!("http://{}/mcp", self.addr)});
+        if let Some(token) = token {
+            t["token"] = json!(token);
+        }
+        t
+    }
+
+    /// This server's own directory of workspaces.
+    fn work(&self) -> PathBuf {
+        self.dir
+            .path()
+            .join("work")
+            .join(format!("corral-serve-{}", self.child.id()))
+    }
+}
+
+/// The config the tests share (unprivileged: limits may go unenforced, as
+/// in tests/serve.rs), plus `extra`.
+fn write_config(dir: &Path, extra: &str) -> PathBuf {
+    let work = dir.join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    let cfg = dir.join("corral.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[profile.code]\n[profile.code.limits]\nallow_unenforced = {}\n[server]\naudit_db = \"{}\"\nwork_dir = \"{}\"\n{extra}",
+            !is_root(),
+            dir.join("audit.db").display(),
+            work.display(),
+        ),
+    )
+    .unwrap();
+    cfg
+}
+
+fn start(extra: &str, flags: &[&str]) -> Server {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write_config(dir.path(), extra);
+    let mut child = corral()
+        .arg("serve")
+        .arg("--config")
+        .arg(&cfg)
+        .args(["--listen", "127.0.0.1:0"])
+        .args(flags)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stderr.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line.trim().rsplit("http://").next().unwrap().to_string();
+    assert!(addr.starts_with("127.0.0.1:"), "{line}");
+    Server { child, addr, dir }
+}
+
+/// A minimal HTTP/1.1 exchange: (status, head, body).
+fn http(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (u16, String, String) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    req.push_str(body);
+    s.write_all(req.as_bytes()).unwrap();
+    let mut raw = Vec::new();
+    let _ = s.read_to_end(&mut raw);
+    let raw = text(&raw);
+    let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    (status, head.to_string(), body.to_string())
+}
+
+fn header<'a>(head: &'a str, name: &str) -> Option<&'a str> {
+    head.lines().find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        k.trim().eq_ignore_ascii_case(name).then(|| v.trim())
+    })
+}
+
+/// sha256 hex via python (the tests avoid extra crates).
+fn sha256(token: &str) -> String {
+    let out = std::process::Command::new("/usr/bin/python3")
+        .args([
+            "-c",
+            "import hashlib, sys; print(hashlib.sha256(sys.argv[1].encode()).hexdigest())",
+            token,
+        ])
+        .output()
+        .unwrap();
+    text(&out.stdout).trim().to_string()
+}
+
+/// Waits until `dir` holds no session workspace (`corral-ws-*`).
+fn assert_no_workspace_left(dir: &Path) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let left: Vec<String> = std::fs::read_dir(dir)
+            .map(|d| {
+                d.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|n| n.starts_with("corral-ws-"))
+                    .collect()
+            })
+            .unwrap_or_default();
+        if left.is_empty() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "session workspaces left behind in {}: {left:?}",
+            dir.display()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+const FILE_TOOLS: [&str; 3] = ["list_files", "read_file", "write_file"];
+const ALL_TOOLS: [&str; 4] = ["list_files", "read_file", "run_code", "write_file"];
+
+#[test]
+fn http_lists_run_code_only_in_code_mode() {
+    let s = start("", &[]);
+    let out = session(
+        s.target(None),
+        json!([
+            list(),
+            call(
+                "run_code",
+                json!({"language": "python", "code": "print(1)"})
+            )
+        ]),
+    );
+    // A session-based revision: the per-session workspace needs sessions.
+    assert_eq!(out[0]["protocol"], "2025-11-25");
+    assert_eq!(out[1]["tools"], json!(FILE_TOOLS));
+    // Not listed, not callable either.
+    assert!(
+        out[2].get("rpc_error").is_some() || out[2]["is_error"] == true,
+        "run_code ran without code mode: {}",
+        out[2]
+    );
+    drop(s);
+    // `extra` lands in [server].
+    let s = start("code_mode = true\n", &[]);
+    let out = session(s.target(None), json!([list()]));
+    assert_eq!(out[1]["tools"], json!(ALL_TOOLS));
+    let s = start("", &["--code-mode"]);
+    let out = session(s.target(None), json!([list()]));
+    assert_eq!(out[1]["tools"], json!(ALL_TOOLS));
+}
+
+#[test]
+fn http_run_code_shares_the_session_workspace_with_the_file_tools() {
+    let s = start("", &["--code-mode"]);
+    let code = "import os\n\
+                data = open('data/in.txt').read()\n\
+                print(data.upper())\n\
+                os.makedirs('out', exist_ok=True)\n\
+                open('out/result.txt', 'w').write(data[::-1])\n";
+    let out = session(
+        s.target(None),
+        json!([
+            call(
+                "run_code",
+                json!({"language": "python", "code": "print(6 * 7)"})
+            ),
+            call(
+                "write_file",
+                json!({"path": "data/in.txt", "content": "hello mcp"})
+            ),
+            call(
+                "run_code",
+                json!({"language": "python", "code": code, "timeout_ms": 20000})
+            ),
+            call("read_file", json!({"path": "out/result.txt"})),
+            call("list_files", json!({})),
+            call("list_files", json!({"path": "out"})),
+            call(
+                "write_file",
+                json!({"path": "bin.dat", "content": "AP8Q", "encoding": "base64"})
+            ),
+            call("read_file", json!({"path": "bin.dat"})),
+            call(
+                "run_code",
+                json!({"language": "bash", "code": "echo oops >&2; exit 3"})
+            ),
+        ]),
+    );
+    let first = ok(&out[1]);
+    assert_eq!(
+        (first["stdout"].as_str(), first["exit_code"].as_i64()),
+        (Some("42\n"), Some(0)),
+        "{first}"
+    );
+    assert!(
+        out[1]["text"].as_str().unwrap().contains("42"),
+        "{}",
+        out[1]
+    );
+    assert_eq!(ok(&out[2])["size_bytes"], 9);
+    let run = ok(&out[3]);
+    assert_eq!(run["stdout"], "HELLO MCP\n", "{run}");
+    assert_eq!(run["timed_out"], false);
+    // The requested timeout is what applied.
+    assert_eq!(run["limits"]["timeout_ms"], 20000);
+    assert_eq!(ok(&out[4])["content"], "pcm olleh");
+    let names: Vec<(&str, &str)> = ok(&out[5])["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| (e["name"].as_str().unwrap(), e["kind"].as_str().unwrap()))
+        .collect();
+    // corral's own `.corral/` (the code file) is not shown.
+    assert_eq!(names, [("data", "dir"), ("out", "dir")]);
+    assert_eq!(ok(&out[6])["entries"][0]["name"], "result.txt");
+    assert_eq!(ok(&out[7])["size_bytes"], 3);
+    let bin = ok(&out[8]);
+    assert_eq!(
+        (bin["encoding"].as_str(), bin["content"].as_str()),
+        (Some("base64"), Some("AP8Q"))
+    );
+    let failed = ok(&out[9]);
+    assert_eq!(
+        (failed["exit_code"].as_i64(), failed["stderr"].as_str()),
+        (Some(3), Some("oops\n"))
+    );
+    // Audited like any execution, visible through the HTTP API.
+    let id = run["id"].as_str().unwrap();
+    let (status, _, body) = http(&s.addr, "GET", &format!("/v1/executions/{id}"), &[], "");
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        serde_json::from_str::<Value>(&body).unwrap()["stdout"],
+        "HELLO MCP\n"
+    );
+    // The session ended with the client: its workspace is gone.
+    assert_no_workspace_left(&s.work());
+}
+
+#[test]
+fn http_file_tools_refuse_traversal_symlinks_reserved_names_and_oversize() {
+    let s = start("", &["--code-mode"]);
+    let hostname = std::fs::read("/etc/hostname").unwrap_or_default();
+    let plant =
+        "ln -s /etc/hostname leak; ln -s /etc etc; mkdir -p sub; ln -s /etc/passwd sub/pw; \
+                 head -c 2000000 /dev/zero > big.bin; echo planted";
+    let out = session(
+        s.target(None),
+        json!([
+            call("read_file", json!({"path": "../x"})),
+            call("write_file", json!({"path": "../x", "content": "x"})),
+            call("list_files", json!({"path": ".."})),
+            call("read_file", json!({"path": "/etc/passwd"})),
+            call(
+                "write_file",
+                json!({"path": "/tmp/corral-mcp-escape", "content": "x"})
+            ),
+            call("run_code", json!({"language": "bash", "code": plant})),
+            call("read_file", json!({"path": "leak"})),
+            call("read_file", json!({"path": "etc/hostname"})),
+            call("read_file", json!({"path": "sub/pw"})),
+            call(
+                "write_file",
+                json!({"path": "leak", "content": "overwritten"})
+            ),
+            call(
+                "write_file",
+                json!({"path": "etc/corral-mcp-escape", "content": "x"})
+            ),
+            call("list_files", json!({"path": "etc"})),
+            call(
+                "write_file",
+                json!({"path": ".corral/main.py", "content": "x"})
+            ),
+            call(
+                "write_file",
+                json!({"path": ".corral-anything", "content": "x"})
+            ),
+            call("read_file", json!({"path": ".corral/main.py"})),
+            call("list_files", json!({"path": ".corral"})),
+            call(
+                "write_file",
+                json!({"path": "huge.txt", "content": "a".repeat((1 << 20) + 1)})
+            ),
+            call("read_file", json!({"path": "big.bin"})),
+            call("read_file", json!({"path": "missing.txt"})),
+            call("read_file", json!({"path": "sub"})),
+            call("list_files", json!({})),
+            call("read_file", json!({"path": "./.corral/main.sh"})),
+        ]),
+    );
+    refused(&out[22], "path.reserved");
+    refused(&out[1], "path.traversal");
+    refused(&out[2], "path.traversal");
+    refused(&out[3], "path.traversal");
+    refused(&out[4], "path.absolute");
+    refused(&out[5], "path.absolute");
+    assert_eq!(ok(&out[6])["stdout"], "planted\n");
+    refused(&out[7], "path.symlink");
+    refused(&out[8], "path.symlink");
+    refused(&out[9], "path.symlink");
+    refused(&out[10], "path.symlink");
+    refused(&out[11], "path.symlink");
+    refused(&out[12], "path.symlink");
+    refused(&out[13], "path.reserved");
+    refused(&out[14], "path.reserved");
+    refused(&out[15], "path.reserved");
+    refused(&out[16], "path.reserved");
+    refused(&out[17], "file.too_large");
+    refused(&out[18], "file.too_large");
+    refused(&out[19], "file.not_found");
+    refused(&out[20], "file.not_regular");
+    // The listing shows the planted links as links, never what they point at.
+    let entries = &ok(&out[21])["entries"];
+    let kind = |name: &str| {
+        entries
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["name"] == name)
+            .map(|e| e["kind"].as_str().unwrap().to_string())
+    };
+    assert_eq!(kind("leak").as_deref(), Some("symlink"), "{entries}");
+    assert_eq!(kind("etc").as_deref(), Some("symlink"), "{entries}");
+    assert_eq!(kind("huge.txt"), None, "an oversized write left a file");
+    // Nothing on the host was touched through the links.
+    assert_eq!(std::fs::read("/etc/hostname").unwrap_or_default(), hostname);
+    assert!(!Path::new("/etc/corral-mcp-escape").exists());
+    assert!(!Path::new("/tmp/corral-mcp-escape").exists());
+    assert_no_workspace_left(&s.work());
+}
+
+#[test]
+fn sessions_have_their_own_workspaces() {
+    let s = start("", &["--code-mode"]);
+    let out = session(
+        s.target(None),
+        json!([call(
+            "write_file",
+            json!({"path": "mine.txt", "content": "first session"})
+        )]),
+    );
+    ok(&out[1]);
+    let out = session(
+        s.target(None),
+        json!([
+            call("read_file", json!({"path": "mine.txt"})),
+            call("list_files", json!({})),
+            call(
+                "run_code",
+                json!({"language": "bash", "code": "ls -A | grep -v '^.corral' | wc -l"})
+            ),
+        ]),
+    );
+    refused(&out[1], "file.not_found");
+    assert_eq!(ok(&out[2])["entries"], json!([]));
+    assert_eq!(ok(&out[3])["stdout"], "0\n");
+    assert_no_workspace_left(&s.work());
+}
+
+#[test]
+fn http_mcp_needs_a_token_and_sessions_belong_to_their_tenant() {
+    let extra = format!(
+        "[[server.tenant]]\nname = \"alice\"\ntoken_sha256 = \"{}\"\nprofiles = [\"code\"]\n\
+         [[server.tenant]]\nname = \"bob\"\ntoken_sha256 = \"{}\"\nprofiles = [\"code\"]\n",
+        sha256("alice-token"),
+        sha256("bob-token")
+    );
+    let s = start(&extra, &["--code-mode"]);
+    let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}"#;
+    let mcp_headers = |token: Option<&'static str>, session: Option<String>| {
+        let mut h: Vec<(String, String)> = vec![
+            ("Content-Type".into(), "application/json".into()),
+            (
+                "Accept".into(),
+                "application/json, text/event-stream".into(),
+            ),
+        ];
+        if let Some(t) = token {
+            h.push(("Authorization".into(), format!("Bearer {t}")));
+        }
+        if let Some(id) = session {
+            h.push(("Mcp-Session-Id".into(), id));
+            h.push(("MCP-Protocol-Version".into(), "2025-06-18".into()));
+        }
+        h
+    };
+    let send = |method: &str, h: &[(String, String)], body: &str| {
+        let h: Vec<(&str, &str)> = h.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        http(&s.addr, method, "/mcp", &h, body)
+    };
+    // No token, a wrong one: the API's 401.
+    let (status, _, body) = send("POST", &mcp_headers(None, None), init);
+    assert_eq!(status, 401, "{body}");
+    assert!(body.contains("auth.missing"), "{body}");
+    let (status, _, body) = send("POST", &mcp_headers(Some("wrong"), None), init);
+    assert_eq!(status, 401, "{body}");
+    assert!(body.contains("auth.unknown_token"), "{body}");
+    // Alice opens a session; bob cannot use, list or close it.
+    let (status, head, body) = send("POST", &mcp_headers(Some("alice-token"), None), init);
+    assert_eq!(status, 200, "{head}\n{body}");
+    let id = header(&head, "mcp-session-id").unwrap().to_string();
+    let list = r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#;
+    let (status, _, _) = send(
+        "POST",
+        &mcp_headers(Some("bob-token"), Some(id.clone())),
+        list,
+    );
+    assert_eq!(status, 404, "bob used alice's session");
+    let (status, _, _) = send(
+        "DELETE",
+        &mcp_headers(Some("bob-token"), Some(id.clone())),
+        "",
+    );
+    assert_eq!(status, 404, "bob closed alice's session");
+    let (status, _, _) = send(
+        "DELETE",
+        &mcp_headers(Some("alice-token"), Some(id.clone())),
+        "",
+    );
+    assert!(
+        status == 200 || status == 204,
+        "alice could not close her session: {status}"
+    );
+    // The Python client with a token works end to end, as its tenant.
+    let out = session(
+        s.target(Some("bob-token")),
+        json!([call(
+            "run_code",
+            json!({"language": "python", "code": "print('bob')"})
+        )]),
+    );
+    let run = ok(&out[1]);
+    assert_eq!(
+        (run["stdout"].as_str(), run["tenant"].as_str()),
+        (Some("bob\n"), Some("bob"))
+    );
+    // And without one it is refused.
+    let out = run_python(CLIENT, &[s.target(None).to_string()], "[]");
+    assert!(out[0].get("fatal").is_some(), "{out}");
+}
+
+#[test]
+fn run_code_answers_busy_when_saturated() {
+    let s = start("", &["--code-mode", "--max-concurrent", "1"]);
+    let out = run_python(SATURATE, &[format!("http://{}/mcp", s.addr)], "");
+    let answers = out.as_array().unwrap();
+    let busy: Vec<&Value> = answers.iter().filter(|a| a["is_error"] == true).collect();
+    let done: Vec<&Value> = answers.iter().filter(|a| a["is_error"] == false).collect();
+    assert_eq!((busy.len(), done.len()), (1, 1), "{out}");
+    assert_eq!(busy[0]["structured"]["error"]["code"], "busy", "{out}");
+    assert_eq!(done[0]["structured"]["stdout"], "done\n", "{out}");
+}
+
+#[test]
+fn stdio_serves_the_same_tools() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write_config(dir.path(), "");
+    let bin = corral_bin().to_string_lossy().into_owned();
+    let target = |code_mode: bool| {
+        let mut cmd = vec![
+            bin.clone(),
+            "mcp".into(),
+            "--config".into(),
+            cfg.display().to_string(),
+        ];
+        if code_mode {
+            cmd.push("--code-mode".into());
+        }
+        json!({"command": cmd, "env": {"PATH": "/usr/local/bin:/usr/bin:/bin"}})
+    };
+    let out = session(target(false), json!([list()]));
+    assert_eq!(out[1]["tools"], json!(FILE_TOOLS));
+    let code = "const fs = require('fs');\n\
+                console.log(fs.readFileSync('in/data.txt', 'utf8'));\n\
+                fs.writeFileSync('from-node.txt', 'node wrote this');\n";
+    let out = session(
+        target(true),
+        json!([
+            list(),
+            call(
+                "write_file",
+                json!({"path": "in/data.txt", "content": "over stdio"})
+            ),
+            call("run_code", json!({"language": "node", "code": code})),
+            call("read_file", json!({"path": "from-node.txt"})),
+            call(
+                "run_code",
+                json!({"language": "python", "code": "print('py')"})
+            ),
+            call(
+                "run_code",
+                json!({"language": "bash", "code": "ln -s /etc/hostname leak"})
+            ),
+            call("read_file", json!({"path": "leak"})),
+            call("read_file", json!({"path": "../../etc/passwd"})),
+            call("write_file", json!({"path": ".corral/x", "content": "x"})),
+        ]),
+    );
+    assert_eq!(out[1]["tools"], json!(ALL_TOOLS));
+    ok(&out[2]);
+    let run = ok(&out[3]);
+    assert_eq!(run["stdout"], "over stdio\n", "{run}");
+    assert_eq!(run["tenant"], "local");
+    assert_eq!(ok(&out[4])["content"], "node wrote this");
+    assert_eq!(ok(&out[5])["stdout"], "py\n");
+    ok(&out[6]);
+    refused(&out[7], "path.symlink");
+    refused(&out[8], "path.traversal");
+    refused(&out[9], "path.reserved");
+    // The server exits with its client and leaves nothing behind.
+    let work = dir.path().join("work");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let left: Vec<String> = std::fs::read_dir(&work)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        if left.is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "corral mcp left {left:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
