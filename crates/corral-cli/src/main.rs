@@ -177,6 +177,14 @@ fn serve(
     if code_mode {
         config.server.code_mode = true;
     }
+    run_async(corral_server::serve(config))
+}
+
+/// Runs a server future on a multi-threaded runtime built here, after the
+/// helper dispatch; maps its outcome to an exit status.
+fn run_async(
+    fut: impl std::future::Future<Output = Result<(), corral_server::ServerError>>,
+) -> i32 {
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -187,7 +195,7 @@ fn serve(
             return corral_runtime::EXIT_CORRAL_ERROR;
         }
     };
-    match runtime.block_on(corral_server::serve(config)) {
+    match runtime.block_on(fut) {
         Ok(()) => 0,
         Err(e) => {
             say(&e.to_string());
@@ -209,23 +217,7 @@ fn mcp(config: Option<&std::path::Path>, code_mode: bool) -> i32 {
     if code_mode {
         config.server.code_mode = true;
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(r) => r,
-        Err(e) => {
-            say(&format!("cannot start the async runtime: {e}"));
-            return corral_runtime::EXIT_CORRAL_ERROR;
-        }
-    };
-    match runtime.block_on(corral_server::mcp::serve_stdio(config)) {
-        Ok(()) => 0,
-        Err(e) => {
-            say(&e.to_string());
-            corral_runtime::EXIT_CORRAL_ERROR
-        }
-    }
+    run_async(corral_server::mcp::serve_stdio(config))
 }
 
 fn check(file: &std::path::Path) -> i32 {

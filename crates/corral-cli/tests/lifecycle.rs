@@ -40,14 +40,7 @@ fn sandbox_dies_with_corral() {
         .args(["--", "python3", "-c", "import time; time.sleep(60)", &token])
         .spawn()
         .unwrap();
-    let present = || {
-        std::fs::read_dir("/proc")
-            .unwrap()
-            .filter_map(|e| e.ok())
-            .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
-            // The sandboxed python, not corral (whose argv holds the token too).
-            .any(|c| c.starts_with(b"python3\0") && String::from_utf8_lossy(&c).contains(&token))
-    };
+    let present = || process_running("python3", &token);
     let deadline = Instant::now() + Duration::from_secs(10);
     while !present() {
         assert!(Instant::now() < deadline, "sandboxed sleep never started");
@@ -103,13 +96,7 @@ fn a_stalled_reader_does_not_defeat_the_timeout() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let sandboxed = || {
-        std::fs::read_dir("/proc")
-            .unwrap()
-            .filter_map(|e| e.ok())
-            .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
-            .any(|c| c.starts_with(b"python3\0") && String::from_utf8_lossy(&c).contains(&token))
-    };
+    let sandboxed = || process_running("python3", &token);
     std::thread::sleep(Duration::from_millis(2500));
     assert!(
         !sandboxed(),

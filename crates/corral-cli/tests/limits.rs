@@ -305,11 +305,7 @@ fn daemons_die_at_the_timeout() {
     let (v, _) = run_json(&["--timeout", "1"], &["python3", "-c", &script]);
     assert_eq!(v["timed_out"], true);
     std::thread::sleep(Duration::from_millis(300));
-    let alive = std::fs::read_dir("/proc")
-        .unwrap()
-        .filter_map(|e| e.ok())
-        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
-        .any(|c| c.starts_with(b"python3\0") && String::from_utf8_lossy(&c).contains(&token));
+    let alive = process_running("python3", &token);
     assert!(!alive, "a double-forked daemon survived the timeout");
 }
 
@@ -377,13 +373,7 @@ fn cgroups_of_a_killed_corral_are_swept_by_the_next_run() {
     );
     // Nothing of that run may linger, whenever the kill came (even before
     // the forked helper got its go-ahead).
-    let lingering = || {
-        std::fs::read_dir("/proc")
-            .unwrap()
-            .filter_map(|e| e.ok())
-            .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
-            .any(|c| String::from_utf8_lossy(&c).contains(&token))
-    };
+    let lingering = || process_running("", &token);
     let deadline = Instant::now() + Duration::from_secs(5);
     while lingering() {
         assert!(

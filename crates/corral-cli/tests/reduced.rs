@@ -145,11 +145,7 @@ fn daemons_die_with_the_timeout_without_a_pid_namespace() {
     let (v, _) = reduced(&["--timeout", "1"], &["python3", "-c", &script]);
     assert_eq!(v["timed_out"], true, "{v}");
     std::thread::sleep(Duration::from_millis(300));
-    let alive = std::fs::read_dir("/proc")
-        .unwrap()
-        .filter_map(|e| e.ok())
-        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
-        .any(|c| c.starts_with(b"python3\0") && String::from_utf8_lossy(&c).contains(&token));
+    let alive = process_running("python3", &token);
     assert!(
         !alive,
         "a setsid'd double-forked daemon outlived the timeout"

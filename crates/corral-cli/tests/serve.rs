@@ -368,13 +368,7 @@ fn a_client_that_disconnects_kills_its_execution() {
         body.len()
     );
     conn.write_all(req.as_bytes()).unwrap();
-    let running = || {
-        std::fs::read_dir("/proc")
-            .unwrap()
-            .filter_map(|e| e.ok())
-            .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
-            .any(|c| c.starts_with(b"python3\0") && String::from_utf8_lossy(&c).contains(&token))
-    };
+    let running = || process_running("python3", &token);
     let deadline = Instant::now() + Duration::from_secs(10);
     while !running() {
         assert!(Instant::now() < deadline, "the execution never started");
@@ -405,13 +399,7 @@ fn killing_the_server_leaves_no_sandbox_and_records_survive_a_restart() {
         let _ =
             std::panic::catch_unwind(|| http(&addr, "POST", "/v1/executions", None, Some(&body)));
     });
-    let running = || {
-        std::fs::read_dir("/proc")
-            .unwrap()
-            .filter_map(|e| e.ok())
-            .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
-            .any(|c| c.starts_with(b"python3\0") && String::from_utf8_lossy(&c).contains(&token))
-    };
+    let running = || process_running("python3", &token);
     let deadline = Instant::now() + Duration::from_secs(10);
     while !running() {
         assert!(Instant::now() < deadline, "the execution never started");

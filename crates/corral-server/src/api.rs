@@ -110,24 +110,33 @@ impl Drop for CancelOnDrop {
     }
 }
 
-async fn create_execution(
-    State(st): State<Shared>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Result<Json<Value>, ApiError> {
+/// A request that passed authentication, validation and the concurrency
+/// check, holding its two slots.
+struct Admitted {
+    tenant_name: String,
+    prepared: exec::Prepared,
+    slots: (
+        tokio::sync::OwnedSemaphorePermit,
+        tokio::sync::OwnedSemaphorePermit,
+    ),
+    id: String,
+}
+
+/// Authenticates, parses and validates a request, and takes a tenant and a
+/// global slot; saturated means a structured busy answer, never a queue.
+fn admit(st: &Shared, headers: &HeaderMap, body: &[u8]) -> Result<Admitted, ApiError> {
     let refused = |e: ApiError| {
         st.metrics.refused.fetch_add(1, Ordering::Relaxed);
         e
     };
-    let t = tenant(&st, &headers).map_err(refused)?;
-    let req: ExecutionRequest = serde_json::from_slice(&body).map_err(|e| {
+    let t = tenant(st, headers).map_err(refused)?;
+    let req: ExecutionRequest = serde_json::from_slice(body).map_err(|e| {
         refused(ApiError::bad_request(
             "request.malformed",
             format!("invalid JSON body: {e}"),
         ))
     })?;
-    let prepared = exec::prepare(&st, &t.tenant.profiles, req).map_err(refused)?;
-    // Saturated: a structured busy answer, never a queue.
+    let prepared = exec::prepare(st, &t.tenant.profiles, req).map_err(refused)?;
     let busy = || {
         st.metrics.busy.fetch_add(1, Ordering::Relaxed);
         let mut e = ApiError::new(
@@ -141,15 +150,32 @@ async fn create_execution(
     let tenant_slot = t.slots.clone().try_acquire_owned().map_err(|_| busy())?;
     let global_slot = st.global.clone().try_acquire_owned().map_err(|_| busy())?;
     st.metrics.started.fetch_add(1, Ordering::Relaxed);
-    let id = exec::new_id();
+    Ok(Admitted {
+        tenant_name: t.tenant.name.clone(),
+        prepared,
+        slots: (tenant_slot, global_slot),
+        id: exec::new_id(),
+    })
+}
+
+async fn create_execution(
+    State(st): State<Shared>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Json<Value>, ApiError> {
+    let Admitted {
+        tenant_name,
+        prepared,
+        slots,
+        id,
+    } = admit(&st, &headers, &body)?;
     let cancel = Arc::new(AtomicBool::new(false));
     let mut guard = CancelOnDrop(cancel.clone(), false);
     let state = st.clone();
-    let tenant_name = t.tenant.name.clone();
     let task = tokio::task::spawn_blocking(move || {
         let result = exec::run(&state, &tenant_name, &id, prepared, cancel);
         state.metrics.finished.fetch_add(1, Ordering::Relaxed);
-        drop((tenant_slot, global_slot));
+        drop(slots);
         result
     });
     let result = task.await.map_err(|e| {
@@ -176,35 +202,15 @@ async fn stream_execution(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     use axum::response::sse::{Event, KeepAlive, Sse};
-    let refused = |e: ApiError| {
-        st.metrics.refused.fetch_add(1, Ordering::Relaxed);
-        e
-    };
-    let t = tenant(&st, &headers).map_err(refused)?;
-    let req: ExecutionRequest = serde_json::from_slice(&body).map_err(|e| {
-        refused(ApiError::bad_request(
-            "request.malformed",
-            format!("invalid JSON body: {e}"),
-        ))
-    })?;
-    let prepared = exec::prepare(&st, &t.tenant.profiles, req).map_err(refused)?;
-    let busy = || {
-        st.metrics.busy.fetch_add(1, Ordering::Relaxed);
-        let mut e = ApiError::new(
-            StatusCode::TOO_MANY_REQUESTS,
-            "busy",
-            "all execution slots are in use; retry after the indicated delay",
-        );
-        e.retry_after = Some(1);
-        e
-    };
-    let tenant_slot = t.slots.clone().try_acquire_owned().map_err(|_| busy())?;
-    let global_slot = st.global.clone().try_acquire_owned().map_err(|_| busy())?;
-    st.metrics.started.fetch_add(1, Ordering::Relaxed);
-    let id = exec::new_id();
+    let Admitted {
+        tenant_name,
+        prepared,
+        slots,
+        id,
+    } = admit(&st, &headers, &body)?;
     // (is the final result, event)
     let (tx, rx) = tokio::sync::mpsc::channel::<(bool, Event)>(256);
-    let start = json!({"id": id, "tenant": t.tenant.name, "profile": prepared.profile.name});
+    let start = json!({"id": id, "tenant": tenant_name, "profile": prepared.profile.name});
     let _ = tx.try_send((
         false,
         Event::default().event("start").data(start.to_string()),
@@ -226,11 +232,10 @@ async fn stream_execution(
     let cancel = Arc::new(AtomicBool::new(false));
     let guard = CancelOnDrop(cancel.clone(), false);
     let state = st.clone();
-    let tenant_name = t.tenant.name.clone();
     tokio::task::spawn_blocking(move || {
         let result = exec::run_streaming(&state, &tenant_name, &id, prepared, cancel, Some(tap));
         state.metrics.finished.fetch_add(1, Ordering::Relaxed);
-        drop((tenant_slot, global_slot));
+        drop(slots);
         let mut body = match result {
             Ok(v) => v,
             Err(e) => {

@@ -405,6 +405,20 @@ pub fn run_streaming(
             }
         }
     }
+    record_and_answer(state, tenant, id, &prepared, started, body, status)
+}
+
+/// Stores the audit record of a finished execution (its answer is kept
+/// even when storing fails) and turns a refused one into its API error.
+pub fn record_and_answer(
+    state: &AppState,
+    tenant: &str,
+    id: &str,
+    prepared: &Prepared,
+    started: u64,
+    body: Value,
+    status: StatusCode,
+) -> Result<Value, ApiError> {
     let record = AuditRecord {
         id: id.to_string(),
         tenant: tenant.to_string(),

@@ -147,3 +147,20 @@ pub fn events(stderr: &[u8]) -> Vec<serde_json::Value> {
         .filter(|v| v["event"] == "security")
         .collect()
 }
+
+/// Whether a process whose argv starts with `program` (any program when
+/// empty) and mentions `token` is running. Tests tag the sandboxed programs
+/// they want to find with a unique token in their arguments.
+pub fn process_running(program: &str, token: &str) -> bool {
+    let prefix = format!("{program}\0");
+    std::fs::read_dir("/proc")
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+                .any(|c| {
+                    (program.is_empty() || c.starts_with(prefix.as_bytes()))
+                        && String::from_utf8_lossy(&c).contains(token)
+                })
+        })
+        .unwrap_or(false)
+}

@@ -21,8 +21,7 @@ use corral_runtime::workspace::{FileLimits, Workspace, WorkspaceError};
 use corral_runtime::{OutputMode, RunRequest};
 use serde_json::{json, Value};
 
-use crate::audit::{now_ms, AuditRecord};
-use crate::auth::sha256_hex;
+use crate::audit::now_ms;
 use crate::error::ApiError;
 use crate::exec::{ceilings, Prepared};
 use crate::state::AppState;
@@ -164,36 +163,7 @@ pub fn run_in_workspace(
         map.insert("limits".into(), ceilings(&prepared.profile));
         map.insert("cancelled".into(), json!(cancel.load(Ordering::Relaxed)));
     }
-    let record = AuditRecord {
-        id: id.to_string(),
-        tenant: tenant.to_string(),
-        profile: prepared.profile.name.clone(),
-        code_sha256: sha256_hex(prepared.code.as_bytes()),
-        code: state
-            .config
-            .server
-            .store_code
-            .then(|| prepared.code.clone()),
-        started_ms: started,
-        finished_ms: now_ms(),
-        result: body.clone(),
-    };
-    if let Err(e) = state.audit.record(&record) {
-        // The execution happened; its answer must not be lost either.
-        eprintln!("corral: audit record {id} not stored: {e}");
-    }
-    if status != StatusCode::OK {
-        let code = body["error"]["code"]
-            .as_str()
-            .unwrap_or("execution.refused")
-            .to_string();
-        let message = body["error"]["message"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string();
-        return Err(ApiError::new(status, &code, message));
-    }
-    Ok(body)
+    crate::exec::record_and_answer(state, tenant, id, &prepared, started, body, status)
 }
 
 /// `/dev/null`, or an unlinked file in the server's directory holding the
