@@ -402,11 +402,14 @@ pub fn launch(
             WaitStatus::Exited(code) => (code, None),
         },
     };
-    if (timed_out || output_killed) && failure.is_none() {
+    // A kill corral decided on (timeout, output ceiling, cancellation) is
+    // an outcome, not a set-up failure.
+    let killed_on_purpose = timed_out || output_killed || cancelled;
+    if killed_on_purpose && failure.is_none() {
         exit_code = 128 + libc::SIGKILL;
         signal = Some(libc::SIGKILL);
     }
-    let failure = match (failure, timed_out || output_killed, message) {
+    let failure = match (failure, killed_on_purpose, message) {
         (None, false, None) => Some((
             FailureKind::Setup,
             format!("the sandbox helper ended without reporting a result ({helper_status:?})"),

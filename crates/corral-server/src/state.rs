@@ -93,13 +93,7 @@ impl AppState {
         let work_dir = s
             .work_dir
             .join(format!("corral-serve-{}", std::process::id()));
-        std::fs::create_dir_all(&work_dir)
-            .map_err(|e| ServerError::Io(format!("creating {}: {e}", work_dir.display())))?;
-        // Others may pass through (the sandbox uid must reach its own
-        // workspace below) but not list it.
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&work_dir, std::fs::Permissions::from_mode(0o711))
-            .map_err(|e| ServerError::Io(format!("chmod {}: {e}", work_dir.display())))?;
+        create_own_dir(&work_dir)?;
         Ok(AppState {
             global: Arc::new(Semaphore::new(s.max_concurrent as usize)),
             commands,
@@ -136,7 +130,12 @@ fn sweep_stale_work_dirs(base: &std::path::Path) {
         };
         let alive = pid == std::process::id() as i32
             || std::path::Path::new(&format!("/proc/{pid}")).exists();
-        if !alive {
+        // Only our own directories: in a shared /tmp anyone can create a
+        // name that looks like ours.
+        let ours = std::fs::symlink_metadata(entry.path()).is_ok_and(|m| {
+            m.is_dir() && std::os::unix::fs::MetadataExt::uid(&m) == corral_sys::process::uids().1
+        });
+        if !alive && ours {
             let _ = std::fs::remove_dir_all(entry.path());
         }
     }
@@ -171,4 +170,21 @@ fn check_traversable(work_dir: &std::path::Path) -> Result<(), ServerError> {
         }
     }
     Ok(())
+}
+
+/// Creates this server's own directory, mode 0711 (others may pass through
+/// to their workspace, not list it). It must not exist yet: in a shared
+/// `/tmp` a local user could have planted the name, or a symlink, to make
+/// corral chmod or fill a directory of theirs.
+fn create_own_dir(dir: &std::path::Path) -> Result<(), ServerError> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    std::fs::DirBuilder::new().mode(0o711).create(dir).map_err(|e| {
+        ServerError::Unsafe(format!(
+            "creating {}: {e}; corral only works in a directory it creates itself (remove a stale one if it is yours)",
+            dir.display()
+        ))
+    })?;
+    // The mode as asked, whatever the umask; the directory is ours and new.
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o711))
+        .map_err(|e| ServerError::Io(format!("chmod {}: {e}", dir.display())))
 }
