@@ -508,21 +508,7 @@ fn reduced_plan(
         .to_str()
         .ok_or_else(|| PlanError::Mount("workdir is not UTF-8".into()))?
         .to_string();
-    let explicit: Vec<(&MountSpec, bool)> = profile
-        .filesystem
-        .read_only
-        .iter()
-        .chain(&request.read_only)
-        .map(|m| (m, false))
-        .chain(
-            profile
-                .filesystem
-                .read_write
-                .iter()
-                .chain(&request.read_write)
-                .map(|m| (m, true)),
-        )
-        .collect();
+    let explicit = explicit_mounts(profile, request);
     let mut landlock = LandlockPlan {
         required: true,
         require_full: true,
@@ -582,6 +568,26 @@ fn reduced_plan(
     })
 }
 
+/// The profile's and the request's binds, each with whether it is
+/// writable.
+fn explicit_mounts<'a>(
+    profile: &'a Profile,
+    request: &'a RunRequest,
+) -> Vec<(&'a MountSpec, bool)> {
+    let fs = &profile.filesystem;
+    let ro = fs
+        .read_only
+        .iter()
+        .chain(&request.read_only)
+        .map(|m| (m, false));
+    let rw = fs
+        .read_write
+        .iter()
+        .chain(&request.read_write)
+        .map(|m| (m, true));
+    ro.chain(rw).collect()
+}
+
 /// Orders the filesystem steps: system paths (symlinks recreated, missing
 /// ones skipped), then the profile's and the request's binds, then the
 /// workspace; parents always before children.
@@ -616,20 +622,7 @@ fn plan_mounts(
             }),
         }
     }
-    let explicit = profile
-        .filesystem
-        .read_only
-        .iter()
-        .chain(&request.read_only)
-        .map(|m| (m, false))
-        .chain(
-            profile
-                .filesystem
-                .read_write
-                .iter()
-                .chain(&request.read_write)
-                .map(|m| (m, true)),
-        );
+    let explicit = explicit_mounts(profile, request);
     for (spec, writable) in explicit {
         if let Some(why) = reserved_destination(&spec.dest) {
             return Err(PlanError::Mount(format!("cannot mount {spec}: {why}")));

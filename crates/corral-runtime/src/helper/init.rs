@@ -56,6 +56,22 @@ pub(super) fn run(
     if let Err(e) = process::set_non_dumpable() {
         ctrl.fail(FailureKind::Privileges, format!("PR_SET_DUMPABLE: {e}"));
     }
+    let (program, ctrl) = start_program(&plan, ctrl);
+    drop(plan);
+    fd::stdio_to_devnull();
+    // The program is gone: so is everything it left running (daemons,
+    // double forks). kill(-1) from PID 1 reaches every process of this pid
+    // namespace and nothing outside it.
+    reap(program, ctrl, &|| {
+        let _ = process::kill(-1, libc::SIGKILL);
+    })
+}
+
+/// Prepares the program's last steps (argv/envp, working directory,
+/// Landlock ruleset built from the sandbox's own paths, seccomp filters
+/// compiled by the parent), forks, and in the child runs them. Returns the
+/// program's pid and the control socket to the supervising parent.
+pub(super) fn start_program(plan: &SandboxPlan, mut ctrl: Control) -> (i32, Control) {
     let exec = match ExecArgs::new(&plan.exec_path, &plan.argv, &plan.env) {
         Ok(e) => e,
         Err(_) => ctrl.fail(
@@ -63,15 +79,12 @@ pub(super) fn run(
             "argv or environment contains a NUL byte".into(),
         ),
     };
-    let cwd = match CString::new(plan.cwd.as_str()) {
-        Ok(c) => c,
-        Err(_) => ctrl.fail(
+    let Ok(cwd) = CString::new(plan.cwd.as_str()) else {
+        ctrl.fail(
             FailureKind::Setup,
             "working directory contains a NUL byte".into(),
-        ),
+        );
     };
-    // Landlock rules need the sandbox's own paths, so they are built here,
-    // after pivot_root; the seccomp filters were compiled by the parent.
     let ruleset = match crate::landlock::prepare(&plan.security.landlock) {
         Ok(r) => r,
         Err(msg) => ctrl.fail(FailureKind::Security, msg),
@@ -86,20 +99,11 @@ pub(super) fn run(
         landlock_full: plan.security.landlock.require_full,
         filters: &filters,
     };
-    let program = match process::fork_in_single_threaded_helper() {
+    match process::fork_in_single_threaded_helper() {
         Err(e) => ctrl.fail(FailureKind::Setup, format!("fork of the program: {e}")),
         Ok(Fork::Child) => exec_program(last, ruleset, ctrl),
-        Ok(Fork::Parent(pid)) => pid,
-    };
-    drop(exec);
-    drop(plan);
-    fd::stdio_to_devnull();
-    // The program is gone: so is everything it left running (daemons,
-    // double forks). kill(-1) from PID 1 reaches every process of this pid
-    // namespace and nothing outside it.
-    reap(program, ctrl, &|| {
-        let _ = process::kill(-1, libc::SIGKILL);
-    })
+        Ok(Fork::Parent(pid)) => (pid, ctrl),
+    }
 }
 
 /// Everything the program's process needs, prepared before its fork.

@@ -6,13 +6,10 @@
 //! subreaper, so daemons the program leaves behind are re-parented to it
 //! and killed, without a pid namespace.
 
-use std::ffi::CString;
-
-use corral_sys::exec::ExecArgs;
-use corral_sys::process::{self, Fork};
+use corral_sys::process;
 use corral_sys::{fd, signal};
 
-use super::init::{exec_program, reap, LastSteps};
+use super::init::{reap, start_program};
 use super::Control;
 use crate::plan::SandboxPlan;
 use crate::protocol::FailureKind;
@@ -25,43 +22,12 @@ pub(super) fn run(plan: SandboxPlan, mut ctrl: Control) -> ! {
     if let Err(e) = signal::block_all() {
         ctrl.fail(FailureKind::Setup, format!("blocking signals: {e}"));
     }
-    let ruleset = match crate::landlock::prepare(&plan.security.landlock) {
-        Ok(r) => r,
-        Err(msg) => ctrl.fail(FailureKind::Security, msg),
-    };
-    let filters = plan.security.filters.to_bpf();
-    let exec = match ExecArgs::new(&plan.exec_path, &plan.argv, &plan.env) {
-        Ok(e) => e,
-        Err(_) => ctrl.fail(
-            FailureKind::ExecFailed,
-            "argv or environment contains a NUL byte".into(),
-        ),
-    };
-    let Ok(cwd) = CString::new(plan.cwd.as_str()) else {
-        ctrl.fail(
-            FailureKind::Setup,
-            "working directory contains a NUL byte".into(),
-        );
-    };
     // The helper holds the plan: nothing may read its memory.
     if let Err(e) = process::set_non_dumpable() {
         ctrl.fail(FailureKind::Privileges, format!("PR_SET_DUMPABLE: {e}"));
     }
-    let last = LastSteps {
-        exec: &exec,
-        cwd: &cwd,
-        path: &plan.exec_path,
-        rlimits: &plan.rlimits,
-        landlock_required: true,
-        landlock_full: plan.security.landlock.require_full,
-        filters: &filters,
-    };
-    let program = match process::fork_in_single_threaded_helper() {
-        Err(e) => ctrl.fail(FailureKind::Setup, format!("fork of the program: {e}")),
-        Ok(Fork::Child) => exec_program(last, ruleset, ctrl),
-        Ok(Fork::Parent(pid)) => pid,
-    };
-    drop(exec);
+    let (program, ctrl) = start_program(&plan, ctrl);
+    drop(plan);
     fd::stdio_to_devnull();
     reap(program, ctrl, &kill_children)
 }
