@@ -37,7 +37,10 @@ pub fn explain(name: Option<&str>, config: Option<&Path>, as_json: bool) -> i32 
         })
         .collect();
     let layers = [
-        ("namespaces", "user, mount, pid, ipc, uts, net (loopback only), cgroup"),
+        ("namespaces", match profile.network.mode {
+            corral_policy::NetworkMode::Host => "user, mount, pid, ipc, uts, cgroup; NOT net (network mode host)",
+            _ => "user, mount, pid, ipc, uts, net (see network), cgroup",
+        }),
         ("root", "pivot_root into a fresh read-only tmpfs; host root detached"),
         ("privileges", "all capabilities dropped (bounding, ambient, effective, permitted, inheritable), no_new_privs, setsid, die-with-parent, fds beyond 0-2 closed"),
         ("identity", "the invoking user; when corral runs as root, the profile's unprivileged uid/gid"),
@@ -136,6 +139,7 @@ pub fn explain(name: Option<&str>, config: Option<&Path>, as_json: bool) -> i32 
         println!("  deny args matching: {rule}");
     }
     print_limits(&profile.limits);
+    print_network(&profile.network);
     println!(
         "\nidentity when corral runs as root: uid {} gid {}",
         profile.identity.uid, profile.identity.gid
@@ -163,6 +167,60 @@ pub fn explain(name: Option<&str>, config: Option<&Path>, as_json: bool) -> i32 
         s.tcp_bind, s.tcp_connect
     );
     0
+}
+
+/// The network mode and, in mode `allow`, every rule the proxy applies.
+fn print_network(n: &corral_policy::NetworkPolicy) {
+    use corral_policy::NetworkMode;
+    println!("\nnetwork:");
+    match n.mode {
+        NetworkMode::None => {
+            println!("  mode none: own network namespace, loopback only; no resolver");
+            return;
+        }
+        NetworkMode::Host => {
+            println!(
+                "  mode HOST: shares the host's network, UNFILTERED (reported as net.host on every run); the host's /etc/resolv.conf is copied in"
+            );
+            return;
+        }
+        NetworkMode::Allow => println!(
+            "  mode allow: own network namespace; the only way out is corral's proxy (HTTP_PROXY/HTTPS_PROXY/ALL_PROXY set); no resolver inside, the proxy resolves"
+        ),
+    }
+    let list = |items: Vec<String>| {
+        if items.is_empty() {
+            "none".to_string()
+        } else {
+            items.join(" ")
+        }
+    };
+    let rules = |r: &[corral_policy::DomainRule]| list(r.iter().map(|d| d.to_string()).collect());
+    println!("  allowed domains:   {}", rules(&n.allow_domains));
+    println!(
+        "  denied domains:    {} (every port; deny wins)",
+        list(n.deny_domains.iter().map(|d| d.pattern.clone()).collect())
+    );
+    println!(
+        "  allowed networks:  {} (private, loopback, link-local and IP literals are refused unless listed)",
+        list(n.allow_cidrs.iter().map(|c| c.to_string()).collect())
+    );
+    println!(
+        "  static hosts:      {}",
+        list(n.hosts.iter().map(|(k, v)| format!("{k}={v}")).collect())
+    );
+    println!(
+        "  TLS name check:    {}",
+        if n.sni_check {
+            "on: CONNECT to 443 must carry a matching SNI"
+        } else {
+            "off"
+        }
+    );
+    println!(
+        "  connections:       at most {} at once, closed after {}s idle",
+        n.max_connections, n.idle_timeout_secs
+    );
 }
 
 fn print_limits(l: &corral_policy::Limits) {

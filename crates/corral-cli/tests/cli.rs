@@ -199,6 +199,24 @@ fn explain_lists_mounts_commands_and_layers() {
         assert!(s.contains(needle), "explain lacks {needle:?}:\n{s}");
     }
     assert!(!s.contains("/etc/shadow"));
+    assert!(s.contains("mode none: own network namespace"), "{s}");
+    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/example.toml");
+    let out = corral()
+        .args(["explain", "--config", example, "pip"])
+        .output()
+        .unwrap();
+    let s = text(&out.stdout);
+    assert!(out.status.success(), "{s}{}", text(&out.stderr));
+    for needle in [
+        "mode allow",
+        "*.pypi.org:443",
+        "upload.pypi.org (every port; deny wins)",
+        "10.20.0.0/24",
+        "mirror.internal=10.20.0.5",
+        "at most 16 at once, closed after 30s idle",
+    ] {
+        assert!(s.contains(needle), "explain pip lacks {needle:?}:\n{s}");
+    }
     let out = corral().args(["explain", "--json"]).output().unwrap();
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["profile"]["name"], "code");

@@ -109,6 +109,39 @@ fn curl_and_urllib_reach_an_allowed_domain_through_the_proxy() {
 }
 
 #[test]
+fn host_mode_shares_the_host_network_loudly_and_can_resolve() {
+    let up = hello_server();
+    let url = format!("http://127.0.0.1:{}/hello.txt", up.port);
+    let flags = vec!["--net".to_string(), "host".to_string()];
+    let (v, _) = run_net(
+        &flags,
+        &[
+            "sh",
+            "-c",
+            &format!("curl -sS {url} && cat /etc/resolv.conf"),
+        ],
+    );
+    let host_resolv = std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default();
+    assert_eq!(
+        v["stdout"].as_str().unwrap(),
+        format!("hello from upstream\n{host_resolv}"),
+        "{v}"
+    );
+    assert_eq!(v["enforced"]["network"], "host");
+    assert!(
+        v["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["code"] == "net.host" && e["level"] == "warn"),
+        "{v}"
+    );
+    // The other modes get no resolver configuration at all.
+    let (v, _) = run_net(&[], &["sh", "-c", "test -e /etc/resolv.conf || echo none"]);
+    assert_eq!(v["stdout"], "none\n", "{v}");
+}
+
+#[test]
 fn a_denied_domain_gets_403_naming_the_rule() {
     let up = hello_server();
     let mut flags = allow_flags(&up);

@@ -704,6 +704,18 @@ fn apply_network(
         n.allow_domains = rules(list, "allow_domains")?;
     }
     if let Some(list) = raw.deny_domains {
+        // A port list would read as "deny only these ports" while a deny
+        // rule refuses its names on every port: refuse the ambiguity.
+        if let Some(s) = list.iter().find(|s| s.get_ref().contains(':')) {
+            return Err(src.err(
+                Some(s.span()),
+                format!("{k}.deny_domains"),
+                format!(
+                    "`{}`: a deny rule refuses its names on every port, so it takes no port list; write just the name pattern",
+                    s.get_ref()
+                ),
+            ));
+        }
         n.deny_domains = rules(list, "deny_domains")?;
     }
     if let Some(list) = raw.allow_cidrs {
@@ -1191,6 +1203,12 @@ read_only = ["/opt/data:/data"]
         assert!(e.message.contains("host bits"));
         let e = err("[profile.n.network]\nhosts = { \"a.test\" = \"nope\" }\n");
         assert_eq!(e.key, "profile.n.network.hosts.a.test");
+        let e = err("[profile.n.network]\ndeny_domains = [\"bad.test:8080\"]\n");
+        assert_eq!(
+            (e.line, e.key.as_str()),
+            (Some(2), "profile.n.network.deny_domains")
+        );
+        assert!(e.message.contains("every port"), "{}", e.message);
     }
 
     #[test]

@@ -10,14 +10,20 @@ use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use std::os::fd::AsFd;
+
+use corral_sys::splice::SplicePipe;
+use tokio::io::{AsyncWriteExt, Interest};
 use tokio::net::TcpStream;
 use tokio::time::{sleep_until, Instant};
 
 use crate::io::Stop;
 
-/// Bytes buffered per direction.
-const BUFFER: usize = 64 * 1024;
+/// Pipe buffer asked for per direction: 1 MiB is the default
+/// `pipe-max-size`, so an unprivileged corral gets it too. Measured with
+/// bench/proxy.sh: 64 KiB rounds give 0.43x direct, 256 KiB 0.52x, 1 MiB
+/// 0.58-0.70x.
+const PIPE_CAPACITY: usize = 1 << 20;
 
 /// How much the client may send to the destination.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -95,36 +101,59 @@ impl Activity {
     }
 }
 
-/// Copies from `src` to `dst`, at most `limit` bytes; returns at the end of
-/// `src` (`true`) or at the limit (`false`).
-async fn pump<R, W>(
-    src: &mut R,
-    dst: &mut W,
+/// Moves bytes from `src` to `dst` through a pipe with splice(2), at most
+/// `limit` bytes; returns at the end of `src` (`true`) or at the limit
+/// (`false`). The payload never enters user space: on loopback this is
+/// what lets the proxy keep up with a direct connection.
+async fn pump(
+    src: &TcpStream,
+    dst: &TcpStream,
     limit: Option<u64>,
     count: &AtomicU64,
     activity: &Activity,
-) -> io::Result<bool>
-where
-    R: AsyncRead + Unpin,
-    W: AsyncWrite + Unpin,
-{
-    let mut buf = vec![0u8; BUFFER];
+) -> io::Result<bool> {
+    let pipe = SplicePipe::new(PIPE_CAPACITY)?;
     let mut left = limit;
     loop {
         let want = match left {
             Some(0) => return Ok(false),
-            Some(n) => usize::try_from(n).unwrap_or(BUFFER).min(BUFFER),
-            None => BUFFER,
+            Some(n) => usize::try_from(n)
+                .unwrap_or(PIPE_CAPACITY)
+                .min(PIPE_CAPACITY),
+            None => PIPE_CAPACITY,
         };
-        let n = src.read(&mut buf[..want]).await?;
-        if n == 0 {
+        // The pipe is empty here, so EAGAIN can only mean "src has nothing".
+        let filled = loop {
+            src.readable().await?;
+            match src.try_io(
+                Interest::READABLE,
+                || Ok(pipe.fill_from(src.as_fd(), want)?),
+            ) {
+                Ok(n) => break n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                Err(e) => return Err(e),
+            }
+        };
+        if filled == 0 {
             return Ok(true);
         }
         activity.touch();
-        dst.write_all(&buf[..n]).await?;
+        let mut in_pipe = filled;
+        while in_pipe > 0 {
+            dst.writable().await?;
+            match dst.try_io(Interest::WRITABLE, || {
+                Ok(pipe.drain_into(dst.as_fd(), in_pipe)?)
+            }) {
+                Ok(n) => {
+                    in_pipe -= n;
+                    count.fetch_add(n as u64, Ordering::Relaxed);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                Err(e) => return Err(e),
+            }
+        }
         activity.touch();
-        count.fetch_add(n as u64, Ordering::Relaxed);
-        left = left.map(|l| l.saturating_sub(n as u64));
+        left = left.map(|l| l.saturating_sub(filled as u64));
     }
 }
 
@@ -143,8 +172,8 @@ pub(crate) async fn relay(
         started: Instant::now(),
         last_ms: AtomicU64::new(0),
     };
-    let (mut client_r, mut client_w) = client.split();
-    let (mut up_r, mut up_w) = upstream.split();
+    let (client_r, mut client_w) = client.split();
+    let (up_r, mut up_w) = upstream.split();
     let end = {
         let upward = async {
             up_w.write_all(prefix).await?;
@@ -154,14 +183,14 @@ pub(crate) async fn relay(
                 Upload::Exactly(n) => Some(n),
                 Upload::Tunnel | Upload::UntilResponseEnds => None,
             };
-            let at_eof = pump(&mut client_r, &mut up_w, limit, &up, &activity).await?;
+            let at_eof = pump(client_r.as_ref(), up_w.as_ref(), limit, &up, &activity).await?;
             if at_eof {
                 up_w.shutdown().await?;
             }
             Ok::<(), io::Error>(())
         };
         let downward = async {
-            pump(&mut up_r, &mut client_w, None, &down, &activity).await?;
+            pump(up_r.as_ref(), client_w.as_ref(), None, &down, &activity).await?;
             client_w.shutdown().await?;
             Ok::<(), io::Error>(())
         };

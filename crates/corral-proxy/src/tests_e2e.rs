@@ -230,6 +230,43 @@ fn connect_tunnel_relays_and_counts_bytes() {
 }
 
 #[test]
+fn bulk_tunnel_traffic_arrives_intact_both_ways() {
+    // Several pipe rounds each way, sent while the echo flows back, so the
+    // splice relay's partial drains and its half-close are exercised.
+    const TOTAL: usize = 24 << 20;
+    let port = echo_server();
+    let handle = proxy(policy(port, true));
+    let s = open_tunnel(&handle, &format!("allowed.test:{port}"));
+    let mut writer = s.try_clone().unwrap();
+    let pattern = |i: usize| (i % 251) as u8;
+    let sender = thread::spawn(move || {
+        let chunk: Vec<u8> = (0..1 << 16).map(pattern).collect();
+        for _ in 0..TOTAL / chunk.len() {
+            writer.write_all(&chunk).unwrap();
+        }
+        writer.shutdown(Shutdown::Write).unwrap();
+    });
+    let mut reader = s;
+    let mut got = 0usize;
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        let n = reader.read(&mut buf).unwrap();
+        if n == 0 {
+            break;
+        }
+        for (k, b) in buf[..n].iter().enumerate() {
+            assert_eq!(*b, pattern((got + k) % (1 << 16)), "byte {}", got + k);
+        }
+        got += n;
+    }
+    sender.join().unwrap();
+    assert_eq!(got, TOTAL);
+    let events = handle.stop();
+    let e = only(&events);
+    assert_eq!((e.bytes_up, e.bytes_down), (TOTAL as u64, TOTAL as u64));
+}
+
+#[test]
 fn absolute_form_request_is_forwarded_in_origin_form() {
     let (port, requests) = http_server();
     let handle = proxy(policy(port, true));

@@ -455,7 +455,7 @@ pub fn build_plan(
         dev_pts: profile.filesystem.dev_pts,
         mounts,
         deny: profile.filesystem.deny.clone(),
-        files: generated_files(&profile.hostname, identity),
+        files: generated_files(&profile.hostname, identity, host_resolv_conf(profile)),
         cwd: SandboxPath::new(WORKSPACE).map_err(|e| PlanError::Mount(e.to_string()))?,
         exec_path,
         argv: request.argv.clone(),
@@ -722,10 +722,38 @@ fn idmap_owner(
     Ok(Some(owner))
 }
 
+/// Largest host `/etc/resolv.conf` copied into a `host`-mode sandbox.
+const MAX_RESOLV_CONF: u64 = 64 * 1024;
+
+/// The host's `/etc/resolv.conf` (symlinks followed: it is trusted host
+/// configuration, often a link into /run) for network mode `host`, where
+/// the program resolves names itself. The other modes get none: in `none`
+/// there is nothing to ask and in `allow` the proxy resolves, so a
+/// nameserver inside would only be a DNS-tunnelling channel. Missing or
+/// unreadable means no resolver inside, as on a host without one.
+fn host_resolv_conf(profile: &Profile) -> Option<String> {
+    use std::io::Read;
+    if profile.network.mode != NetworkMode::Host {
+        return None;
+    }
+    let mut contents = String::new();
+    std::fs::File::open("/etc/resolv.conf")
+        .ok()?
+        .take(MAX_RESOLV_CONF)
+        .read_to_string(&mut contents)
+        .ok()?;
+    Some(contents)
+}
+
 /// `/etc/passwd`, `/etc/group`, `/etc/hosts` and `/etc/hostname` written by
 /// corral: programs that look up their own user or `localhost` work, and
-/// nothing of the host's account database leaks in.
-fn generated_files(hostname: &str, id: SandboxIdentity) -> Vec<GeneratedFile> {
+/// nothing of the host's account database leaks in. `resolv_conf` becomes
+/// `/etc/resolv.conf` (network mode `host` only).
+fn generated_files(
+    hostname: &str,
+    id: SandboxIdentity,
+    resolv_conf: Option<String>,
+) -> Vec<GeneratedFile> {
     let mut passwd = String::new();
     let mut group = String::new();
     if id.uid != 65534 {
@@ -750,6 +778,7 @@ fn generated_files(hostname: &str, id: SandboxIdentity) -> Vec<GeneratedFile> {
     ];
     files
         .into_iter()
+        .chain(resolv_conf.map(|r| ("/etc/resolv.conf", r)))
         .filter_map(|(path, contents)| {
             SandboxPath::new(path)
                 .ok()

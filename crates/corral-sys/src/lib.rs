@@ -15,6 +15,7 @@ pub mod net;
 pub mod ns;
 pub mod process;
 pub mod signal;
+pub mod splice;
 
 use std::fmt;
 
