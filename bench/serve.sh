@@ -3,14 +3,20 @@
 # through the HTTP API at the concurrency cap, next to bare python3 run the
 # same number of times with the same parallelism, in one run.
 #
-#   ./bench/serve.sh          (N=200 requests, P=2 = the cap; both settable)
+#   ./bench/serve.sh          (N=200 requests, P=2 = the cap; both settable;
+#                              CORRAL_BIN=path measures a prebuilt binary)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
 N=${N:-200}
 P=${P:-2}
-cargo build --release -q -p corral
-BIN=$PWD/target/release/corral
+# CORRAL_BIN: measure that binary instead of building this checkout.
+if [ -n "${CORRAL_BIN:-}" ]; then
+    BIN=$CORRAL_BIN
+else
+    cargo build --release -q -p corral
+    BIN=$PWD/target/release/corral
+fi
 TMP=$(mktemp -d /tmp/corral-serve-bench.XXXXXX)
 chmod 711 "$TMP"   # sandboxes (uid 65534 under root) pass through to their workspace
 cleanup() { [ -n "${SERVER:-}" ] && kill "$SERVER" 2>/dev/null; wait 2>/dev/null; rm -rf "$TMP"; }
@@ -74,4 +80,8 @@ rate "corral serve (curl per request)" "$curl_api"
 awk -v b="$bare" -v a="$api" 'BEGIN { r = b / a; printf "ratio corral/bare: %.2fx (target >= 0.9x): %s\n", r, (r >= 0.9 ? "PASS" : sprintf("MISS by %.0f%%", (0.9 - r) / 0.9 * 100)) }'
 rows=$(python3 -c "import sqlite3; print(sqlite3.connect('$TMP/audit.db').execute('select count(*) from executions').fetchone()[0])")
 echo "audit records written: $rows (expected $((2 * N + 1)))"
-echo "sandbox processes left: $(pgrep -fc 'corral-sandbox' || true)"
+# The server keeps one helper per slot waiting (and its cgroup): count what
+# is left once it has stopped.
+kill -TERM "$SERVER"; wait "$SERVER" 2>/dev/null || true; SERVER=
+echo "sandbox processes left after the server stopped: $(pgrep -fc 'corral-sandbox' || true)"
+echo "corral cgroups left after the server stopped: $(find /sys/fs/cgroup/*/corral -mindepth 1 -maxdepth 1 -type d 2>/dev/null | wc -l)"

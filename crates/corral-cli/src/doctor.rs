@@ -159,7 +159,7 @@ fn probe_sandbox() -> (bool, String) {
         stdin: None,
         tap: None,
     };
-    match launch(&plan, &opts, None, None) {
+    match launch(&plan, &opts, None, None, None) {
         Ok(o) if o.failure.is_none() && o.exit_code == 0 => {
             (true, format!("works ({} ms)", o.wall.as_millis()))
         }

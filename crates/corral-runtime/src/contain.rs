@@ -29,7 +29,8 @@ pub struct Containment {
 static SWEEP: Once = Once::new();
 static COUNTER: AtomicU64 = AtomicU64::new(0);
 
-fn wanted(limits: &Limits) -> CgroupLimits {
+/// The cgroup part of a profile's limits.
+pub fn cgroup_limits(limits: &Limits) -> CgroupLimits {
     CgroupLimits {
         memory_bytes: limits.memory_bytes.map(|m| m.bytes()),
         pids: limits.pids,
@@ -53,7 +54,7 @@ impl Containment {
     /// Creates the cgroup for `limits`. The first call in a process also
     /// removes groups left behind by a corral that was killed.
     pub fn for_limits(limits: &Limits) -> Result<Containment, String> {
-        let want = wanted(limits);
+        let want = cgroup_limits(limits);
         let asked = names(&want);
         if asked.is_empty() {
             return Ok(Containment {

@@ -10,7 +10,9 @@ use corral_policy::{AuditEvent, Level, NetworkMode, Profile, ReasonCode};
 
 use crate::contain::{Containment, ContainmentStats};
 use crate::egress::ProxyService;
-use crate::launch::{launch, EgressProxy, HelperStart, LaunchOptions, Outcome, OutputMode};
+use crate::launch::{
+    launch, EgressProxy, HelperStart, LaunchOptions, Outcome, OutputMode, StartedHelper,
+};
 use crate::plan::{build_plan, RlimitKind, RunRequest, SandboxIdentity, SandboxPlan};
 use crate::protocol::FailureKind;
 use crate::resolve::CommandTable;
@@ -103,14 +105,33 @@ pub fn execute(
         );
     }
     on_events(&events);
-    let containment = Containment::for_limits(&profile.limits).map_err(|message| {
-        refusal(
-            EXIT_CORRAL_ERROR,
-            "limits.unenforceable",
-            message,
-            events.clone(),
-        )
-    })?;
+    // A re-executed helper may be waiting already, maybe in its group.
+    let (started, waiting_group) = match opts.helper {
+        HelperStart::ReExec => match crate::warm::take(&profile.limits) {
+            Ok((helper, group)) => (Some((helper, group.is_some())), group),
+            Err(e) => {
+                return Err(refusal(
+                    EXIT_CORRAL_ERROR,
+                    "sandbox.launch",
+                    format!("starting the sandbox helper: {e}"),
+                    events,
+                ))
+            }
+        },
+        HelperStart::Fork => (None, None),
+    };
+    let containment = match waiting_group {
+        Some(group) => group,
+        None => Containment::for_limits(&profile.limits).map_err(|message| {
+            refusal(
+                EXIT_CORRAL_ERROR,
+                "limits.unenforceable",
+                message,
+                events.clone(),
+            )
+        })?,
+    };
+    let started = started.map(|(helper, contained)| StartedHelper { helper, contained });
     let launch_opts = LaunchOptions {
         output: opts.output,
         output_bytes: usize::try_from(profile.limits.output_bytes.bytes()).unwrap_or(usize::MAX),
@@ -125,7 +146,14 @@ pub fn execute(
     let mut proxy = ProxyService::new(profile.network.clone());
     let egress: Option<&mut dyn EgressProxy> =
         (plan.network == NetworkMode::Allow).then_some(&mut proxy as _);
-    let outcome = launch(&plan, &launch_opts, containment.as_launch(), egress).map_err(|e| {
+    let launched = launch(
+        &plan,
+        &launch_opts,
+        containment.as_launch(),
+        egress,
+        started,
+    );
+    let outcome = launched.map_err(|e| {
         refusal(
             EXIT_CORRAL_ERROR,
             "sandbox.launch",
@@ -136,6 +164,7 @@ pub fn execute(
     on_events(&outcome.network_events);
     let in_force = enforced(&plan, identity, &containment, &outcome);
     let stats = containment.finish();
+    crate::warm::remove_stale_groups();
     let sandbox_started = outcome
         .failure
         .as_ref()

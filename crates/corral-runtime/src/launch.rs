@@ -15,8 +15,6 @@ use std::collections::VecDeque;
 use std::fs::File;
 use std::io::{ErrorKind, Read, Write};
 use std::os::fd::AsRawFd;
-use std::os::unix::process::CommandExt;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use corral_sys::fd::{self, PollFd};
@@ -82,6 +80,13 @@ pub enum HelperStart {
     /// saving a whole program start. Refused unless the calling process is
     /// single-threaded (the CLI).
     Fork,
+}
+
+/// A re-executed helper the caller started before the run (see
+/// [`crate::warm`]), and whether it already sits in the run's cgroup.
+pub struct StartedHelper {
+    pub(crate) helper: crate::warm::ReadyHelper,
+    pub(crate) contained: bool,
 }
 
 /// Signals the CLI forwards to the program.
@@ -201,6 +206,7 @@ pub fn launch(
     opts: &LaunchOptions,
     containment: Option<&dyn Containment>,
     mut proxy: Option<&mut dyn EgressProxy>,
+    started: Option<StartedHelper>,
 ) -> Result<Outcome, LaunchError> {
     if plan.network == corral_policy::NetworkMode::Allow && proxy.is_none() {
         return Err(LaunchError::Contain(
@@ -213,65 +219,58 @@ pub fn launch(
     } else {
         None
     };
-    let (ours, theirs) = fd::seqpacket_pair().map_err(|e| spawn_err("socketpair")(e.into()))?;
     let (out_r, out_w) = fd::pipe().map_err(|e| spawn_err("pipe")(e.into()))?;
     let (err_r, err_w) = fd::pipe().map_err(|e| spawn_err("pipe")(e.into()))?;
-    let helper_pid = match opts.helper {
+    // Whether the helper already sits in the cgroup (a waiting one can).
+    let mut contained = false;
+    let (helper_pid, ours) = match opts.helper {
         HelperStart::ReExec => {
-            let mut cmd = Command::new("/proc/self/exe");
-            // Its own process group: a terminal's Ctrl-C reaches corral
-            // only, which forwards it once.
-            cmd.arg0("corral-sandbox")
-                .arg(HELPER_SUBCOMMAND)
-                .env_clear()
-                .process_group(0)
-                .stdin(match &opts.stdin {
-                    Some(f) => Stdio::from(f.try_clone().map_err(spawn_err("stdin"))?),
-                    None => Stdio::inherit(),
-                })
-                .stdout(Stdio::from(out_w))
-                .stderr(Stdio::from(err_w));
-            fd::pass_fd_as(&mut cmd, &theirs, fd::HELPER_CONTROL_FD);
-            let child = cmd.spawn().map_err(spawn_err("spawn"))?;
-            child.id() as i32
-        }
-        HelperStart::Fork => match process::fork_in_single_threaded_helper() {
-            Err(e) => return Err(spawn_err("fork")(e.into())),
-            Ok(process::Fork::Child) => {
-                // In the child of a single-threaded process: stdio and the
-                // control socket to their numbers, then the helper.
-                let stdin_ok = match &opts.stdin {
-                    Some(f) => f
-                        .try_clone()
-                        .map_err(|_| corral_sys::Errno(libc::EBADF))
-                        .and_then(|f| fd::place(&std::os::fd::OwnedFd::from(f), 0)),
-                    None => Ok(()),
-                };
-                let placed = stdin_ok
-                    .and_then(|_| fd::place(&out_w, 1))
-                    .and_then(|_| fd::place(&err_w, 2))
-                    .and_then(|_| fd::place(&theirs, fd::HELPER_CONTROL_FD))
-                    .and_then(|_| process::setpgid_self())
-                    // Keep nothing else: above all not the parent's end of
-                    // the control socket, or the wait for the go-ahead
-                    // below would never see EOF if the parent died.
-                    .and_then(|_| fd::close_from(4))
-                    // Die with the parent from here on, not only once the
-                    // helper proper starts; it may already be gone.
-                    .and_then(|_| process::set_parent_death_signal(libc::SIGKILL));
-                if placed.is_err() || process::getppid() != plan.parent_pid {
-                    process::exit_now(EXIT_CORRAL_ERROR);
+            let helper = match started {
+                Some(s) => {
+                    contained = s.contained;
+                    s.helper
                 }
-                crate::helper::main_forked(plan.clone())
+                None => crate::warm::spawn().map_err(spawn_err("spawn"))?,
+            };
+            helper.into_parts()
+        }
+        HelperStart::Fork => {
+            let (ours, theirs) =
+                fd::seqpacket_pair().map_err(|e| spawn_err("socketpair")(e.into()))?;
+            match process::fork_in_single_threaded_helper() {
+                Err(e) => return Err(spawn_err("fork")(e.into())),
+                Ok(process::Fork::Child) => {
+                    // In the child of a single-threaded process: stdio and
+                    // the control socket to their numbers, then the helper.
+                    let stdin_ok = match &opts.stdin {
+                        Some(f) => f
+                            .try_clone()
+                            .map_err(|_| corral_sys::Errno(libc::EBADF))
+                            .and_then(|f| fd::place(&std::os::fd::OwnedFd::from(f), 0)),
+                        None => Ok(()),
+                    };
+                    let placed = stdin_ok
+                        .and_then(|_| fd::place(&out_w, 1))
+                        .and_then(|_| fd::place(&err_w, 2))
+                        .and_then(|_| fd::place(&theirs, fd::HELPER_CONTROL_FD))
+                        .and_then(|_| process::setpgid_self())
+                        // Keep nothing else: above all not the parent's end
+                        // of the control socket, or the wait for the
+                        // go-ahead below would never see EOF if the parent
+                        // died.
+                        .and_then(|_| fd::close_from(4))
+                        // Die with the parent from here on, not only once
+                        // the helper proper starts; it may already be gone.
+                        .and_then(|_| process::set_parent_death_signal(libc::SIGKILL));
+                    if placed.is_err() || process::getppid() != plan.parent_pid {
+                        process::exit_now(EXIT_CORRAL_ERROR);
+                    }
+                    crate::helper::main_forked(plan.clone())
+                }
+                Ok(process::Fork::Parent(pid)) => (pid, ours),
             }
-            Ok(process::Fork::Parent(pid)) => {
-                drop(out_w);
-                drop(err_w);
-                pid
-            }
-        },
+        }
     };
-    drop(theirs);
     let abort = |err: LaunchError| {
         let _ = process::kill(helper_pid, libc::SIGKILL);
         let _ = process::wait4(helper_pid);
@@ -279,22 +278,39 @@ pub fn launch(
     };
     // Contained before it does anything: the re-executed helper waits for
     // its plan, the forked one for a go-ahead, both sent only after this.
-    if let Some(c) = containment {
+    if let Some(c) = containment.filter(|_| !contained) {
         if let Err(e) = c.add_process(helper_pid) {
             return abort(LaunchError::Contain(e));
         }
     }
-    let mut ctrl = File::from(ours);
-    let payload = match opts.helper {
+    let sent = match opts.helper {
+        // The plan, with the run's stdin, stdout and stderr attached: the
+        // helper may have been started before this run (see `warm`).
         HelperStart::ReExec => match serde_json::to_vec(plan) {
-            Ok(p) => p,
+            Ok(payload) => {
+                let stdin = match &opts.stdin {
+                    Some(f) => f.as_raw_fd(),
+                    None => 0,
+                };
+                fd::send_with_fds(
+                    ours.as_raw_fd(),
+                    &payload,
+                    &[stdin, out_w.as_raw_fd(), err_w.as_raw_fd()],
+                )
+                .map_err(std::io::Error::from)
+            }
             Err(e) => return abort(spawn_err("encode plan")(e.into())),
         },
-        HelperStart::Fork => crate::protocol::GO_AHEAD.to_vec(),
+        HelperStart::Fork => fd::send_with_fds(ours.as_raw_fd(), crate::protocol::GO_AHEAD, &[])
+            .map_err(std::io::Error::from),
     };
-    if let Err(e) = ctrl.write_all(&payload) {
+    // Only the helper writes to the pipes now: their end of file is its.
+    drop(out_w);
+    drop(err_w);
+    if let Err(e) = sent {
         return abort(spawn_err("send plan")(e));
     }
+    let ctrl = File::from(ours);
     let reduced = plan.reduced.is_some();
     let kill = || {
         if reduced {

@@ -10,6 +10,8 @@
 //! - [`launch`] is the parent side: spawn the helper, hand it the plan over
 //!   a control socket, capture output, enforce the timeout, collect the
 //!   [`RunResult`].
+//! - [`warm`] keeps re-executed helpers started ahead of time for the
+//!   server, so a request does not wait for a program start.
 #![forbid(unsafe_code)]
 
 pub mod cgroup;
@@ -25,6 +27,7 @@ pub mod protocol;
 pub mod resolve;
 pub mod result;
 pub mod seccomp;
+pub mod warm;
 pub mod workspace;
 
 pub use launch::{launch, Containment, LaunchError, LaunchOptions, Outcome, OutputMode};

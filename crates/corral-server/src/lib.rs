@@ -51,11 +51,23 @@ pub async fn serve(config: Config) -> Result<(), ServerError> {
     let local = listener
         .local_addr()
         .map_err(|e| ServerError::Io(e.to_string()))?;
+    // One sandbox helper started ahead per execution slot, waiting in a
+    // cgroup made for the default profile's limits: a request then pays
+    // neither a program start nor (on cgroup v1) the wait of moving a
+    // process into a group.
+    let template = state
+        .config
+        .profile(corral_policy::builtin::DEFAULT_PROFILE)
+        .ok()
+        .map(|p| p.limits.clone());
+    corral_runtime::warm::keep_ready(state.config.server.max_concurrent as usize, template);
     eprintln!("corral: serving on http://{local}");
-    axum::serve(listener, api::router(state))
+    let served = axum::serve(listener, api::router(state))
         .with_graceful_shutdown(shutdown_signal())
         .await
-        .map_err(|e| ServerError::Io(e.to_string()))
+        .map_err(|e| ServerError::Io(e.to_string()));
+    corral_runtime::warm::shutdown();
+    served
 }
 
 async fn shutdown_signal() {

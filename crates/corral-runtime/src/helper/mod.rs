@@ -103,11 +103,27 @@ pub fn main_forked(plan: SandboxPlan) -> ! {
     run(plan, ctrl)
 }
 
+/// Reads the plan and the run's stdin, stdout and stderr (attached to the
+/// same message) and puts those at 0, 1 and 2: this helper may have been
+/// started before the run existed (see `warm`), with `/dev/null` there.
+/// End of file means corral let a waiting helper go: exit quietly.
 fn read_plan(ctrl: &mut File) -> Result<SandboxPlan, String> {
+    use std::os::fd::AsRawFd;
     let mut buf = vec![0u8; MAX_PLAN_BYTES];
-    let n = ctrl
-        .read(&mut buf)
+    let (n, stdio) = fd::recv_with_fds(ctrl.as_raw_fd(), &mut buf)
         .map_err(|e| format!("reading the plan: {e}"))?;
+    if n == 0 {
+        process::exit_now(0);
+    }
+    let [stdin, stdout, stderr] = <[OwnedFd; 3]>::try_from(stdio).map_err(|got| {
+        format!(
+            "the plan came with {} descriptors, not 3 (stdin, stdout, stderr)",
+            got.len()
+        )
+    })?;
+    for (fd_, target) in [(&stdin, 0), (&stdout, 1), (&stderr, 2)] {
+        fd::place(fd_, target).map_err(|e| format!("placing stdio fd {target}: {e}"))?;
+    }
     serde_json::from_slice(&buf[..n]).map_err(|e| format!("decoding the plan: {e}"))
 }
 
