@@ -221,34 +221,38 @@ fn size_flag(flag: &str, text: &str) -> Result<ByteSize, String> {
 
 /// Applies the limit flags on top of the profile.
 fn apply_limit_flags(args: &RunArgs, profile: &mut Profile) -> Result<(), String> {
+    use corral_policy::RunLimit;
     let l = &mut profile.limits;
-    let positive = |flag: &str, v: Option<u64>| match v {
-        Some(0) => Err(format!("{flag} must be at least 1")),
-        other => Ok(other),
+    // The minimums are the service's too (`RunLimit::check`).
+    let count = |flag: &str, limit: RunLimit, v: Option<u64>| {
+        v.map(|v| {
+            limit
+                .check(v)
+                .map_err(|min| format!("{flag} {v} is too small: {min}"))
+        })
+        .transpose()
     };
-    if let Some(t) = positive("--timeout", args.timeout)? {
+    if let Some(t) = count("--timeout", RunLimit::Timeout, args.timeout)? {
         l.timeout_secs = Some(t);
     }
-    if let Some(p) = positive("--pids", args.pids)? {
+    if let Some(p) = count("--pids", RunLimit::Pids, args.pids)? {
         l.pids = Some(p);
     }
-    if let Some(c) = positive("--cpu-time", args.cpu_time)? {
+    if let Some(c) = count("--cpu-time", RunLimit::CpuTime, args.cpu_time)? {
         l.cpu_time_secs = Some(c);
     }
+    let size = |flag: &str, limit: RunLimit, text: &str| {
+        let v = size_flag(flag, text)?;
+        limit
+            .check(v.bytes())
+            .map(ByteSize)
+            .map_err(|min| format!("{flag} {v} is too small: {min}"))
+    };
     if let Some(m) = &args.memory {
-        let m = size_flag("--memory", m)?;
-        if m.bytes() < 1 << 20 {
-            return Err(format!("--memory {m} is too small: at least 1MiB"));
-        }
-        l.memory_bytes = Some(m);
+        l.memory_bytes = Some(size("--memory", RunLimit::Memory, m)?);
     }
     if let Some(o) = &args.output_limit {
-        let o = size_flag("--output-limit", o)?;
-        if o.bytes() < 64 {
-            return Err(format!(
-                "--output-limit {o} is too small: at least 64 bytes"
-            ));
-        }
+        let o = size("--output-limit", RunLimit::Output, o)?;
         l.output_bytes = o;
         l.output_kill_bytes = l.output_kill_bytes.max(o);
     }

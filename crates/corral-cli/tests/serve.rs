@@ -84,17 +84,33 @@ fn http(
     token: Option<&str>,
     body: Option<&str>,
 ) -> (u16, String, String) {
+    let auth = token.map(|t| format!("Bearer {t}"));
+    let mut headers = vec![("Content-Type", "application/json")];
+    if let Some(a) = &auth {
+        headers.push(("Authorization", a));
+    }
+    http_with(addr, method, path, &headers, body)
+}
+
+/// [`http`] with the request's headers as given (`Content-Type` only
+/// counts with a body).
+fn http_with(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Option<&str>,
+) -> (u16, String, String) {
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
     let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
-    if let Some(t) = token {
-        req.push_str(&format!("Authorization: Bearer {t}\r\n"));
+    for (name, value) in headers {
+        if body.is_some() || !name.eq_ignore_ascii_case("content-type") {
+            req.push_str(&format!("{name}: {value}\r\n"));
+        }
     }
     if let Some(b) = body {
-        req.push_str(&format!(
-            "Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{b}",
-            b.len()
-        ));
+        req.push_str(&format!("Content-Length: {}\r\n\r\n{b}", b.len()));
     } else {
         req.push_str("\r\n");
     }
@@ -259,6 +275,17 @@ fn bad_requests_get_clear_4xx() {
             422,
             "limits.invalid",
         ),
+        // The minimums of `corral run --memory` and `--output-limit`.
+        (
+            r#"{"command": ["sh", "-c", "true"], "limits": {"memory_bytes": 1048575}}"#,
+            422,
+            "limits.invalid",
+        ),
+        (
+            r#"{"command": ["sh", "-c", "true"], "limits": {"output_bytes": 63}}"#,
+            422,
+            "limits.invalid",
+        ),
         (
             r#"{"command": ["perl", "-e", "1"]}"#,
             422,
@@ -292,14 +319,114 @@ fn bad_requests_get_clear_4xx() {
             .as_str()
             .is_some_and(|m| !m.is_empty()));
     }
-    let (status, _, _) = http(&s.addr, "GET", "/nope", None, None);
-    assert_eq!(status, 404);
+    for (body, field) in [
+        (
+            r#"{"limits": {"memory_bytes": 1048575}}"#,
+            "limits.memory_bytes",
+        ),
+        (r#"{"limits": {"output_bytes": 63}}"#, "limits.output_bytes"),
+    ] {
+        let mut v = json(body);
+        v["command"] = serde_json::json!(["sh", "-c", "true"]);
+        let (_, v) = post(&s, None, &v.to_string());
+        let message = v["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains(field) && message.contains("too small"),
+            "{v}"
+        );
+    }
+}
+
+/// The error object of an answer, checked to be the service's format.
+fn error_code(status: u16, head: &str, body: &str) -> (u16, String) {
+    let v = json(body);
+    assert!(
+        head.to_ascii_lowercase()
+            .contains("content-type: application/json"),
+        "{head}"
+    );
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .is_some_and(|m| !m.is_empty()),
+        "{body}"
+    );
+    (status, v["error"]["code"].as_str().unwrap().to_string())
+}
+
+#[test]
+fn every_error_answer_is_a_json_error_object() {
+    let s = start("", &[]);
+    let (status, head, body) = http(&s.addr, "GET", "/nope", None, None);
+    assert_eq!(error_code(status, &head, &body), (404, "not_found".into()));
+    // Too large: refused by the framework before any handler.
     let huge = format!(
         r#"{{"command": ["sh"], "stdin": "{}"}}"#,
         "x".repeat(9 << 20)
     );
-    let (status, _, _) = http(&s.addr, "POST", "/v1/executions", None, Some(&huge));
-    assert_eq!(status, 413);
+    let (status, head, body) = http(&s.addr, "POST", "/v1/executions", None, Some(&huge));
+    assert_eq!(
+        error_code(status, &head, &body),
+        (413, "body_too_large".into())
+    );
+    assert!(body.contains("8388608"), "names the limit: {body}");
+    // A known path, a wrong method: 405 keeps its Allow header.
+    let (status, head, body) = http(&s.addr, "DELETE", "/v1/executions", None, None);
+    assert_eq!(
+        error_code(status, &head, &body),
+        (405, "method_not_allowed".into())
+    );
+    assert!(head.to_ascii_lowercase().contains("allow: "), "{head}");
+    let (status, head, body) = http(&s.addr, "PUT", "/healthz", None, None);
+    assert_eq!(
+        error_code(status, &head, &body),
+        (405, "method_not_allowed".into())
+    );
+    // The API's own JSON errors are unchanged.
+    let (status, head, body) = http(&s.addr, "POST", "/v1/executions", None, Some("{not json"));
+    assert_eq!(
+        error_code(status, &head, &body),
+        (400, "request.malformed".into())
+    );
+    // The MCP SDK's plain-text errors: a wrong content type, a body that is
+    // not JSON, a client that does not accept event streams.
+    let accept = ("Accept", "application/json, text/event-stream");
+    let (status, head, body) = http_with(
+        &s.addr,
+        "POST",
+        "/mcp",
+        &[("Content-Type", "text/plain"), accept],
+        Some("{}"),
+    );
+    assert_eq!(
+        error_code(status, &head, &body),
+        (415, "unsupported_media_type".into())
+    );
+    let (status, head, body) = http_with(
+        &s.addr,
+        "POST",
+        "/mcp",
+        &[("Content-Type", "application/json"), accept],
+        Some("{not json"),
+    );
+    assert_eq!(
+        error_code(status, &head, &body),
+        (400, "request.malformed".into())
+    );
+    let (status, head, body) = http_with(
+        &s.addr,
+        "POST",
+        "/mcp",
+        &[
+            ("Content-Type", "application/json"),
+            ("Accept", "text/plain"),
+        ],
+        Some("{}"),
+    );
+    assert_eq!(
+        error_code(status, &head, &body),
+        (406, "not_acceptable".into())
+    );
 }
 
 #[test]
@@ -322,6 +449,168 @@ fn input_files_go_in_and_output_files_come_back() {
         .map(|o| o["path"].as_str().unwrap())
         .collect();
     assert_eq!(names, ["fine"], "{v}");
+}
+
+#[test]
+fn no_output_directory_is_no_outputs_and_no_error() {
+    let s = start("", &[]);
+    let (status, v) = post(&s, None, r#"{"command": ["sh", "-c", "true"]}"#);
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["outputs"], serde_json::json!([]), "{v}");
+    assert_eq!(v["outputs_truncated"], false, "{v}");
+    assert!(v.get("outputs_error").is_none(), "{v}");
+    // An output/ that is there but cannot be collected is still reported.
+    let (_, v) = post(
+        &s,
+        None,
+        r#"{"command": ["sh", "-c", "mkdir elsewhere && ln -s elsewhere output"]}"#,
+    );
+    assert_eq!(v["outputs"], serde_json::json!([]), "{v}");
+    assert!(
+        v["outputs_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("symbolic link")),
+        "{v}"
+    );
+}
+
+#[test]
+fn a_refused_execution_answers_its_record_with_its_id() {
+    let s = start("", &[]);
+    let (status, v) = post(&s, None, r#"{"command": ["perl", "-e", "1"]}"#);
+    assert_eq!(status, 422, "{v}");
+    assert_eq!(v["error"]["code"], "command.not_allowed", "{v}");
+    let id = v["id"].as_str().unwrap_or_else(|| panic!("no id: {v}"));
+    let (status, _, body) = http(&s.addr, "GET", &format!("/v1/executions/{id}"), None, None);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(json(&body), v, "the answer is the record");
+    // The stream's result event carries the same record and the status.
+    let (status, _, raw) = http(
+        &s.addr,
+        "POST",
+        "/v1/executions/stream",
+        None,
+        Some(r#"{"command": ["perl", "-e", "1"]}"#),
+    );
+    assert_eq!(status, 200);
+    let events = sse_events(&raw);
+    let start_id = events[0].1["id"].as_str().unwrap();
+    let result = &events.last().unwrap().1;
+    assert_eq!(
+        (result["status"].as_u64(), result["id"].as_str()),
+        (Some(422), Some(start_id)),
+        "{result}"
+    );
+    assert_eq!(result["error"]["code"], "command.not_allowed");
+    let (status, _, _) = http(
+        &s.addr,
+        "GET",
+        &format!("/v1/executions/{start_id}"),
+        None,
+        None,
+    );
+    assert_eq!(status, 200);
+}
+
+#[test]
+fn audit_files_are_private_and_hash_the_command_unambiguously() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let jsonl = dir.path().join("audit.jsonl");
+    let s = start(&format!("audit_jsonl = \"{}\"\n", jsonl.display()), &[]);
+    let argvs = [
+        serde_json::json!(["sh", "-c", "true", "a b"]),
+        serde_json::json!(["sh", "-c", "true", "a", "b"]),
+    ];
+    for argv in &argvs {
+        let (status, v) = post(
+            &s,
+            None,
+            &serde_json::json!({ "command": argv }).to_string(),
+        );
+        assert_eq!(status, 200, "{v}");
+    }
+    let db = s.dir.as_ref().unwrap().path().join("audit.db");
+    for file in [
+        db.clone(),
+        db.with_extension("db-wal"),
+        db.with_extension("db-shm"),
+        jsonl.clone(),
+    ] {
+        let mode = std::fs::metadata(&file).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "{}: mode {mode:o}", file.display());
+    }
+    let records: Vec<serde_json::Value> = std::fs::read_to_string(&jsonl)
+        .unwrap()
+        .lines()
+        .map(json)
+        .collect();
+    assert_eq!(records.len(), 2);
+    for (rec, argv) in records.iter().zip(&argvs) {
+        // The SHA-256 of the command as a compact JSON array.
+        assert_eq!(
+            rec["code_sha256"].as_str().unwrap(),
+            sha256(&argv.to_string()),
+            "{rec}"
+        );
+    }
+    assert_ne!(records[0]["code_sha256"], records[1]["code_sha256"]);
+}
+
+#[test]
+fn the_bearer_scheme_is_case_insensitive() {
+    let extra = format!(
+        "[[server.tenant]]\nname = \"alice\"\ntoken_sha256 = \"{}\"\nprofiles = [\"code\"]\n",
+        sha256("alice-token")
+    );
+    let s = start(&extra, &[]);
+    for value in [
+        "bearer alice-token",
+        "BEARER alice-token",
+        "Bearer  alice-token",
+    ] {
+        let (status, _, body) = http_with(
+            &s.addr,
+            "GET",
+            "/v1/limits",
+            &[("Authorization", value)],
+            None,
+        );
+        assert_eq!(status, 200, "{value}: {body}");
+        assert_eq!(json(&body)["tenant"], "alice");
+    }
+    // The token itself is exact.
+    let (status, _, body) = http_with(
+        &s.addr,
+        "GET",
+        "/v1/limits",
+        &[("Authorization", "bearer ALICE-TOKEN")],
+        None,
+    );
+    assert_eq!(
+        (status, json(&body)["error"]["code"].clone()),
+        (401, "auth.unknown_token".into())
+    );
+    let (status, _, body) = http_with(
+        &s.addr,
+        "GET",
+        "/v1/limits",
+        &[("Authorization", "Basic alice-token")],
+        None,
+    );
+    assert_eq!(
+        (status, json(&body)["error"]["code"].clone()),
+        (401, "auth.invalid".into())
+    );
+}
+
+#[test]
+fn the_anonymous_default_profile_is_code() {
+    // `a-first` sorts before `code`.
+    let s = start("[profile.a-first]\nextends = \"code\"\n", &[]);
+    let (status, v) = post(&s, None, r#"{"command": ["sh", "-c", "true"]}"#);
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["profile"], "code", "{v}");
 }
 
 #[test]
@@ -383,6 +672,75 @@ fn a_client_that_disconnects_kills_its_execution() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+    assert_only_record_cancelled(&s);
+}
+
+/// The server's only execution was recorded as cancelled.
+fn assert_only_record_cancelled(s: &Server) {
+    // The record is written once the sandbox is gone and its workspace
+    // removed: wait for it.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let id = loop {
+        let (_, _, list) = http(&s.addr, "GET", "/v1/executions", None, None);
+        if let Some(id) = json(&list)["items"][0]["id"].as_str() {
+            break id.to_string();
+        }
+        assert!(Instant::now() < deadline, "no record of the execution");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let (status, _, body) = http(&s.addr, "GET", &format!("/v1/executions/{id}"), None, None);
+    assert_eq!(status, 200);
+    let v = json(&body);
+    assert_eq!(v["cancelled"], true, "{v}");
+    assert_eq!(v["signal"], 9, "{v}");
+}
+
+#[test]
+fn an_http2_client_that_disconnects_kills_its_execution() {
+    let s = start("", &[]);
+    let url = |path: &str| format!("http://{}{path}", s.addr);
+    // The server speaks HTTP/2 over cleartext to a client that knows it
+    // (h2c with prior knowledge, no upgrade).
+    let out = std::process::Command::new("curl")
+        .args(["-sS", "--http2-prior-knowledge", "-o", "/dev/null"])
+        .args(["-w", "%{http_version}", &url("/healthz")])
+        .output()
+        .unwrap();
+    assert_eq!(text(&out.stdout), "2", "{}", text(&out.stderr));
+    let token = format!("corral-h2-disconnect-{}", std::process::id());
+    let body =
+        format!(r#"{{"command": ["python3", "-c", "import time; time.sleep(60)", "{token}"]}}"#);
+    let mut client = std::process::Command::new("curl")
+        .args(["-sS", "--http2-prior-knowledge", "-X", "POST"])
+        .args([
+            "-H",
+            "content-type: application/json",
+            "--data-binary",
+            &body,
+        ])
+        .arg(url("/v1/executions"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let running = || process_running("python3", &token);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !running() {
+        assert!(Instant::now() < deadline, "the execution never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // The client dies: its connection, and the HTTP/2 stream on it, drop.
+    client.kill().unwrap();
+    client.wait().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while running() {
+        assert!(
+            Instant::now() < deadline,
+            "the execution outlived its HTTP/2 client"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_only_record_cancelled(&s);
 }
 
 #[test]
@@ -531,4 +889,102 @@ fn streaming_sends_typed_events_and_exactly_one_final_result() {
     let id = result["id"].as_str().unwrap();
     let (status, _, _) = http(&s.addr, "GET", &format!("/v1/executions/{id}"), None, None);
     assert_eq!(status, 200);
+}
+
+/// Pids of the server's children started as waiting sandbox helpers.
+fn waiting_helpers(server: u32) -> Vec<i32> {
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let ppid = stat
+            .rsplit(") ")
+            .next()
+            .and_then(|rest| rest.split(' ').nth(1))
+            .and_then(|p| p.parse::<u32>().ok());
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        if ppid == Some(server) && cmdline.starts_with(b"corral-sandbox\0__sandbox-helper") {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+/// The server's v1 memory groups (`corral/<server pid>-<n>`).
+fn memory_groups(server: u32) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir("/sys/fs/cgroup/memory/corral") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(&format!("{server}-")))
+        .collect()
+}
+
+fn wait_for(what: &str, mut ok: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !ok() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn helpers_wait_ahead_in_their_groups_and_leave_with_the_server() {
+    let mut s = start("", &["--max-concurrent", "2"]);
+    let server = s.child.id();
+    let v1 = is_root() && std::path::Path::new("/sys/fs/cgroup/memory/corral").is_dir();
+    wait_for("two waiting helpers", || waiting_helpers(server).len() == 2);
+    let waiting = waiting_helpers(server);
+    if v1 {
+        // Each waits inside a memory group of its own, made ahead.
+        wait_for("two waiting groups", || memory_groups(server).len() == 2);
+        for pid in &waiting {
+            let cg = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+            assert!(
+                cg.lines()
+                    .any(|l| l.contains(":memory:/corral/") && l.contains(&format!("/{server}-"))),
+                "helper {pid} is not in a corral group: {cg}"
+            );
+        }
+    }
+    // A waiting helper killed by hand is skipped, not used.
+    let _ = std::process::Command::new("kill")
+        .args(["-9", &waiting[0].to_string()])
+        .status();
+    for _ in 0..3 {
+        let (status, v) = post(&s, None, r#"{"command": ["python3", "-c", "print(1)"]}"#);
+        assert_eq!((status, v["stdout"].as_str()), (200, Some("1\n")), "{v}");
+    }
+    // Other limits than the waiting groups were made for: a group of the
+    // run's own, and the waiting one it left is removed after the run.
+    let (status, v) = post(
+        &s,
+        None,
+        r#"{"command": ["python3", "-c", "print(2)"], "limits": {"memory_bytes": 268435456}}"#,
+    );
+    assert_eq!((status, v["stdout"].as_str()), (200, Some("2\n")), "{v}");
+    if v1 {
+        assert_eq!(v["enforced"]["cgroup"]["memory_bytes"], 268435456u64, "{v}");
+        wait_for("only the waiting groups left", || {
+            memory_groups(server).len() == 2 && waiting_helpers(server).len() == 2
+        });
+    }
+    // SIGTERM: the waiting helpers go, and so do their groups.
+    let waiting = waiting_helpers(server);
+    let _ = std::process::Command::new("kill")
+        .args(["-TERM", &server.to_string()])
+        .status();
+    let status = s.child.wait().unwrap();
+    assert!(status.success(), "{status:?}");
+    for pid in waiting {
+        assert!(
+            !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+            "waiting helper {pid} outlived the server"
+        );
+    }
+    assert_eq!(memory_groups(server), Vec::<String>::new());
 }

@@ -808,12 +808,21 @@ fn apply_server(
     if let Some(b) = raw.store_code {
         s.store_code = b;
     }
+    // The server's files: a relative path would depend on the directory
+    // the server happens to be started from.
     let abs = |v: Spanned<String>, field: &str| -> Result<PathBuf, ConfigError> {
         let p = PathBuf::from(v.get_ref());
-        if p.is_absolute() || !v.get_ref().is_empty() {
+        if p.is_absolute() {
             Ok(p)
         } else {
-            Err(src.err(Some(v.span()), format!("{k}.{field}"), "must not be empty"))
+            Err(src.err(
+                Some(v.span()),
+                format!("{k}.{field}"),
+                format!(
+                    "{:?} is not an absolute path: write the full path (a relative one would depend on where the server is started)",
+                    v.get_ref()
+                ),
+            ))
         }
     };
     if let Some(p) = raw.audit_db {
@@ -1235,6 +1244,31 @@ read_only = ["/opt/data:/data"]
         assert!(e.message.contains("unknown profile"), "{e}");
         let e = err("[server]\nbogus = 1\n");
         assert!(e.message.contains("bogus"), "{e}");
+    }
+
+    #[test]
+    fn server_paths_must_be_absolute() {
+        for field in ["audit_db", "audit_jsonl", "work_dir"] {
+            for bad in ["relative/x", "x", ""] {
+                let e = err(&format!(
+                    "[server]\nlisten = \"127.0.0.1:1\"\n{field} = \"{bad}\"\n"
+                ));
+                assert_eq!(
+                    (e.line, e.key.as_str()),
+                    (Some(3), format!("server.{field}").as_str()),
+                    "{e}"
+                );
+                assert!(e.message.contains("absolute"), "{e}");
+            }
+            let c = Config::parse(&format!("[server]\n{field} = \"/srv/x\"\n"), None).unwrap();
+            let s = &c.server;
+            let got = match field {
+                "audit_db" => s.audit_db.clone(),
+                "audit_jsonl" => s.audit_jsonl.clone().unwrap(),
+                _ => s.work_dir.clone(),
+            };
+            assert_eq!(got, Path::new("/srv/x"));
+        }
     }
 
     #[test]

@@ -24,8 +24,8 @@ pub use config::{Config, ConfigError};
 pub use network::{Cidr, DomainRule, NetworkMode, NetworkPolicy};
 pub use path::{MountSpec, PathError, SandboxPath};
 pub use profile::{
-    CommandPolicy, EnvPolicy, Filesystem, Identity, LandlockMode, Limits, Profile, SeccompProfile,
-    Security,
+    CommandPolicy, EnvPolicy, Filesystem, Identity, LandlockMode, Limits, Profile, RunLimit,
+    SeccompProfile, Security,
 };
 pub use server::{ServerConfig, Tenant};
 pub use size::ByteSize;

@@ -180,3 +180,68 @@ impl Default for Identity {
         }
     }
 }
+
+/// A limit a caller may set for one run, on top of the profile: the flags
+/// of `corral run` and the `limits` of a `corral serve` request. Both check
+/// the smallest value they accept here, so the two refuse the same values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunLimit {
+    /// Wall-clock limit, in seconds.
+    Timeout,
+    /// Memory, swap included, in bytes.
+    Memory,
+    /// Bytes kept of each output stream.
+    Output,
+    /// Processes and threads at once.
+    Pids,
+    /// CPU time per process, in seconds.
+    CpuTime,
+}
+
+impl RunLimit {
+    /// The smallest value accepted, in the limit's unit (seconds, bytes or
+    /// a count). Below 1 MiB of memory the interpreters cannot even start;
+    /// below 64 bytes the head-and-tail output has no room for its marker.
+    pub const fn minimum(self) -> u64 {
+        match self {
+            RunLimit::Memory => 1 << 20,
+            RunLimit::Output => 64,
+            RunLimit::Timeout | RunLimit::Pids | RunLimit::CpuTime => 1,
+        }
+    }
+
+    /// `value` (in the limit's unit) if it is at least [`RunLimit::minimum`],
+    /// else what the minimum is, for the caller's message (e.g. `at least
+    /// 1MiB`).
+    pub fn check(self, value: u64) -> Result<u64, String> {
+        let min = self.minimum();
+        if value >= min {
+            return Ok(value);
+        }
+        Err(match self {
+            RunLimit::Memory => format!("at least {}", ByteSize(min)),
+            RunLimit::Output => format!("at least {min} bytes"),
+            RunLimit::Timeout | RunLimit::CpuTime => format!("at least {min} second"),
+            RunLimit::Pids => format!("at least {min}"),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_limits_have_minimums() {
+        assert_eq!(RunLimit::Memory.check(1 << 20), Ok(1 << 20));
+        assert_eq!(
+            RunLimit::Memory.check((1 << 20) - 1),
+            Err("at least 1MiB".into())
+        );
+        assert_eq!(RunLimit::Output.check(63), Err("at least 64 bytes".into()));
+        assert_eq!(RunLimit::Output.check(64), Ok(64));
+        assert!(RunLimit::Timeout.check(0).is_err());
+        assert!(RunLimit::Pids.check(0).is_err());
+        assert_eq!(RunLimit::CpuTime.check(1), Ok(1));
+    }
+}

@@ -22,6 +22,7 @@
 //! socket, so a helper left waiting never outlives the server; [`shutdown`]
 //! also removes the waiting groups.
 
+use std::collections::VecDeque;
 use std::os::fd::OwnedFd;
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
@@ -97,7 +98,7 @@ struct Waiting {
 
 /// The waiting helpers of this process.
 struct Pool {
-    ready: Mutex<Vec<Waiting>>,
+    ready: Mutex<VecDeque<Waiting>>,
     /// Signalled when a helper was taken (or the pool shuts down).
     taken: Condvar,
     wanted: usize,
@@ -120,7 +121,7 @@ pub fn keep_ready(count: usize, template: Option<Limits>) {
     POOL.get_or_init(|| {
         first = true;
         Pool {
-            ready: Mutex::new(Vec::new()),
+            ready: Mutex::new(VecDeque::new()),
             taken: Condvar::new(),
             wanted,
             template,
@@ -138,13 +139,13 @@ pub fn keep_ready(count: usize, template: Option<Limits>) {
 /// helper themselves.
 pub fn shutdown() {
     let Some(pool) = POOL.get() else { return };
-    let waiting: Vec<Waiting> = std::mem::take(&mut *lock(pool));
+    let waiting = std::mem::take(&mut *lock(pool));
     for w in waiting {
         release(w);
     }
 }
 
-fn lock(pool: &Pool) -> std::sync::MutexGuard<'_, Vec<Waiting>> {
+fn lock(pool: &Pool) -> std::sync::MutexGuard<'_, VecDeque<Waiting>> {
     pool.ready.lock().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -181,7 +182,7 @@ fn refill() {
         }
         // Prepared outside the lock: `take` never waits for it.
         match prepare(pool.template.as_ref()) {
-            Ok(w) => lock(pool).push(w),
+            Ok(w) => lock(pool).push_back(w),
             // Out of processes or fds: `take` starts helpers itself (and
             // reports the error) until this works again.
             Err(_) => std::thread::sleep(Duration::from_secs(1)),
@@ -200,7 +201,9 @@ pub(crate) fn take(limits: &Limits) -> std::io::Result<(ReadyHelper, Option<Cont
         return Ok((spawn()?, None));
     };
     loop {
-        let next = lock(pool).pop();
+        // Oldest first, so every waiting helper comes round (a dead one is
+        // found and its group removed).
+        let next = lock(pool).pop_front();
         let Some(w) = next else { break };
         pool.taken.notify_one();
         // One that died while waiting (killed by hand, OOM) is reaped and

@@ -36,6 +36,10 @@ pub fn router(state: Shared) -> Router {
         .merge(crate::mcp::router(state.clone()))
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(limit))
+        .layer(axum::middleware::from_fn_with_state(
+            state.config.server.max_request_bytes,
+            crate::error::json_errors,
+        ))
         .with_state(state)
 }
 
@@ -137,6 +141,7 @@ fn admit(st: &Shared, headers: &HeaderMap, body: &[u8]) -> Result<Admitted, ApiE
         ))
     })?;
     let prepared = exec::prepare(st, &t.tenant.profiles, req).map_err(refused)?;
+    let id = exec::new_id()?;
     let busy = || {
         st.metrics.busy.fetch_add(1, Ordering::Relaxed);
         let mut e = ApiError::new(
@@ -154,7 +159,7 @@ fn admit(st: &Shared, headers: &HeaderMap, body: &[u8]) -> Result<Admitted, ApiE
         tenant_name: t.tenant.name.clone(),
         prepared,
         slots: (tenant_slot, global_slot),
-        id: exec::new_id(),
+        id,
     })
 }
 
@@ -239,7 +244,14 @@ async fn stream_execution(
         let mut body = match result {
             Ok(v) => v,
             Err(e) => {
-                json!({"error": {"code": e.code, "message": e.message}, "status": e.status.as_u16()})
+                // The error object, or for a refusal the whole record (with
+                // `error` and the id), plus the status the non-streaming
+                // endpoint would have answered.
+                let mut v = e.to_json();
+                if let Value::Object(m) = &mut v {
+                    m.insert("status".into(), json!(e.status.as_u16()));
+                }
+                v
             }
         };
         if let Value::Object(m) = &mut body {
@@ -360,8 +372,8 @@ pub fn openapi_document() -> Value {
                                        "400": {"description": "malformed request", "content": {"application/json": {"schema": error}}},
                                        "401": {"description": "unauthenticated", "content": {"application/json": {"schema": error}}},
                                        "403": {"description": "profile or code mode not available", "content": {"application/json": {"schema": error}}},
-                                       "413": {"description": "body too large"},
-                                       "422": {"description": "limits above the ceilings or a refused command", "content": {"application/json": {"schema": error}}},
+                                       "413": {"description": "body too large (body_too_large)", "content": {"application/json": {"schema": error}}},
+                                       "422": {"description": "limits outside the minimums or ceilings, or a refused command (then the body is the stored record, with its id)", "content": {"application/json": {"schema": error}}},
                                        "429": {"description": "busy; see Retry-After", "content": {"application/json": {"schema": error}}}}},
                 "get": {"parameters": [{"name": "limit", "in": "query", "schema": {"type": "integer"}}, {"name": "offset", "in": "query", "schema": {"type": "integer"}}, {"name": "profile", "in": "query", "schema": {"type": "string"}}],
                         "responses": {"200": {"description": "the caller's executions, newest first"}}}

@@ -3,7 +3,8 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
-use std::path::Path;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use rusqlite::{params, Connection, OptionalExtension};
@@ -78,6 +79,16 @@ impl AuditStore {
         retention_days: u32,
     ) -> Result<AuditStore, AuditError> {
         let path = db.display().to_string();
+        // The records hold what programs printed and the code they ran:
+        // the files are the server user's alone (SQLite gives its -wal and
+        // -shm files the database's mode).
+        for file in [db.to_path_buf(), sidecar(db, "-wal"), sidecar(db, "-shm")] {
+            let create = file == db;
+            private_file(&file, create).map_err(|source| AuditError::Io {
+                path: file.display().to_string(),
+                source,
+            })?;
+        }
         let conn = Connection::open(db).map_err(sqlite(&path))?;
         conn.pragma_update(None, "journal_mode", "WAL")
             .map_err(sqlite(&path))?;
@@ -108,14 +119,18 @@ impl AuditStore {
         .map_err(sqlite(&path))?;
         let jsonl = match jsonl {
             Some(p) => {
+                let io = |source| AuditError::Io {
+                    path: p.display().to_string(),
+                    source,
+                };
+                private_file(p, true).map_err(io)?;
+                prune_jsonl(p, cutoff).map_err(io)?;
                 let f = OpenOptions::new()
                     .create(true)
                     .append(true)
+                    .mode(0o600)
                     .open(p)
-                    .map_err(|source| AuditError::Io {
-                        path: p.display().to_string(),
-                        source,
-                    })?;
+                    .map_err(io)?;
                 Some((Mutex::new(f), p.display().to_string()))
             }
             None => None,
@@ -211,6 +226,83 @@ impl AuditStore {
     }
 }
 
+/// `<db>-wal`, `<db>-shm`: SQLite's files next to the database.
+fn sidecar(db: &Path, suffix: &str) -> PathBuf {
+    let mut name = db.as_os_str().to_os_string();
+    name.push(suffix);
+    PathBuf::from(name)
+}
+
+/// Makes `path` a file only its owner can read and write (mode 0600):
+/// created so when `create` and missing, tightened when it exists with
+/// more (a store made by an older corral under a lax umask).
+fn private_file(path: &Path, create: bool) -> std::io::Result<()> {
+    let opened = OpenOptions::new()
+        .read(true)
+        .create(create)
+        .append(create)
+        .mode(0o600)
+        .open(path);
+    let file = match opened {
+        Ok(f) => f,
+        Err(e) if !create && e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    let mode = file.metadata()?.permissions().mode() & 0o7777;
+    if mode & 0o077 != 0 {
+        file.set_permissions(std::fs::Permissions::from_mode(mode & !0o077))?;
+    }
+    Ok(())
+}
+
+/// Applies the retention to the JSON-lines file: drops the records whose
+/// `finished_ms` is before `cutoff`, by writing the others to a new file
+/// (mode 0600) that replaces it. Lines that are not records (not JSON, no
+/// `finished_ms`) are kept. Nothing is rewritten when nothing is old.
+fn prune_jsonl(path: &Path, cutoff: u64) -> std::io::Result<()> {
+    use std::io::{BufRead, BufReader, BufWriter};
+    let old = |line: &str| {
+        serde_json::from_str::<serde_json::Value>(line)
+            .ok()
+            .and_then(|v| v["finished_ms"].as_u64())
+            .is_some_and(|t| t < cutoff)
+    };
+    let reader = || File::open(path).map(BufReader::new);
+    let mut any_old = false;
+    for line in reader()?.split(b'\n') {
+        if old(&String::from_utf8_lossy(&line?)) {
+            any_old = true;
+            break;
+        }
+    }
+    if !any_old {
+        return Ok(());
+    }
+    let tmp = sidecar(path, &format!(".prune-{}", std::process::id()));
+    let result = (|| {
+        let mut out = BufWriter::new(
+            OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&tmp)?,
+        );
+        for line in reader()?.split(b'\n') {
+            let line = line?;
+            if !old(&String::from_utf8_lossy(&line)) {
+                out.write_all(&line)?;
+                out.write_all(b"\n")?;
+            }
+        }
+        out.into_inner().map_err(|e| e.into_error())?.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
 /// Milliseconds since the epoch.
 pub fn now_ms() -> u64 {
     std::time::SystemTime::now()
@@ -274,5 +366,77 @@ mod tests {
         drop(store);
         let store = AuditStore::open(&db, None, 1).unwrap();
         assert!(store.get("t", "old").unwrap().is_none());
+    }
+
+    #[test]
+    fn the_json_lines_file_keeps_the_same_retention() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("audit.db");
+        let jsonl = dir.path().join("audit.jsonl");
+        let now = now_ms();
+        let day = 86_400_000;
+        let line = |id: &str, finished: u64| {
+            format!("{{\"id\":\"{id}\",\"finished_ms\":{finished},\"result\":{{}}}}\n")
+        };
+        let kept = [
+            line("recent", now - day / 2),
+            "not a record\n".to_string(),
+            line("fresh", now),
+        ];
+        let text = [line("old", now - 3 * day), kept[0].clone(), kept[1].clone()].concat()
+            + &line("older", now - 40 * day)
+            + &kept[2];
+        std::fs::write(&jsonl, text).unwrap();
+        drop(AuditStore::open(&db, Some(&jsonl), 1).unwrap());
+        assert_eq!(std::fs::read_to_string(&jsonl).unwrap(), kept.concat());
+        // Nothing old: the file is left as it is.
+        let before = std::fs::metadata(&jsonl).unwrap();
+        drop(AuditStore::open(&db, Some(&jsonl), 1).unwrap());
+        let after = std::fs::metadata(&jsonl).unwrap();
+        assert_eq!(
+            std::os::unix::fs::MetadataExt::ino(&before),
+            std::os::unix::fs::MetadataExt::ino(&after)
+        );
+        let left: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|n| n.contains("prune"))
+            .collect();
+        assert!(left.is_empty(), "{left:?}");
+    }
+
+    #[test]
+    fn the_files_are_private() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("audit.db");
+        let jsonl = dir.path().join("audit.jsonl");
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        let store = AuditStore::open(&db, Some(&jsonl), 30).unwrap();
+        let rec = AuditRecord {
+            id: "e".into(),
+            tenant: "t".into(),
+            profile: "code".into(),
+            code_sha256: String::new(),
+            code: None,
+            started_ms: now_ms(),
+            finished_ms: now_ms(),
+            result: serde_json::json!({}),
+        };
+        store.record(&rec).unwrap();
+        for p in [
+            db.clone(),
+            sidecar(&db, "-wal"),
+            sidecar(&db, "-shm"),
+            jsonl.clone(),
+        ] {
+            assert_eq!(mode(&p), 0o600, "{}", p.display());
+        }
+        drop(store);
+        // A store left readable by an older corral is tightened.
+        for p in [&db, &jsonl] {
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o644)).unwrap();
+        }
+        drop(AuditStore::open(&db, Some(&jsonl), 30).unwrap());
+        assert_eq!((mode(&db), mode(&jsonl)), (0o600, 0o600));
     }
 }

@@ -24,6 +24,17 @@ fn same(a: &str, b: &str) -> bool {
             == 0
 }
 
+/// The token of an `Authorization` value in the `Bearer` scheme. The
+/// scheme name is case-insensitive (RFC 7235 section 2.1): `bearer x` is
+/// `Bearer x`. It is followed by at least one space; the token is what
+/// remains, without leading and trailing whitespace, and is compared
+/// exactly.
+fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, rest) = value.trim_start().split_once(' ')?;
+    let token = rest.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
 /// The tenant the request authenticates as (the anonymous tenant when the
 /// server has none configured: loopback only, checked at start-up).
 pub fn tenant<'a>(state: &'a AppState, headers: &HeaderMap) -> Result<&'a TenantState, ApiError> {
@@ -42,14 +53,14 @@ pub fn tenant<'a>(state: &'a AppState, headers: &HeaderMap) -> Result<&'a Tenant
                 "send `Authorization: Bearer <token>`",
             )
         })?;
-    let token = value.strip_prefix("Bearer ").ok_or_else(|| {
+    let token = bearer_token(value).ok_or_else(|| {
         ApiError::new(
             StatusCode::UNAUTHORIZED,
             "auth.invalid",
             "the Authorization header must be `Bearer <token>`",
         )
     })?;
-    let hash = sha256_hex(token.trim().as_bytes());
+    let hash = sha256_hex(token.as_bytes());
     state
         .tenants
         .iter()
@@ -76,5 +87,15 @@ mod tests {
         assert!(same("abc", "abc"));
         assert!(!same("abc", "abd"));
         assert!(!same("abc", "ab"));
+    }
+
+    #[test]
+    fn the_bearer_scheme_is_case_insensitive_and_the_token_exact() {
+        assert_eq!(bearer_token("Bearer abc"), Some("abc"));
+        assert_eq!(bearer_token("bearer abc"), Some("abc"));
+        assert_eq!(bearer_token("BEARER  AbC "), Some("AbC"));
+        assert_eq!(bearer_token("Basic abc"), None);
+        assert_eq!(bearer_token("Bearerabc"), None);
+        assert_eq!(bearer_token("Bearer "), None);
     }
 }

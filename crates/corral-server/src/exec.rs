@@ -7,11 +7,11 @@ use std::sync::Arc;
 
 use axum::http::StatusCode;
 use corral_policy::env::EnvRequest;
-use corral_policy::{ByteSize, Profile};
+use corral_policy::{ByteSize, Profile, RunLimit};
 use corral_runtime::execute::{execute, ExecuteOptions};
 use corral_runtime::launch::HelperStart;
 use corral_runtime::plan::SandboxIdentity;
-use corral_runtime::workspace::{FileLimits, Workspace, DEFAULT_RESERVED};
+use corral_runtime::workspace::{FileLimits, Workspace, WorkspaceError, DEFAULT_RESERVED};
 use corral_runtime::{OutputMode, RunRequest};
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -159,7 +159,7 @@ pub fn prepare(
                     "`command` is empty",
                 ));
             }
-            let line = cmd.join(" ");
+            let line = command_text(&cmd);
             (cmd, line)
         }
         (None, Some(lang), Some(code)) => {
@@ -203,16 +203,35 @@ pub fn prepare(
     })
 }
 
-/// Applies requested limits, each at most the profile's ceiling.
+/// What the audit record hashes (`code_sha256`) and stores (`code`) for a
+/// `command` request: the command as a compact JSON array, as serde_json
+/// writes it (`["sh","-c","echo hi"]`). Unlike the arguments joined with
+/// spaces it is unambiguous: `["a b"]` and `["a","b"]` differ.
+pub fn command_text(argv: &[String]) -> String {
+    serde_json::to_string(argv).unwrap_or_default()
+}
+
+/// Applies requested limits: each at least the minimum `corral run`
+/// accepts for the same limit ([`RunLimit::check`], else 422
+/// `limits.invalid`) and at most the profile's ceiling (else 422
+/// `limits.above_ceiling`). Times in milliseconds are rounded up to whole
+/// seconds first.
 fn apply_limits(p: &mut Profile, req: RequestLimits) -> Result<(), ApiError> {
     let l = &mut p.limits;
-    let check = |field: &str, value: u64, ceiling: Option<u64>| -> Result<u64, ApiError> {
-        if value == 0 {
-            return Err(invalid(
+    // `value` and `ceiling` are in the request's unit; `in_limit_unit` is
+    // the value in the unit `RunLimit` counts in (seconds for `_ms`).
+    let check = |field: &str,
+                 limit: RunLimit,
+                 value: u64,
+                 in_limit_unit: u64,
+                 ceiling: Option<u64>|
+     -> Result<u64, ApiError> {
+        limit.check(in_limit_unit).map_err(|min| {
+            invalid(
                 "limits.invalid",
-                format!("limits.{field} must be at least 1"),
-            ));
-        }
+                format!("limits.{field} = {value} is too small: {min}"),
+            )
+        })?;
         match ceiling {
             Some(c) if value > c => Err(invalid(
                 "limits.above_ceiling",
@@ -222,24 +241,42 @@ fn apply_limits(p: &mut Profile, req: RequestLimits) -> Result<(), ApiError> {
         }
     };
     if let Some(ms) = req.timeout_ms {
-        let v = check("timeout_ms", ms, l.timeout_secs.map(|s| s * 1000))?;
+        let ceiling = l.timeout_secs.map(|s| s * 1000);
+        let v = check(
+            "timeout_ms",
+            RunLimit::Timeout,
+            ms,
+            ms.div_ceil(1000),
+            ceiling,
+        )?;
         l.timeout_secs = Some(v.div_ceil(1000));
     }
     if let Some(b) = req.memory_bytes {
+        let ceiling = l.memory_bytes.map(ByteSize::bytes);
         l.memory_bytes = Some(ByteSize(check(
             "memory_bytes",
+            RunLimit::Memory,
             b,
-            l.memory_bytes.map(ByteSize::bytes),
+            b,
+            ceiling,
         )?));
     }
     if let Some(b) = req.output_bytes {
-        l.output_bytes = ByteSize(check("output_bytes", b, Some(l.output_bytes.bytes()))?);
+        let ceiling = Some(l.output_bytes.bytes());
+        l.output_bytes = ByteSize(check("output_bytes", RunLimit::Output, b, b, ceiling)?);
     }
     if let Some(n) = req.pids {
-        l.pids = Some(check("pids", n, l.pids)?);
+        l.pids = Some(check("pids", RunLimit::Pids, n, n, l.pids)?);
     }
     if let Some(ms) = req.cpu_time_ms {
-        let v = check("cpu_time_ms", ms, l.cpu_time_secs.map(|s| s * 1000))?;
+        let ceiling = l.cpu_time_secs.map(|s| s * 1000);
+        let v = check(
+            "cpu_time_ms",
+            RunLimit::CpuTime,
+            ms,
+            ms.div_ceil(1000),
+            ceiling,
+        )?;
         l.cpu_time_secs = Some(v.div_ceil(1000));
     }
     Ok(())
@@ -257,14 +294,35 @@ pub fn ceilings(p: &Profile) -> Value {
     })
 }
 
-/// A fresh random execution id.
-pub fn new_id() -> String {
+/// A fresh random execution id: 12 bytes from the kernel's random source
+/// (`getrandom(2)`), as 24 hex digits. When the kernel cannot give them,
+/// the request fails with 500 `internal`: an id is never made up from
+/// anything guessable.
+pub fn new_id() -> Result<String, ApiError> {
+    id_from(|buf| getrandom::fill(buf).map_err(|e| e.to_string()))
+}
+
+/// An id from the bytes `fill` provides, or the error it reports.
+fn id_from(fill: impl FnOnce(&mut [u8]) -> Result<(), String>) -> Result<String, ApiError> {
     let mut bytes = [0u8; 12];
-    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
-        use std::io::Read;
-        let _ = f.read_exact(&mut bytes);
-    }
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    fill(&mut bytes).map_err(|e| {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            format!("no execution id: the system's random source failed: {e}"),
+        )
+    })?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// A fresh workspace under the server's own directory, owned by the uid
+/// the sandbox of `profile` runs as (when the server is root).
+pub fn new_workspace(state: &AppState, profile: &Profile) -> Result<Workspace, WorkspaceError> {
+    let identity = SandboxIdentity::for_current_process(profile);
+    let owner = identity
+        .drop_from_root
+        .then_some((identity.uid, identity.gid));
+    Workspace::create(&state.work_dir, owner)
 }
 
 /// Runs a prepared request (blocking: call from `spawn_blocking`).
@@ -279,6 +337,10 @@ pub fn run(
 }
 
 /// Like [`run`], with output chunks also handed to `tap` as they arrive.
+///
+/// The execution gets a fresh workspace with the request's files; the
+/// regular files it leaves under `output/` are collected into the result,
+/// then the workspace is removed and the record written.
 pub fn run_streaming(
     state: &AppState,
     tenant: &str,
@@ -288,13 +350,13 @@ pub fn run_streaming(
     tap: Option<corral_runtime::launch::OutputTap>,
 ) -> Result<Value, ApiError> {
     let started = now_ms();
-    let internal = |m: String| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", m);
-    let identity = SandboxIdentity::for_current_process(&prepared.profile);
-    let owner = identity
-        .drop_from_root
-        .then_some((identity.uid, identity.gid));
-    let ws = Workspace::create(&state.work_dir, owner)
-        .map_err(|e| internal(format!("creating the workspace: {e}")))?;
+    let ws = new_workspace(state, &prepared.profile).map_err(|e| {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            format!("creating the workspace: {e}"),
+        )
+    })?;
     // Callers may not write corral's reserved names; corral writes the code
     // file there itself.
     let callers = FileLimits {
@@ -317,13 +379,40 @@ pub fn run_streaming(
             return Err(ApiError::bad_request(e.code(), format!("files: {e}")));
         }
     }
-    let stdin = match stdin_file(&state.work_dir, prepared.stdin.as_deref()) {
-        Ok(f) => f,
-        Err(e) => {
-            let _ = ws.remove();
-            return Err(internal(format!("preparing stdin: {e}")));
-        }
-    };
+    let outcome =
+        execute_in(state, tenant, id, &prepared, &ws, cancel, tap).map(|(mut body, status)| {
+            collect_outputs(&ws, &mut body);
+            (body, status)
+        });
+    let _ = ws.remove();
+    let (body, status) = outcome?;
+    record_and_answer(state, tenant, id, &prepared, started, body, status)
+}
+
+/// Runs a prepared request in `ws`, which the caller has set up and
+/// removes (blocking: call from `spawn_blocking`). The one place where the
+/// HTTP API ([`run_streaming`]) and MCP (`mcp::session::run_in_workspace`)
+/// build the execution: its options, the call to the runtime, the metrics
+/// and the common fields of the result (`id`, `tenant`, `profile`,
+/// `limits`, `cancelled`). Answers the result body and its status: 200, or
+/// 422 when the runtime refused the request (the body then has `error`).
+/// Records nothing: see [`record_and_answer`].
+pub fn execute_in(
+    state: &AppState,
+    tenant: &str,
+    id: &str,
+    prepared: &Prepared,
+    ws: &Workspace,
+    cancel: Arc<AtomicBool>,
+    tap: Option<corral_runtime::launch::OutputTap>,
+) -> Result<(Value, StatusCode), ApiError> {
+    let stdin = stdin_file(&state.work_dir, prepared.stdin.as_deref()).map_err(|e| {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            format!("preparing stdin: {e}"),
+        )
+    })?;
     let request = RunRequest {
         argv: prepared.argv.clone(),
         workdir: Some(ws.path().to_path_buf()),
@@ -375,37 +464,46 @@ pub fn run_streaming(
             StatusCode::UNPROCESSABLE_ENTITY,
         ),
     };
-    let outputs = ws.collect(OUTPUT_DIR, MAX_OUTPUT_FILES, MAX_OUTPUT_BYTES);
-    let _ = ws.remove();
     if let Value::Object(map) = &mut body {
         map.insert("id".into(), json!(id));
         map.insert("tenant".into(), json!(tenant));
         map.insert("profile".into(), json!(prepared.profile.name));
         map.insert("limits".into(), ceilings(&prepared.profile));
         map.insert("cancelled".into(), json!(cancel.load(Ordering::Relaxed)));
-        match outputs {
-            Ok(c) => {
-                let files: Vec<Value> = c
-                    .files
-                    .iter()
-                    .map(|f| {
-                        let path = f.path.to_string_lossy();
-                        match std::str::from_utf8(&f.data) {
-                            Ok(text) => json!({"path": path, "encoding": "utf8", "content": text}),
-                            Err(_) => json!({"path": path, "encoding": "base64", "content": base64_encode(&f.data)}),
-                        }
-                    })
-                    .collect();
-                map.insert("outputs".into(), json!(files));
-                map.insert("outputs_truncated".into(), json!(c.truncated));
-            }
-            Err(e) => {
-                map.insert("outputs".into(), json!([]));
-                map.insert("outputs_error".into(), json!(e.to_string()));
-            }
-        }
     }
-    record_and_answer(state, tenant, id, &prepared, started, body, status)
+    Ok((body, status))
+}
+
+/// Adds `outputs` (and `outputs_truncated`, or `outputs_error`) to a
+/// result: the regular files under the workspace's `output/`. A program
+/// that made no `output/` simply has no outputs; an `output/` that cannot
+/// be collected (a symlink, not a directory, …) is reported.
+fn collect_outputs(ws: &Workspace, body: &mut Value) {
+    let Value::Object(map) = body else {
+        return;
+    };
+    let (files, outcome) = match ws.collect(OUTPUT_DIR, MAX_OUTPUT_FILES, MAX_OUTPUT_BYTES) {
+        Ok(c) => {
+            let files: Vec<Value> = c
+                .files
+                .iter()
+                .map(|f| {
+                    let path = f.path.to_string_lossy();
+                    match std::str::from_utf8(&f.data) {
+                        Ok(text) => json!({"path": path, "encoding": "utf8", "content": text}),
+                        Err(_) => {
+                            json!({"path": path, "encoding": "base64", "content": base64_encode(&f.data)})
+                        }
+                    }
+                })
+                .collect();
+            (files, ("outputs_truncated", json!(c.truncated)))
+        }
+        Err(WorkspaceError::NotFound { .. }) => (Vec::new(), ("outputs_truncated", json!(false))),
+        Err(e) => (Vec::new(), ("outputs_error", json!(e.to_string()))),
+    };
+    map.insert("outputs".into(), json!(files));
+    map.insert(outcome.0.into(), outcome.1);
 }
 
 /// Stores the audit record of a finished execution (its answer is kept
@@ -446,7 +544,11 @@ pub fn record_and_answer(
             .as_str()
             .unwrap_or_default()
             .to_string();
-        return Err(ApiError::new(status, &code, message));
+        // The record's id goes back with the refusal: the answer is the
+        // record itself, as `GET /v1/executions/{id}` returns it.
+        let mut e = ApiError::new(status, &code, message);
+        e.body = Some(body);
+        return Err(e);
     }
     Ok(body)
 }
@@ -457,7 +559,8 @@ fn stdin_file(dir: &std::path::Path, data: Option<&[u8]>) -> std::io::Result<std
         return std::fs::File::open("/dev/null");
     };
     use std::io::{Seek, Write};
-    let path = dir.join(format!(".corral-stdin-{}", new_id()));
+    let name = new_id().map_err(|e| std::io::Error::other(e.message))?;
+    let path = dir.join(format!(".corral-stdin-{name}"));
     let mut f = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -553,5 +656,87 @@ mod tests {
         )
         .unwrap();
         assert_eq!(p.limits.timeout_secs, Some(2));
+    }
+
+    #[test]
+    fn limits_below_the_cli_minimums_name_the_field() {
+        let cases = [
+            (
+                RequestLimits {
+                    memory_bytes: Some((1 << 20) - 1),
+                    ..Default::default()
+                },
+                "limits.memory_bytes",
+            ),
+            (
+                RequestLimits {
+                    output_bytes: Some(63),
+                    ..Default::default()
+                },
+                "limits.output_bytes",
+            ),
+            (
+                RequestLimits {
+                    timeout_ms: Some(0),
+                    ..Default::default()
+                },
+                "limits.timeout_ms",
+            ),
+            (
+                RequestLimits {
+                    pids: Some(0),
+                    ..Default::default()
+                },
+                "limits.pids",
+            ),
+        ];
+        for (req, field) in cases {
+            let mut p = corral_policy::builtin::code();
+            let e = apply_limits(&mut p, req).unwrap_err();
+            assert_eq!(
+                (e.status.as_u16(), e.code.as_str()),
+                (422, "limits.invalid")
+            );
+            assert!(e.message.contains(field), "{}", e.message);
+        }
+        let mut p = corral_policy::builtin::code();
+        apply_limits(
+            &mut p,
+            RequestLimits {
+                memory_bytes: Some(1 << 20),
+                output_bytes: Some(64),
+                timeout_ms: Some(1),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(p.limits.timeout_secs, Some(1));
+    }
+
+    #[test]
+    fn an_id_is_never_made_without_randomness() {
+        let e = id_from(|_| Err("EIO".into())).unwrap_err();
+        assert_eq!((e.status.as_u16(), e.code.as_str()), (500, "internal"));
+        assert!(e.message.contains("random"), "{}", e.message);
+        let id = id_from(|b| {
+            b.fill(0xab);
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(id, "ab".repeat(12));
+        let (a, b) = (new_id().unwrap(), new_id().unwrap());
+        assert_eq!(a.len(), 24);
+        assert_ne!(a, b);
+    }
+
+    #[test]
+    fn the_command_text_is_unambiguous() {
+        let text =
+            |argv: &[&str]| command_text(&argv.iter().map(|a| a.to_string()).collect::<Vec<_>>());
+        assert_ne!(text(&["a b"]), text(&["a", "b"]));
+        assert_eq!(
+            text(&["sh", "-c", "echo \"hi\"\n"]),
+            r#"["sh","-c","echo \"hi\"\n"]"#
+        );
     }
 }

@@ -51,16 +51,7 @@ pub async fn serve(config: Config) -> Result<(), ServerError> {
     let local = listener
         .local_addr()
         .map_err(|e| ServerError::Io(e.to_string()))?;
-    // One sandbox helper started ahead per execution slot, waiting in a
-    // cgroup made for the default profile's limits: a request then pays
-    // neither a program start nor (on cgroup v1) the wait of moving a
-    // process into a group.
-    let template = state
-        .config
-        .profile(corral_policy::builtin::DEFAULT_PROFILE)
-        .ok()
-        .map(|p| p.limits.clone());
-    corral_runtime::warm::keep_ready(state.config.server.max_concurrent as usize, template);
+    start_warm_helpers(&state.config);
     eprintln!("corral: serving on http://{local}");
     let served = axum::serve(listener, api::router(state))
         .with_graceful_shutdown(shutdown_signal())
@@ -68,6 +59,18 @@ pub async fn serve(config: Config) -> Result<(), ServerError> {
         .map_err(|e| ServerError::Io(e.to_string()));
     corral_runtime::warm::shutdown();
     served
+}
+
+/// One sandbox helper started ahead per execution slot, waiting in a
+/// cgroup made for the default profile's limits: a request then pays
+/// neither a program start nor (on cgroup v1) the wait of moving a process
+/// into a group. `corral_runtime::warm::shutdown` lets them go.
+fn start_warm_helpers(config: &Config) {
+    let template = config
+        .profile(corral_policy::builtin::DEFAULT_PROFILE)
+        .ok()
+        .map(|p| p.limits.clone());
+    corral_runtime::warm::keep_ready(config.server.max_concurrent as usize, template);
 }
 
 async fn shutdown_signal() {

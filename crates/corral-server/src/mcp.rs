@@ -243,8 +243,12 @@ fn tool_error(code: &str, message: impl std::fmt::Display) -> CallToolResult {
     r
 }
 
+/// The API's error as a tool error; its structured content is the API's
+/// answer (for a refused execution, the stored record with its id).
 fn api_error(e: &ApiError) -> CallToolResult {
-    tool_error(&e.code, &e.message)
+    let mut r = tool_error(&e.code, &e.message);
+    r.structured_content = Some(e.to_json());
+    r
 }
 
 fn workspace_error(e: &WorkspaceError) -> CallToolResult {
@@ -389,6 +393,7 @@ impl CorralMcp {
         })?;
         let prepared = exec::prepare(st, &t.tenant.profiles, req).map_err(refused)?;
         let ws = self.workspace(t)?;
+        let id = exec::new_id().map_err(|e| api_error(&e))?;
         // Saturated: a busy answer, never a queue.
         let busy = |what: &str| {
             st.metrics.busy.fetch_add(1, Ordering::Relaxed);
@@ -413,7 +418,6 @@ impl CorralMcp {
             .try_acquire_owned()
             .map_err(|_| busy("all execution slots are in use"))?;
         st.metrics.started.fetch_add(1, Ordering::Relaxed);
-        let id = exec::new_id();
         let cancel = Arc::new(AtomicBool::new(false));
         let mut guard = CancelOnDrop(cancel.clone(), false);
         let state = st.clone();
@@ -874,7 +878,7 @@ pub async fn serve_stdio(config: Config) -> Result<(), ServerError> {
         tenant: Tenant {
             name: LOCAL_TENANT.into(),
             token_sha256: String::new(),
-            profiles: state.config.profiles.keys().cloned().collect(),
+            profiles: crate::state::anonymous_profiles(&state.config),
             max_concurrent: s.max_concurrent,
         },
         slots: Arc::new(Semaphore::new(s.max_concurrent as usize)),
@@ -888,11 +892,11 @@ pub async fn serve_stdio(config: Config) -> Result<(), ServerError> {
         .serve(rmcp::transport::stdio())
         .await
         .map_err(|e| ServerError::Io(format!("MCP over stdio: {e}")))?;
-    tokio::select! {
-        r = running.waiting() => {
-            r.map_err(|e| ServerError::Io(format!("MCP over stdio: {e}")))?;
-        }
-        () = stop_signal() => {}
-    }
-    Ok(())
+    crate::start_warm_helpers(&state.config);
+    let ended = tokio::select! {
+        r = running.waiting() => r.map(drop).map_err(|e| ServerError::Io(format!("MCP over stdio: {e}"))),
+        () = stop_signal() => Ok(()),
+    };
+    corral_runtime::warm::shutdown();
+    ended
 }

@@ -73,7 +73,7 @@ impl AppState {
             vec![Tenant {
                 name: "anonymous".into(),
                 token_sha256: String::new(),
-                profiles: config.profiles.keys().cloned().collect(),
+                profiles: anonymous_profiles(&config),
                 max_concurrent: s.max_concurrent,
             }]
         } else {
@@ -110,6 +110,22 @@ impl AppState {
     pub fn anonymous(&self) -> bool {
         self.anonymous
     }
+}
+
+/// The profiles of a tenant that may use them all (the anonymous one):
+/// `code` first, as it is the default profile everywhere else in corral
+/// (`corral run`), then the others in alphabetical order. The first is the
+/// default for requests that name none.
+pub fn anonymous_profiles(config: &Config) -> Vec<String> {
+    let mut names: Vec<String> = config.profiles.keys().cloned().collect();
+    if let Some(i) = names
+        .iter()
+        .position(|n| n == corral_policy::builtin::DEFAULT_PROFILE)
+    {
+        let code = names.remove(i);
+        names.insert(0, code);
+    }
+    names
 }
 
 /// Removes `corral-serve-<pid>` directories whose server is gone (killed

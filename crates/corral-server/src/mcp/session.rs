@@ -4,26 +4,22 @@
 //! it afterwards. An MCP session instead keeps one workspace for its whole
 //! life, so that files written with the `write_file` tool are there for
 //! `run_code`, and what the code leaves behind can be read back with
-//! `read_file`. [`run_in_workspace`] is `exec::run` for that case: same
-//! sandbox, same audit record, but the workspace is the caller's and stays.
+//! `read_file`. [`run_in_workspace`] is `exec::run` for that case: the same
+//! [`exec::execute_in`], the same audit record, but the workspace is the
+//! caller's and stays.
 
 use std::ops::Deref;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use axum::http::StatusCode;
-use corral_policy::env::EnvRequest;
 use corral_policy::Profile;
-use corral_runtime::execute::{execute, ExecuteOptions};
-use corral_runtime::launch::HelperStart;
-use corral_runtime::plan::SandboxIdentity;
 use corral_runtime::workspace::{FileLimits, Workspace, WorkspaceError};
-use corral_runtime::{OutputMode, RunRequest};
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use crate::audit::now_ms;
 use crate::error::ApiError;
-use crate::exec::{ceilings, Prepared};
+use crate::exec::{self, Prepared};
 use crate::state::AppState;
 
 /// Largest code file corral writes for one execution.
@@ -43,11 +39,7 @@ impl SessionWorkspace {
     /// server sweeps it if this one is killed), owned by the uid the
     /// sandbox of `profile` runs as.
     pub fn create(state: &AppState, profile: &Profile) -> Result<SessionWorkspace, WorkspaceError> {
-        let identity = SandboxIdentity::for_current_process(profile);
-        let owner = identity
-            .drop_from_root
-            .then_some((identity.uid, identity.gid));
-        Workspace::create(&state.work_dir, owner).map(|ws| SessionWorkspace(Some(ws)))
+        exec::new_workspace(state, profile).map(|ws| SessionWorkspace(Some(ws)))
     }
 }
 
@@ -73,8 +65,9 @@ impl Drop for SessionWorkspace {
 
 /// Runs a prepared request in an existing workspace (blocking: call from
 /// `spawn_blocking`). The code file, when there is one, is written under
-/// the reserved `.corral/` name first; nothing is collected and the
-/// workspace is left in place. One audit record, as for [`crate::exec::run`].
+/// the reserved `.corral/` name first; then [`exec::execute_in`] runs it,
+/// as it does every HTTP execution. Nothing is collected and the workspace
+/// is left in place. One audit record, as for [`exec::run`].
 ///
 /// Callers must not run two executions in one workspace at once: both
 /// would write the same code file.
@@ -87,7 +80,6 @@ pub fn run_in_workspace(
     cancel: Arc<AtomicBool>,
 ) -> Result<Value, ApiError> {
     let started = now_ms();
-    let internal = |m: String| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", m);
     // corral's own file: reserved names are allowed to corral itself.
     let own = FileLimits {
         max_file_bytes: MAX_CODE_BYTES,
@@ -103,86 +95,6 @@ pub fn run_in_workspace(
             )
         })?;
     }
-    let stdin = stdin_file(state, prepared.stdin.as_deref())
-        .map_err(|e| internal(format!("preparing stdin: {e}")))?;
-    let request = RunRequest {
-        argv: prepared.argv.clone(),
-        workdir: Some(ws.path().to_path_buf()),
-        env: EnvRequest {
-            pass: Vec::new(),
-            set: prepared.env.clone(),
-        },
-        ..Default::default()
-    };
-    let commands = state
-        .commands
-        .get(&prepared.profile.name)
-        .cloned()
-        .unwrap_or_default();
-    let opts = ExecuteOptions {
-        output: OutputMode::Capture,
-        // This process has threads: the helper is always re-executed.
-        helper: HelperStart::ReExec,
-        forward_signals: false,
-        cancel: Some(cancel.clone()),
-        stdin: Some(Arc::new(stdin)),
-        tap: None,
-    };
-    // The server's own environment never reaches a sandbox.
-    let outcome = execute(
-        &prepared.profile,
-        &commands,
-        &request,
-        &|_| None,
-        opts,
-        &mut |_| {},
-    );
-    let (mut body, status) = match outcome {
-        Ok(done) => {
-            let m = &state.metrics;
-            if done.result.timed_out {
-                m.timed_out.fetch_add(1, Ordering::Relaxed);
-            }
-            if done.result.oom_killed {
-                m.oom_killed.fetch_add(1, Ordering::Relaxed);
-            }
-            (
-                serde_json::to_value(&done.result).unwrap_or_else(|_| json!({})),
-                StatusCode::OK,
-            )
-        }
-        Err(r) => (
-            json!({"exit_code": r.exit_code, "error": {"code": r.code, "message": r.message}, "events": r.events}),
-            StatusCode::UNPROCESSABLE_ENTITY,
-        ),
-    };
-    if let Value::Object(map) = &mut body {
-        map.insert("id".into(), json!(id));
-        map.insert("tenant".into(), json!(tenant));
-        map.insert("profile".into(), json!(prepared.profile.name));
-        map.insert("limits".into(), ceilings(&prepared.profile));
-        map.insert("cancelled".into(), json!(cancel.load(Ordering::Relaxed)));
-    }
-    crate::exec::record_and_answer(state, tenant, id, &prepared, started, body, status)
-}
-
-/// `/dev/null`, or an unlinked file in the server's directory holding the
-/// input.
-fn stdin_file(state: &AppState, data: Option<&[u8]>) -> std::io::Result<std::fs::File> {
-    let Some(data) = data else {
-        return std::fs::File::open("/dev/null");
-    };
-    use std::io::{Seek, Write};
-    let path = state
-        .work_dir
-        .join(format!(".corral-stdin-{}", crate::exec::new_id()));
-    let mut f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create_new(true)
-        .open(&path)?;
-    std::fs::remove_file(&path)?;
-    f.write_all(data)?;
-    f.rewind()?;
-    Ok(f)
+    let (body, status) = exec::execute_in(state, tenant, id, &prepared, ws, cancel, None)?;
+    exec::record_and_answer(state, tenant, id, &prepared, started, body, status)
 }
