@@ -955,6 +955,12 @@ fn helpers_wait_ahead_in_their_groups_and_leave_with_the_server() {
     let _ = std::process::Command::new("kill")
         .args(["-9", &waiting[0].to_string()])
         .status();
+    // Dead (a zombie until the pool reaps it) before the next request.
+    wait_for("the killed helper to be a zombie", || {
+        std::fs::read_to_string(format!("/proc/{}/stat", waiting[0]))
+            .map(|st| st.rsplit(") ").next().is_some_and(|r| r.starts_with('Z')))
+            .unwrap_or(true)
+    });
     for _ in 0..3 {
         let (status, v) = post(&s, None, r#"{"command": ["python3", "-c", "print(1)"]}"#);
         assert_eq!((status, v["stdout"].as_str()), (200, Some("1\n")), "{v}");
