@@ -23,7 +23,7 @@ use std::io::{ErrorKind, Read};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 // ---------------------------------------------------------------------------
 // Helpers
@@ -638,11 +638,9 @@ say('swapped', n > 1000)
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn swapper");
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while !dir.path().join("started").exists() {
-        assert!(Instant::now() < deadline, "the swapper never started");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until(15, "the swapper never started", || {
+        dir.path().join("started").exists()
+    });
     let (mut ok, mut refused) = (0, 0);
     for _ in 0..12 {
         let out = run(

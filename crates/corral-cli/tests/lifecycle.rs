@@ -41,18 +41,10 @@ fn sandbox_dies_with_corral() {
         .spawn()
         .unwrap();
     let present = || process_running("python3", &token);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !present() {
-        assert!(Instant::now() < deadline, "sandboxed sleep never started");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until(10, "sandboxed sleep never started", &present);
     child.kill().unwrap();
     child.wait().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while present() {
-        assert!(Instant::now() < deadline, "the sandbox outlived corral");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until(5, "the sandbox outlived corral", || !present());
 }
 
 #[test]

@@ -374,14 +374,7 @@ fn cgroups_of_a_killed_corral_are_swept_by_the_next_run() {
     // Nothing of that run may linger, whenever the kill came (even before
     // the forked helper got its go-ahead).
     let lingering = || process_running("", &token);
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while lingering() {
-        assert!(
-            Instant::now() < deadline,
-            "a process of the killed corral lingers"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until(5, "a process of the killed corral lingers", || !lingering());
     let out = run(&[], &["sh", "-c", "true"]);
     assert!(out.status.success());
     let deadline = Instant::now() + Duration::from_secs(5);

@@ -658,20 +658,9 @@ fn a_client_that_disconnects_kills_its_execution() {
     );
     conn.write_all(req.as_bytes()).unwrap();
     let running = || process_running("python3", &token);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !running() {
-        assert!(Instant::now() < deadline, "the execution never started");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until(10, "the execution never started", &running);
     drop(conn);
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while running() {
-        assert!(
-            Instant::now() < deadline,
-            "the execution outlived its client"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_until(5, "the execution outlived its client", || !running());
     assert_only_record_cancelled(&s);
 }
 
@@ -724,22 +713,11 @@ fn an_http2_client_that_disconnects_kills_its_execution() {
         .spawn()
         .unwrap();
     let running = || process_running("python3", &token);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !running() {
-        assert!(Instant::now() < deadline, "the execution never started");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until(10, "the execution never started", &running);
     // The client dies: its connection, and the HTTP/2 stream on it, drop.
     client.kill().unwrap();
     client.wait().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while running() {
-        assert!(
-            Instant::now() < deadline,
-            "the execution outlived its HTTP/2 client"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_until(5, "the execution outlived its HTTP/2 client", || !running());
     assert_only_record_cancelled(&s);
 }
 
@@ -758,24 +736,13 @@ fn killing_the_server_leaves_no_sandbox_and_records_survive_a_restart() {
             std::panic::catch_unwind(|| http(&addr, "POST", "/v1/executions", None, Some(&body)));
     });
     let running = || process_running("python3", &token);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !running() {
-        assert!(Instant::now() < deadline, "the execution never started");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until(10, "the execution never started", &running);
     let mut s = s;
     let dir = s.dir.take().unwrap();
     s.child.kill().unwrap(); // SIGKILL: no chance to clean up
     s.child.wait().unwrap();
     drop(s);
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while running() {
-        assert!(
-            Instant::now() < deadline,
-            "a sandbox outlived its killed server"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_until(5, "a sandbox outlived its killed server", || !running());
     // Same config, same audit database: the record is still there, and the
     // killed server's workspace is swept.
     let cfg = dir.path().join("corral.toml");
@@ -924,24 +891,20 @@ fn memory_groups(server: u32) -> Vec<String> {
         .collect()
 }
 
-fn wait_for(what: &str, mut ok: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !ok() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 #[test]
 fn helpers_wait_ahead_in_their_groups_and_leave_with_the_server() {
     let mut s = start("", &["--max-concurrent", "2"]);
     let server = s.child.id();
     let v1 = is_root() && std::path::Path::new("/sys/fs/cgroup/memory/corral").is_dir();
-    wait_for("two waiting helpers", || waiting_helpers(server).len() == 2);
+    wait_until(10, "two waiting helpers", || {
+        waiting_helpers(server).len() == 2
+    });
     let waiting = waiting_helpers(server);
     if v1 {
         // Each waits inside a memory group of its own, made ahead.
-        wait_for("two waiting groups", || memory_groups(server).len() == 2);
+        wait_until(10, "two waiting groups", || {
+            memory_groups(server).len() == 2
+        });
         for pid in &waiting {
             let cg = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
             assert!(
@@ -956,7 +919,7 @@ fn helpers_wait_ahead_in_their_groups_and_leave_with_the_server() {
         .args(["-9", &waiting[0].to_string()])
         .status();
     // Dead (a zombie until the pool reaps it) before the next request.
-    wait_for("the killed helper to be a zombie", || {
+    wait_until(10, "the killed helper to be a zombie", || {
         std::fs::read_to_string(format!("/proc/{}/stat", waiting[0]))
             .map(|st| st.rsplit(") ").next().is_some_and(|r| r.starts_with('Z')))
             .unwrap_or(true)
@@ -975,7 +938,7 @@ fn helpers_wait_ahead_in_their_groups_and_leave_with_the_server() {
     assert_eq!((status, v["stdout"].as_str()), (200, Some("2\n")), "{v}");
     if v1 {
         assert_eq!(v["enforced"]["cgroup"]["memory_bytes"], 268435456u64, "{v}");
-        wait_for("only the waiting groups left", || {
+        wait_until(10, "only the waiting groups left", || {
             memory_groups(server).len() == 2 && waiting_helpers(server).len() == 2
         });
     }

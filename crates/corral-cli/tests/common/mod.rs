@@ -164,3 +164,16 @@ pub fn process_running(program: &str, token: &str) -> bool {
         })
         .unwrap_or(false)
 }
+
+/// Polls `ok` every 20 ms until it holds; fails the test, saying `what`
+/// did not happen, after `secs` seconds.
+pub fn wait_until(secs: u64, what: &str, mut ok: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    while !ok() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "after {secs} s: {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
