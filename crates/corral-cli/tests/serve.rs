@@ -101,8 +101,6 @@ fn http_with(
     headers: &[(&str, &str)],
     body: Option<&str>,
 ) -> (u16, String, String) {
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
     let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
     for (name, value) in headers {
         if body.is_some() || !name.eq_ignore_ascii_case("content-type") {
@@ -114,9 +112,23 @@ fn http_with(
     } else {
         req.push_str("\r\n");
     }
-    s.write_all(req.as_bytes()).unwrap();
+    raw_request(addr, &req)
+}
+
+/// Sends `req` as it is and reads the whole answer: (status, head, body).
+fn raw_request(addr: &str, req: &str) -> (u16, String, String) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    // A server may answer early (413) and close before it has read the
+    // whole request: the rest of the write then fails, and the answer,
+    // already received, is still there to read before the reset.
+    let written = s.write_all(req.as_bytes());
     let mut raw = Vec::new();
-    s.read_to_end(&mut raw).unwrap();
+    let read = s.read_to_end(&mut raw);
+    if raw.is_empty() {
+        written.unwrap();
+        read.unwrap();
+    }
     let raw = String::from_utf8_lossy(&raw).into_owned();
     let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
     let status = head
