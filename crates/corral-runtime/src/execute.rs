@@ -106,9 +106,9 @@ pub fn execute(
     }
     on_events(&events);
     // A re-executed helper may be waiting already, maybe in its group.
-    let (started, waiting_group) = match opts.helper {
+    let taken = match opts.helper {
         HelperStart::ReExec => match crate::warm::take(&profile.limits) {
-            Ok((helper, group)) => (Some((helper, group.is_some())), group),
+            Ok(taken) => Some(taken),
             Err(e) => {
                 return Err(refusal(
                     EXIT_CORRAL_ERROR,
@@ -118,7 +118,21 @@ pub fn execute(
                 ))
             }
         },
-        HelperStart::Fork => (None, None),
+        HelperStart::Fork => None,
+    };
+    let (started, waiting_group, former_group) = match taken {
+        Some(t) => {
+            let contained = t.group.is_some();
+            (
+                Some(StartedHelper {
+                    helper: t.helper,
+                    contained,
+                }),
+                t.group,
+                t.former_group,
+            )
+        }
+        None => (None, None, None),
     };
     let containment = match waiting_group {
         Some(group) => group,
@@ -131,7 +145,6 @@ pub fn execute(
             )
         })?,
     };
-    let started = started.map(|(helper, contained)| StartedHelper { helper, contained });
     let launch_opts = LaunchOptions {
         output: opts.output,
         output_bytes: usize::try_from(profile.limits.output_bytes.bytes()).unwrap_or(usize::MAX),
@@ -164,7 +177,10 @@ pub fn execute(
     on_events(&outcome.network_events);
     let in_force = enforced(&plan, identity, &containment, &outcome);
     let stats = containment.finish();
-    crate::warm::remove_stale_groups();
+    // The helper left it when it was moved into this run's group.
+    if let Some(group) = former_group {
+        group.finish();
+    }
     let sandbox_started = outcome
         .failure
         .as_ref()

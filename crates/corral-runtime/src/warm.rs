@@ -42,29 +42,40 @@ pub const MAX_READY: usize = 16;
 /// A started helper waiting for its plan.
 #[derive(Debug)]
 pub struct ReadyHelper {
-    /// Its pid (a child of this process).
-    pub(crate) pid: i32,
-    /// Our end of its control socket; `None` once handed to a run.
-    ctrl: Option<OwnedFd>,
+    /// Our end of its control socket. Declared before `reap`, so it is
+    /// closed first when a helper is dropped unused: the helper sees end
+    /// of file and exits, and then the wait returns.
+    ctrl: OwnedFd,
+    reap: Reap,
 }
 
-impl ReadyHelper {
-    /// The pid and our end of the control socket, for the run that takes
-    /// this helper over (and with it the duty to reap it).
-    pub(crate) fn into_parts(mut self) -> (i32, OwnedFd) {
-        let ctrl = self.ctrl.take();
-        // Always present: only this method takes it, and it consumes self.
-        (self.pid, ctrl.unwrap_or_else(|| unreachable!()))
+/// Reaps the helper when dropped, unless a run took it over.
+#[derive(Debug)]
+struct Reap {
+    pid: i32,
+    armed: bool,
+}
+
+impl Drop for Reap {
+    fn drop(&mut self) {
+        if self.armed {
+            let _ = process::wait4(self.pid);
+        }
     }
 }
 
-impl Drop for ReadyHelper {
-    /// A helper nobody will use: closing the control socket makes it exit
-    /// (it is waiting for its plan), and it is reaped so no zombie is left.
-    fn drop(&mut self) {
-        if self.ctrl.take().is_some() {
-            let _ = process::wait4(self.pid);
-        }
+impl ReadyHelper {
+    /// Its pid (a child of this process).
+    pub(crate) fn pid(&self) -> i32 {
+        self.reap.pid
+    }
+
+    /// The pid and our end of the control socket, for the run that takes
+    /// this helper over (and with it the duty to reap it).
+    pub(crate) fn into_parts(self) -> (i32, OwnedFd) {
+        let ReadyHelper { ctrl, mut reap } = self;
+        reap.armed = false;
+        (reap.pid, ctrl)
     }
 }
 
@@ -85,8 +96,11 @@ pub(crate) fn spawn() -> std::io::Result<ReadyHelper> {
     fd::pass_fd_as(&mut cmd, &theirs, fd::HELPER_CONTROL_FD);
     let child = cmd.spawn()?;
     Ok(ReadyHelper {
-        pid: child.id() as i32,
-        ctrl: Some(ours),
+        ctrl: ours,
+        reap: Reap {
+            pid: child.id() as i32,
+            armed: true,
+        },
     })
 }
 
@@ -96,14 +110,38 @@ struct Waiting {
     group: Option<(CgroupLimits, Containment)>,
 }
 
+impl Waiting {
+    /// Lets the helper go (it exits and is reaped), then removes its group,
+    /// empty by then.
+    fn release(self) {
+        drop(self.helper);
+        if let Some((_, group)) = self.group {
+            group.finish();
+        }
+    }
+}
+
+/// What the pool holds, under one lock.
+struct Ready {
+    waiting: VecDeque<Waiting>,
+    /// Set by [`shutdown`]: nothing is added any more.
+    stopped: bool,
+}
+
 /// The waiting helpers of this process.
 struct Pool {
-    ready: Mutex<VecDeque<Waiting>>,
-    /// Signalled when a helper was taken (or the pool shuts down).
-    taken: Condvar,
+    ready: Mutex<Ready>,
+    /// Signalled when a helper was taken or the pool stopped.
+    changed: Condvar,
     wanted: usize,
     /// Limits the waiting groups are made for; `None`: no groups.
     template: Option<Limits>,
+}
+
+impl Pool {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Ready> {
+        self.ready.lock().unwrap_or_else(|p| p.into_inner())
+    }
 }
 
 static POOL: OnceLock<Pool> = OnceLock::new();
@@ -121,8 +159,11 @@ pub fn keep_ready(count: usize, template: Option<Limits>) {
     POOL.get_or_init(|| {
         first = true;
         Pool {
-            ready: Mutex::new(VecDeque::new()),
-            taken: Condvar::new(),
+            ready: Mutex::new(Ready {
+                waiting: VecDeque::new(),
+                stopped: false,
+            }),
+            changed: Condvar::new(),
             wanted,
             template,
         }
@@ -134,27 +175,20 @@ pub fn keep_ready(count: usize, template: Option<Limits>) {
     }
 }
 
-/// Lets every waiting helper go (they exit), reaps them and removes their
-/// groups. For a server's orderly shutdown; runs taken later start their
-/// helper themselves.
+/// Stops the pool: lets every waiting helper go (they exit), reaps them and
+/// removes their groups; the refill thread ends, and a helper it was
+/// preparing meanwhile is let go too. For a server's orderly shutdown; runs
+/// after this start their helper themselves.
 pub fn shutdown() {
     let Some(pool) = POOL.get() else { return };
-    let waiting = std::mem::take(&mut *lock(pool));
+    let waiting = {
+        let mut ready = pool.lock();
+        ready.stopped = true;
+        std::mem::take(&mut ready.waiting)
+    };
+    pool.changed.notify_all();
     for w in waiting {
-        release(w);
-    }
-}
-
-fn lock(pool: &Pool) -> std::sync::MutexGuard<'_, VecDeque<Waiting>> {
-    pool.ready.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// Ends a waiting helper: closing its control socket makes it exit; once it
-/// is reaped its group is empty and can go.
-fn release(w: Waiting) {
-    drop(w.helper);
-    if let Some((_, group)) = w.group {
-        group.finish();
+        w.release();
     }
 }
 
@@ -164,25 +198,37 @@ fn prepare(template: Option<&Limits>) -> std::io::Result<Waiting> {
     let group = template.and_then(|limits| {
         let group = Containment::for_limits(limits).ok()?;
         let cgroup = group.as_launch()?;
-        cgroup.add_process(helper.pid).ok()?;
+        cgroup.add_process(helper.pid()).ok()?;
         Some((cgroup_limits(limits), group))
     });
     Ok(Waiting { helper, group })
 }
 
-/// The background thread: tops the pool up whenever a helper is taken.
+/// The background thread: tops the pool up whenever a helper is taken,
+/// until the pool stops.
 fn refill() {
     let Some(pool) = POOL.get() else { return };
     loop {
         {
-            let mut ready = lock(pool);
-            while ready.len() >= pool.wanted {
-                ready = pool.taken.wait(ready).unwrap_or_else(|p| p.into_inner());
+            let mut ready = pool.lock();
+            while !ready.stopped && ready.waiting.len() >= pool.wanted {
+                ready = pool.changed.wait(ready).unwrap_or_else(|p| p.into_inner());
+            }
+            if ready.stopped {
+                return;
             }
         }
         // Prepared outside the lock: `take` never waits for it.
         match prepare(pool.template.as_ref()) {
-            Ok(w) => lock(pool).push_back(w),
+            Ok(w) => {
+                let mut ready = pool.lock();
+                if ready.stopped {
+                    drop(ready);
+                    w.release();
+                    return;
+                }
+                ready.waiting.push_back(w);
+            }
             // Out of processes or fds: `take` starts helpers itself (and
             // reports the error) until this works again.
             Err(_) => std::thread::sleep(Duration::from_secs(1)),
@@ -190,25 +236,41 @@ fn refill() {
     }
 }
 
-/// A helper for one run, and its group when it already sits in one made
-/// for `limits`: a waiting helper when the pool has one that is still
-/// alive, otherwise one started now (without a group). A waiting helper
-/// whose group was made for other limits comes without it (the caller
-/// makes the right one and moves the helper there; the old group is
-/// removed once empty, after the run).
-pub(crate) fn take(limits: &Limits) -> std::io::Result<(ReadyHelper, Option<Containment>)> {
+/// A helper for one run (see [`take`]).
+pub(crate) struct Taken {
+    /// The helper, waiting for its plan.
+    pub helper: ReadyHelper,
+    /// The group it already sits in, made for the run's limits.
+    pub group: Option<Containment>,
+    /// A group it sits in that was made for other limits: the run moves
+    /// the helper into a group of its own and removes this one afterwards
+    /// (with [`Containment::finish`]), once it is empty.
+    pub former_group: Option<Containment>,
+}
+
+/// A helper for one run: the oldest waiting one that is still alive, with
+/// its group when that was made for `limits`; otherwise one started now,
+/// without a group.
+pub(crate) fn take(limits: &Limits) -> std::io::Result<Taken> {
+    let fresh = || {
+        Ok(Taken {
+            helper: spawn()?,
+            group: None,
+            former_group: None,
+        })
+    };
     let Some(pool) = POOL.get() else {
-        return Ok((spawn()?, None));
+        return fresh();
     };
     loop {
         // Oldest first, so every waiting helper comes round (a dead one is
         // found and its group removed).
-        let next = lock(pool).pop_front();
+        let next = pool.lock().waiting.pop_front();
         let Some(w) = next else { break };
-        pool.taken.notify_one();
+        pool.changed.notify_one();
         // One that died while waiting (killed by hand, OOM) is reaped and
         // skipped; its group goes with it.
-        if !matches!(process::waitpid(w.helper.pid, true), Ok(None)) {
+        if !matches!(process::waitpid(w.helper.pid(), true), Ok(None)) {
             // Reaped already: no second wait (the pid may be reused).
             drop(w.helper.into_parts());
             if let Some((_, group)) = w.group {
@@ -216,26 +278,16 @@ pub(crate) fn take(limits: &Limits) -> std::io::Result<(ReadyHelper, Option<Cont
             }
             continue;
         }
-        return Ok(match w.group {
-            Some((made_for, group)) if made_for == cgroup_limits(limits) => (w.helper, Some(group)),
-            Some((_, group)) => {
-                STALE.lock().unwrap_or_else(|p| p.into_inner()).push(group);
-                (w.helper, None)
-            }
-            None => (w.helper, None),
+        let (group, former_group) = match w.group {
+            Some((made_for, group)) if made_for == cgroup_limits(limits) => (Some(group), None),
+            Some((_, group)) => (None, Some(group)),
+            None => (None, None),
+        };
+        return Ok(Taken {
+            helper: w.helper,
+            group,
+            former_group,
         });
     }
-    Ok((spawn()?, None))
-}
-
-/// Groups whose helper moved to another group: removed on the next call to
-/// [`remove_stale_groups`], when the move is long done.
-static STALE: Mutex<Vec<Containment>> = Mutex::new(Vec::new());
-
-/// Removes the groups left by helpers that moved to another group.
-pub(crate) fn remove_stale_groups() {
-    let stale = std::mem::take(&mut *STALE.lock().unwrap_or_else(|p| p.into_inner()));
-    for group in stale {
-        group.finish();
-    }
+    fresh()
 }

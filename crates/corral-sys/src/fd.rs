@@ -148,9 +148,19 @@ pub fn take_inherited(fd: RawFd) -> SysResult<OwnedFd> {
 
 /// A close-on-exec pipe: (read end, write end).
 pub fn pipe() -> SysResult<(OwnedFd, OwnedFd)> {
+    pipe2(0)
+}
+
+/// A close-on-exec pipe whose both ends are non-blocking.
+pub fn nonblocking_pipe() -> SysResult<(OwnedFd, OwnedFd)> {
+    pipe2(libc::O_NONBLOCK)
+}
+
+/// `pipe2(2)` with close-on-exec and `flags`.
+fn pipe2(flags: libc::c_int) -> SysResult<(OwnedFd, OwnedFd)> {
     let mut fds = [0; 2];
     // SAFETY: `fds` has room for the two fds pipe2 writes.
-    cvt(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) })?;
+    cvt(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | flags) })?;
     // SAFETY: pipe2 returned two new fds that nothing else owns.
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }

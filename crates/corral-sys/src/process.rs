@@ -43,6 +43,20 @@ pub enum WaitStatus {
     Signaled(i32),
 }
 
+impl WaitStatus {
+    /// How a child ended, from a raw wait status; `None` for stop and
+    /// continue reports (we never ask for them, but `__WALL` can see them).
+    fn decode(status: libc::c_int) -> Option<WaitStatus> {
+        if libc::WIFEXITED(status) {
+            Some(WaitStatus::Exited(libc::WEXITSTATUS(status)))
+        } else if libc::WIFSIGNALED(status) {
+            Some(WaitStatus::Signaled(libc::WTERMSIG(status)))
+        } else {
+            None
+        }
+    }
+}
+
 /// `waitpid(2)`. Returns `None` with `WNOHANG` when nothing has changed.
 /// Stopped/continued reports are skipped (we never ask for them).
 pub fn waitpid(pid: i32, nohang: bool) -> SysResult<Option<(i32, WaitStatus)>> {
@@ -62,11 +76,7 @@ pub fn waitpid(pid: i32, nohang: bool) -> SysResult<Option<(i32, WaitStatus)>> {
         if ret == 0 {
             return Ok(None);
         }
-        let ws = if libc::WIFEXITED(status) {
-            WaitStatus::Exited(libc::WEXITSTATUS(status))
-        } else if libc::WIFSIGNALED(status) {
-            WaitStatus::Signaled(libc::WTERMSIG(status))
-        } else {
+        let Some(ws) = WaitStatus::decode(status) else {
             continue;
         };
         return Ok(Some((ret, ws)));
@@ -291,11 +301,7 @@ pub fn wait4(pid: i32) -> SysResult<(WaitStatus, Usage)> {
             }
             return Err(e);
         }
-        let ws = if libc::WIFEXITED(status) {
-            WaitStatus::Exited(libc::WEXITSTATUS(status))
-        } else if libc::WIFSIGNALED(status) {
-            WaitStatus::Signaled(libc::WTERMSIG(status))
-        } else {
+        let Some(ws) = WaitStatus::decode(status) else {
             continue;
         };
         let tv = |t: libc::timeval| t.tv_sec as u64 * 1_000_000 + t.tv_usec as u64;

@@ -7,7 +7,7 @@
 //! references rather than bytes (`tcp_splice_read`, then `MSG_SPLICE_PAGES`
 //! on the sending side). See splice(2) and pipe(7).
 
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 
 use crate::{cvt, SysResult};
 
@@ -24,11 +24,7 @@ impl SplicePipe {
     /// `pipe-user-pages-soft`, or a size above `pipe-max-size`): the size
     /// only changes how many bytes one round moves.
     pub fn new(capacity: usize) -> SysResult<SplicePipe> {
-        let mut fds = [0; 2];
-        // SAFETY: `fds` has room for the two fds pipe2 writes.
-        cvt(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC) })?;
-        // SAFETY: pipe2 returned two new fds that nothing else owns.
-        let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        let (read, write) = crate::fd::nonblocking_pipe()?;
         let size = libc::c_int::try_from(capacity).unwrap_or(libc::c_int::MAX);
         // SAFETY: F_SETPIPE_SZ takes an integer; failure leaves the pipe as
         // it was, which is fine (see above).

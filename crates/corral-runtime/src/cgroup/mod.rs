@@ -1234,6 +1234,45 @@ pub(crate) mod fake {
         io::Error::from_raw_os_error(code)
     }
 
+    /// A child process killed and reaped on drop.
+    pub struct Guard(pub std::process::Child);
+
+    impl Guard {
+        /// A `sleep 30`.
+        pub fn sleep() -> Guard {
+            Guard(
+                std::process::Command::new("sleep")
+                    .arg("30")
+                    .spawn()
+                    .unwrap(),
+            )
+        }
+
+        pub fn pid(&self) -> i32 {
+            self.0.id() as i32
+        }
+
+        /// Waits up to `secs` for the exit; the signal that ended it.
+        pub fn wait_signal(&mut self, secs: u64) -> Option<i32> {
+            use std::os::unix::process::ExitStatusExt;
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+            while std::time::Instant::now() < deadline {
+                if let Some(status) = self.0.try_wait().unwrap() {
+                    return status.signal();
+                }
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            None
+        }
+    }
+
+    impl Drop for Guard {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+
     /// Whether `pid` is a live (not zombie) process.
     pub fn live(pid: i32) -> bool {
         let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {

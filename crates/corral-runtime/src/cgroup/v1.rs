@@ -219,11 +219,10 @@ pub(super) fn stats(backend: &Backend, dirs: &[GroupDir]) -> CgroupStats {
 #[cfg(test)]
 mod tests {
     use std::io::Write as _;
-    use std::os::unix::process::ExitStatusExt;
-    use std::process::{Child, Command, Stdio};
+    use std::process::{Command, Stdio};
     use std::sync::{Arc, Mutex};
 
-    use super::super::fake::{FakeKernel, TestDir};
+    use super::super::fake::{FakeKernel, Guard, TestDir};
     use super::super::{sandbox_group_name, CgroupHost, Version};
     use super::*;
 
@@ -266,36 +265,6 @@ mod tests {
             })
             .map(String::from)
             .collect()
-    }
-
-    /// A child killed and reaped on drop.
-    struct Guard(Child);
-
-    impl Guard {
-        fn sleep() -> Guard {
-            Guard(Command::new("sleep").arg("30").spawn().unwrap())
-        }
-        fn pid(&self) -> i32 {
-            self.0.id() as i32
-        }
-        /// Waits up to `secs` for the exit; the signal that ended it.
-        fn wait_signal(&mut self, secs: u64) -> Option<i32> {
-            let deadline = Instant::now() + Duration::from_secs(secs);
-            while Instant::now() < deadline {
-                if let Some(status) = self.0.try_wait().unwrap() {
-                    return status.signal();
-                }
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            None
-        }
-    }
-
-    impl Drop for Guard {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
     }
 
     #[test]

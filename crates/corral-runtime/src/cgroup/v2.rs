@@ -174,11 +174,11 @@ pub(super) fn stats(backend: &Backend, dirs: &[GroupDir]) -> CgroupStats {
 
 #[cfg(test)]
 mod tests {
-    use std::process::{Child, Command};
+    use std::process::Command;
     use std::sync::Arc;
     use std::time::{Duration, Instant};
 
-    use super::super::fake::{FakeKernel, TestDir};
+    use super::super::fake::{FakeKernel, Guard, TestDir};
     use super::super::{process_alive, sandbox_group_name, CgroupHost};
     use super::*;
 
@@ -193,37 +193,6 @@ mod tests {
 
     fn read(p: &Path) -> String {
         std::fs::read_to_string(p).unwrap().trim().to_string()
-    }
-
-    /// A `sleep 30` killed and reaped on drop.
-    struct Sleeper(Child);
-
-    impl Sleeper {
-        fn new() -> Sleeper {
-            Sleeper(Command::new("sleep").arg("30").spawn().unwrap())
-        }
-        fn pid(&self) -> i32 {
-            self.0.id() as i32
-        }
-        /// Waits (bounded) for the exit and returns the signal that ended it.
-        fn wait_signal(&mut self) -> Option<i32> {
-            use std::os::unix::process::ExitStatusExt;
-            let deadline = Instant::now() + Duration::from_secs(5);
-            while Instant::now() < deadline {
-                if let Some(status) = self.0.try_wait().unwrap() {
-                    return status.signal();
-                }
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            None
-        }
-    }
-
-    impl Drop for Sleeper {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
     }
 
     const ALL: &[&str] = &["cpuset", "cpu", "io", "memory", "pids"];
@@ -314,13 +283,13 @@ mod tests {
                 },
             )
             .unwrap();
-        let mut child = Sleeper::new();
+        let mut child = Guard::sleep();
         cg.add_process(child.pid()).unwrap();
         assert_eq!(cg.pids(), vec![child.pid()]);
         let start = Instant::now();
         cg.kill_all();
         assert!(start.elapsed() < Duration::from_millis(900));
-        assert_eq!(child.wait_signal(), Some(libc::SIGKILL));
+        assert_eq!(child.wait_signal(5), Some(libc::SIGKILL));
         let group = cg.paths()[0].to_path_buf();
         assert_eq!(read(&group.join("cgroup.kill")), "1");
         assert!(cg.pids().is_empty());
@@ -359,15 +328,15 @@ mod tests {
         let cg = host
             .create(&sandbox_group_name(), &CgroupLimits::default())
             .unwrap();
-        let mut a = Sleeper::new();
-        let mut b = Sleeper::new();
+        let mut a = Guard::sleep();
+        let mut b = Guard::sleep();
         cg.add_process(a.pid()).unwrap();
         cg.add_process(b.pid()).unwrap();
         assert_eq!(cg.pids().len(), 2);
         assert!(!cg.paths()[0].join("cgroup.kill").exists());
         cg.kill_all();
-        assert_eq!(a.wait_signal(), Some(libc::SIGKILL));
-        assert_eq!(b.wait_signal(), Some(libc::SIGKILL));
+        assert_eq!(a.wait_signal(5), Some(libc::SIGKILL));
+        assert_eq!(b.wait_signal(5), Some(libc::SIGKILL));
         cg.remove().unwrap();
     }
 
@@ -378,10 +347,10 @@ mod tests {
             .create(&sandbox_group_name(), &CgroupLimits::default())
             .unwrap();
         let group = cg.paths()[0].to_path_buf();
-        let mut child = Sleeper::new();
+        let mut child = Guard::sleep();
         cg.add_process(child.pid()).unwrap();
         cg.remove().unwrap();
-        assert_eq!(child.wait_signal(), Some(libc::SIGKILL));
+        assert_eq!(child.wait_signal(5), Some(libc::SIGKILL));
         assert!(!group.exists());
     }
 
@@ -400,7 +369,7 @@ mod tests {
             .create(&sandbox_group_name(), &CgroupLimits::default())
             .unwrap();
         let group = cg.paths()[0].to_path_buf();
-        let mut gone = Sleeper::new();
+        let mut gone = Guard::sleep();
         cg.add_process(gone.pid()).unwrap();
         gone.0.kill().unwrap();
         gone.0.wait().unwrap();
@@ -414,11 +383,11 @@ mod tests {
             .create(&sandbox_group_name(), &CgroupLimits::default())
             .unwrap();
         let group = cg.paths()[0].to_path_buf();
-        let mut left = Sleeper::new();
+        let mut left = Guard::sleep();
         cg.add_process(left.pid()).unwrap();
         let w = witness(&cg, "kill-busy");
         cg.remove().unwrap();
-        assert_eq!(left.wait_signal(), Some(libc::SIGKILL));
+        assert_eq!(left.wait_signal(5), Some(libc::SIGKILL));
         assert!(!group.exists());
         assert_eq!(read(&w), "1");
     }
@@ -502,7 +471,7 @@ mod tests {
         let (dir, host) = host(ALL, true, true);
         let base = dir.0.join("sys/fs/cgroup/corral");
         host.backend.mkdir(&base).unwrap();
-        let child = Sleeper::new();
+        let child = Guard::sleep();
         host.backend
             .write(&base.join("cgroup.procs"), &child.pid().to_string())
             .unwrap();
@@ -533,7 +502,7 @@ mod tests {
         let mut stale = host
             .create(&format!("{dead}-1"), &CgroupLimits::default())
             .unwrap();
-        let mut orphan = Sleeper::new();
+        let mut orphan = Guard::sleep();
         stale.add_process(orphan.pid()).unwrap();
         stale.done = true; // as if corral died without cleaning up
         drop(stale);
@@ -547,7 +516,7 @@ mod tests {
         host.backend.mkdir(&base.join("foreign")).unwrap();
 
         assert_eq!(host.sweep_stale(), 1);
-        assert_eq!(orphan.wait_signal(), Some(libc::SIGKILL));
+        assert_eq!(orphan.wait_signal(5), Some(libc::SIGKILL));
         assert!(!base.join(format!("{dead}-1")).exists());
         assert!(ours_path.is_dir());
         assert!(base.join("foreign").is_dir());
