@@ -1,7 +1,9 @@
 //! `corral doctor`: what this host supports, and what each gap means.
 
-use corral_runtime::plan::SandboxIdentity;
-use corral_runtime::{build_plan, launch, CommandTable, LaunchOptions, OutputMode, RunRequest};
+use corral_launcher::{
+    build_plan, launch, sandbox_identity, CommandTable, LaunchOptions, OutputMode, RunCgroup,
+    RunRequest,
+};
 
 struct Finding {
     ok: bool,
@@ -98,7 +100,7 @@ pub fn doctor() -> i32 {
     // Whether the default profile's cgroup limits can be enforced here, by
     // creating (and removing) a real group the way `corral run` would.
     let code = corral_policy::builtin::code();
-    let (ok, detail) = match corral_runtime::contain::Containment::for_limits(&code.limits) {
+    let (ok, detail) = match RunCgroup::for_limits(&code.limits) {
         Ok(c) => {
             let detail = c
                 .enforced_json()
@@ -107,7 +109,7 @@ pub fn doctor() -> i32 {
             c.finish();
             (true, detail)
         }
-        Err(e) => (false, e),
+        Err(e) => (false, e.to_string()),
     };
     findings.push(Finding {
         ok,
@@ -131,7 +133,7 @@ pub fn doctor() -> i32 {
     if all_ok {
         0
     } else {
-        corral_runtime::EXIT_CORRAL_ERROR
+        corral_launcher::EXIT_CORRAL_ERROR
     }
 }
 
@@ -143,7 +145,7 @@ fn probe_sandbox() -> (bool, String) {
         argv: vec!["sh".into(), "-c".into(), "exit 0".into()],
         ..Default::default()
     };
-    let identity = SandboxIdentity::for_current_process(&profile);
+    let identity = sandbox_identity(&profile);
     let plan = match build_plan(&profile, &table, &request, identity, &|_| None) {
         Ok((p, _)) => p,
         Err(e) => return (false, format!("cannot plan a probe: {e}")),
@@ -154,7 +156,7 @@ fn probe_sandbox() -> (bool, String) {
         output_kill_bytes: 1 << 20,
         timeout: Some(std::time::Duration::from_secs(10)),
         forward_signals: false,
-        helper: corral_runtime::launch::HelperStart::ReExec,
+        helper: corral_launcher::HelperStart::ReExec,
         cancel: None,
         stdin: None,
         tap: None,

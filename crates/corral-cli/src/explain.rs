@@ -2,9 +2,8 @@
 
 use std::path::Path;
 
+use corral_launcher::{CommandTable, Resolution};
 use corral_policy::env::{ALWAYS_BLOCKED, BASE_ENV};
-use corral_runtime::resolve::Resolution;
-use corral_runtime::CommandTable;
 use serde_json::json;
 
 /// Prints the profile; returns the exit status.
@@ -13,7 +12,7 @@ pub fn explain(name: Option<&str>, config: Option<&Path>, as_json: bool) -> i32 
         Ok(c) => c,
         Err(e) => {
             crate::say(&e.to_string());
-            return corral_runtime::EXIT_CORRAL_ERROR;
+            return corral_launcher::EXIT_CORRAL_ERROR;
         }
     };
     let name = name.unwrap_or(corral_policy::builtin::DEFAULT_PROFILE);
@@ -21,7 +20,7 @@ pub fn explain(name: Option<&str>, config: Option<&Path>, as_json: bool) -> i32 
         Ok(p) => p,
         Err(e) => {
             crate::say(&e.to_string());
-            return corral_runtime::EXIT_CORRAL_ERROR;
+            return corral_launcher::EXIT_CORRAL_ERROR;
         }
     };
     let table = CommandTable::resolve(profile, std::env::var("PATH").ok().as_deref());
@@ -54,7 +53,7 @@ pub fn explain(name: Option<&str>, config: Option<&Path>, as_json: bool) -> i32 
             corral_policy::LandlockMode::BestEffort => "best effort: same rules where the kernel has Landlock, reported otherwise",
         }),
     ];
-    let seccomp_rules = corral_runtime::seccomp::describe(profile.security.seccomp);
+    let seccomp_rules = corral_launcher::seccomp_rules(profile.security.seccomp);
     if as_json {
         let v = json!({
             "profile": profile,
@@ -151,10 +150,10 @@ pub fn explain(name: Option<&str>, config: Option<&Path>, as_json: bool) -> i32 
     println!("\nseccomp rules:");
     for r in &seccomp_rules {
         let action = match r.action {
-            corral_runtime::seccomp::RuleAction::Eperm => "EPERM",
-            corral_runtime::seccomp::RuleAction::Enosys => "ENOSYS",
-            corral_runtime::seccomp::RuleAction::Allow => "allow",
-            corral_runtime::seccomp::RuleAction::Kill => "KILL",
+            corral_launcher::RuleAction::Eperm => "EPERM",
+            corral_launcher::RuleAction::Enosys => "ENOSYS",
+            corral_launcher::RuleAction::Allow => "allow",
+            corral_launcher::RuleAction::Kill => "KILL",
         };
         println!(
             "  {:<20} {:<7} when {:<40} {}",

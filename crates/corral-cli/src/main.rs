@@ -1,6 +1,6 @@
 //! `corral`: the command-line front end. Thin by design: argument parsing,
 //! printing and exit codes live here; decisions live in `corral-policy` and
-//! `corral-runtime`.
+//! `corral-launcher`.
 #![forbid(unsafe_code)]
 
 mod doctor;
@@ -74,8 +74,8 @@ enum Cmd {
 fn main() {
     // Re-entered as the sandbox helper: go there before anything else runs
     // (no argument parsing, no threads, no async runtime).
-    if corral_runtime::launch::is_helper_invocation(std::env::args_os().nth(1).as_deref()) {
-        corral_runtime::helper::main();
+    if corral_launcher::is_helper_invocation(std::env::args_os().nth(1).as_deref()) {
+        corral_launcher::helper_main();
     }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
@@ -136,14 +136,14 @@ fn usage_error(e: clap::Error) -> i32 {
     if json {
         return run::refuse(
             true,
-            corral_runtime::EXIT_CORRAL_ERROR,
+            corral_launcher::EXIT_CORRAL_ERROR,
             "request.invalid",
             first,
             vec![],
         );
     }
     let _ = e.print();
-    corral_runtime::EXIT_CORRAL_ERROR
+    corral_launcher::EXIT_CORRAL_ERROR
 }
 
 /// `corral serve`: the async runtime starts here, after the helper
@@ -158,7 +158,7 @@ fn serve(
         Ok(c) => c,
         Err(e) => {
             say(&e.to_string());
-            return corral_runtime::EXIT_CORRAL_ERROR;
+            return corral_launcher::EXIT_CORRAL_ERROR;
         }
     };
     if let Some(l) = listen {
@@ -167,7 +167,7 @@ fn serve(
     if let Some(m) = max_concurrent {
         if m == 0 {
             say("--max-concurrent must be at least 1");
-            return corral_runtime::EXIT_CORRAL_ERROR;
+            return corral_launcher::EXIT_CORRAL_ERROR;
         }
         config.server.max_concurrent = m;
         for t in &mut config.server.tenants {
@@ -192,14 +192,14 @@ fn run_async(
         Ok(r) => r,
         Err(e) => {
             say(&format!("cannot start the async runtime: {e}"));
-            return corral_runtime::EXIT_CORRAL_ERROR;
+            return corral_launcher::EXIT_CORRAL_ERROR;
         }
     };
     match runtime.block_on(fut) {
         Ok(()) => 0,
         Err(e) => {
             say(&e.to_string());
-            corral_runtime::EXIT_CORRAL_ERROR
+            corral_launcher::EXIT_CORRAL_ERROR
         }
     }
 }
@@ -211,7 +211,7 @@ fn mcp(config: Option<&std::path::Path>, code_mode: bool) -> i32 {
         Ok(c) => c,
         Err(e) => {
             say(&e.to_string());
-            return corral_runtime::EXIT_CORRAL_ERROR;
+            return corral_launcher::EXIT_CORRAL_ERROR;
         }
     };
     if code_mode {
@@ -234,7 +234,7 @@ fn check(file: &std::path::Path) -> i32 {
         }
         Err(e) => {
             crate::say(&e.to_string());
-            corral_runtime::EXIT_CORRAL_ERROR
+            corral_launcher::EXIT_CORRAL_ERROR
         }
     }
 }

@@ -5,13 +5,13 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use clap::Args;
+use corral_launcher::{execute, ExecuteOptions};
+use corral_launcher::{
+    sandbox_identity, CommandTable, ErrorInfo, HelperStart, Outcome, OutputMode, RunRequest,
+    RunResult, SandboxIdentity, EXIT_CORRAL_ERROR,
+};
 use corral_policy::env::{parse_assignment, EnvRequest};
 use corral_policy::{AuditEvent, ByteSize, MountSpec, Profile};
-use corral_runtime::execute::{execute, ExecuteOptions};
-use corral_runtime::launch::{HelperStart, Outcome};
-use corral_runtime::plan::SandboxIdentity;
-use corral_runtime::result::ErrorInfo;
-use corral_runtime::{CommandTable, OutputMode, RunRequest, RunResult, EXIT_CORRAL_ERROR};
 
 /// Arguments of `corral run`.
 #[derive(Args)]
@@ -369,7 +369,7 @@ pub fn run(args: RunArgs) -> i32 {
         Ok(r) => r,
         Err((code, message)) => return refuse(json, EXIT_CORRAL_ERROR, &code, message, vec![]),
     };
-    let identity = SandboxIdentity::for_current_process(&profile);
+    let identity = sandbox_identity(&profile);
     // Reduced mode has no tmpfs workspace: a fresh host directory instead,
     // removed afterwards (the guard).
     let _scratch = if args.without_namespaces {
@@ -402,6 +402,7 @@ pub fn run(args: RunArgs) -> i32 {
         cancel: None,
         stdin: None,
         tap: None,
+        prestarted: None,
     };
     let run = execute(
         &profile,

@@ -225,7 +225,7 @@ async fn stream_execution(
     let dropped = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let tap_tx = tx.clone();
     let tap_dropped = dropped.clone();
-    let tap: corral_runtime::launch::OutputTap = Arc::new(move |stream: u8, data: &[u8]| {
+    let tap: corral_launcher::OutputTap = Arc::new(move |stream: u8, data: &[u8]| {
         let name = if stream == 1 { "stdout" } else { "stderr" };
         let ev = Event::default()
             .event(name)

@@ -5,14 +5,14 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use crate::workspace::{FileLimits, Workspace, WorkspaceError, DEFAULT_RESERVED};
 use axum::http::StatusCode;
+use corral_launcher::sandbox_identity;
+use corral_launcher::HelperStart;
+use corral_launcher::{execute, ExecuteOptions};
+use corral_launcher::{OutputMode, RunRequest};
 use corral_policy::env::EnvRequest;
 use corral_policy::{ByteSize, Profile, RunLimit};
-use corral_runtime::execute::{execute, ExecuteOptions};
-use corral_runtime::launch::HelperStart;
-use corral_runtime::plan::SandboxIdentity;
-use corral_runtime::workspace::{FileLimits, Workspace, WorkspaceError, DEFAULT_RESERVED};
-use corral_runtime::{OutputMode, RunRequest};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -318,7 +318,7 @@ fn id_from(fill: impl FnOnce(&mut [u8]) -> Result<(), String>) -> Result<String,
 /// A fresh workspace under the server's own directory, owned by the uid
 /// the sandbox of `profile` runs as (when the server is root).
 pub fn new_workspace(state: &AppState, profile: &Profile) -> Result<Workspace, WorkspaceError> {
-    let identity = SandboxIdentity::for_current_process(profile);
+    let identity = sandbox_identity(profile);
     let owner = identity
         .drop_from_root
         .then_some((identity.uid, identity.gid));
@@ -347,7 +347,7 @@ pub fn run_streaming(
     id: &str,
     prepared: Prepared,
     cancel: Arc<AtomicBool>,
-    tap: Option<corral_runtime::launch::OutputTap>,
+    tap: Option<corral_launcher::OutputTap>,
 ) -> Result<Value, ApiError> {
     let started = now_ms();
     let ws = new_workspace(state, &prepared.profile).map_err(|e| {
@@ -404,7 +404,7 @@ pub fn execute_in(
     prepared: &Prepared,
     ws: &Workspace,
     cancel: Arc<AtomicBool>,
-    tap: Option<corral_runtime::launch::OutputTap>,
+    tap: Option<corral_launcher::OutputTap>,
 ) -> Result<(Value, StatusCode), ApiError> {
     let stdin = stdin_file(&state.work_dir, prepared.stdin.as_deref()).map_err(|e| {
         ApiError::new(
@@ -435,6 +435,7 @@ pub fn execute_in(
         cancel: Some(cancel.clone()),
         stdin: Some(Arc::new(stdin)),
         tap,
+        prestarted: Some(crate::warm::take),
     };
     // The server's own environment never reaches a sandbox.
     let outcome = execute(

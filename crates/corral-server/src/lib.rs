@@ -1,6 +1,6 @@
 //! `corral serve`: the execution service.
 //!
-//! An HTTP API (axum) in front of the same [`corral_runtime::execute`] the
+//! An HTTP API (axum) in front of the same [`corral_launcher::execute`] the
 //! CLI uses: bearer-token tenants, a global concurrency cap and per-tenant
 //! quotas answered with 429 instead of a queue, per-execution workspaces
 //! handled without following links the sandbox planted, and one audit
@@ -17,6 +17,8 @@ pub mod error;
 pub mod exec;
 pub mod mcp;
 pub mod state;
+mod warm;
+mod workspace;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -57,20 +59,20 @@ pub async fn serve(config: Config) -> Result<(), ServerError> {
         .with_graceful_shutdown(shutdown_signal())
         .await
         .map_err(|e| ServerError::Io(e.to_string()));
-    corral_runtime::warm::shutdown();
+    crate::warm::shutdown();
     served
 }
 
 /// One sandbox helper started ahead per execution slot, waiting in a
 /// cgroup made for the default profile's limits: a request then pays
 /// neither a program start nor (on cgroup v1) the wait of moving a process
-/// into a group. `corral_runtime::warm::shutdown` lets them go.
+/// into a group. `crate::warm::shutdown` lets them go.
 fn start_warm_helpers(config: &Config) {
     let template = config
         .profile(corral_policy::builtin::DEFAULT_PROFILE)
         .ok()
         .map(|p| p.limits.clone());
-    corral_runtime::warm::keep_ready(config.server.max_concurrent as usize, template);
+    crate::warm::keep_ready(config.server.max_concurrent as usize, template);
 }
 
 async fn shutdown_signal() {

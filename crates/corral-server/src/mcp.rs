@@ -11,7 +11,7 @@
 //!   every other execution.
 //! - `write_file` {path, content, encoding?}, `read_file` {path},
 //!   `list_files` {path?}: the session's workspace, through
-//!   [`corral_runtime::workspace::Workspace`] (openat2 beneath the
+//!   [`crate::workspace::Workspace`] (openat2 beneath the
 //!   workspace, no symlinks, reserved `.corral*` names denied, sizes
 //!   capped). `run_code` runs *in* that workspace, so files go both ways.
 //!
@@ -37,15 +37,13 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
+use crate::workspace::{check_path, EntryKind, FileLimits, WorkspaceError, DEFAULT_RESERVED};
 use axum::extract::{Request, State};
 use axum::http::request::Parts;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::Router;
 use corral_policy::{Config, Tenant};
-use corral_runtime::workspace::{
-    check_path, EntryKind, FileLimits, WorkspaceError, DEFAULT_RESERVED,
-};
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{
@@ -897,6 +895,6 @@ pub async fn serve_stdio(config: Config) -> Result<(), ServerError> {
         r = running.waiting() => r.map(drop).map_err(|e| ServerError::Io(format!("MCP over stdio: {e}"))),
         () = stop_signal() => Ok(()),
     };
-    corral_runtime::warm::shutdown();
+    crate::warm::shutdown();
     ended
 }

@@ -5,8 +5,8 @@ use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
+use corral_launcher::CommandTable;
 use corral_policy::{Config, Tenant};
-use corral_runtime::CommandTable;
 use tokio::sync::Semaphore;
 
 use crate::audit::AuditStore;

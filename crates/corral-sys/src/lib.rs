@@ -6,7 +6,7 @@
 //! async-signal-safe may be called between `fork` and `exec`.
 //!
 //! Callers compose these into the sandbox set-up sequence in
-//! `corral-runtime`; no policy lives here.
+//! `corral-helper` (and the launcher in `corral-launcher`); no policy lives here.
 
 pub mod exec;
 pub mod fd;

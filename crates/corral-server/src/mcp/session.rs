@@ -12,9 +12,9 @@ use std::ops::Deref;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
+use crate::workspace::{FileLimits, Workspace, WorkspaceError};
 use axum::http::StatusCode;
 use corral_policy::Profile;
-use corral_runtime::workspace::{FileLimits, Workspace, WorkspaceError};
 use serde_json::Value;
 
 use crate::audit::now_ms;

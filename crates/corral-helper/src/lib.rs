@@ -1,5 +1,27 @@
-//! The sandbox helper: corral's own binary re-entered as
-//! `corral __sandbox-helper`, single-threaded, before any async runtime.
+//! The in-sandbox helper: everything between corral's fork and the
+//! program's `execve`.
+//!
+//! This crate is the only code that runs inside the sandbox's processes:
+//! the helper (corral's own binary re-entered as `corral __sandbox-helper`,
+//! or forked from the single-threaded CLI), the sandbox's init (PID 1 of
+//! the new pid namespace) and the program's process up to `execve`.
+//!
+//! # Rules for code in this crate
+//!
+//! - **Single-threaded.** Every process here has exactly one thread: the
+//!   re-executed helper starts fresh before any async runtime, a forked
+//!   helper comes from a process that checked it had one thread
+//!   (`corral_sys::process::fork_in_single_threaded_helper`). So no lock can
+//!   be held by a thread that no longer exists after a fork, and these
+//!   processes may allocate and use the standard library between their
+//!   forks. Never start a thread here.
+//! - **Fail closed.** A step that cannot be done ends the sandbox with a
+//!   [`HelperMessage::Failed`] naming the stage ([`FailureKind`]) and exit
+//!   status [`EXIT_CORRAL_ERROR`]; nothing degrades silently.
+//! - **Seccomp last.** The program's process installs the seccomp filters
+//!   as its very last step before `execve`, after Landlock.
+//! - **Input is the plan.** [`SandboxPlan`] is decided by the launcher; the
+//!   helper never reads policy or configuration itself.
 //!
 //! Process tree and hardening order (see docs/architecture.md):
 //!
@@ -12,13 +34,35 @@
 //!            └─ program: reset signals → setsid → PDEATHSIG → drop every
 //!                 capability → no_new_privs → chdir → execve
 //! ```
-//!
-//! Because this process is single-threaded and freshly exec'd, it may
-//! allocate and use the standard library freely between its forks.
+#![forbid(unsafe_code)]
 
+mod filters;
 mod init;
+mod landlock;
+mod plan;
+mod protocol;
 mod reduced;
 mod rootfs;
+
+pub use filters::{CompiledFilters, Insn};
+pub use landlock::{LandlockOutcome, LandlockPlan};
+pub use plan::{
+    rlimit_resource, GeneratedFile, MountOp, ReducedPlan, Rlimit, RlimitKind, SandboxIdentity,
+    SandboxPlan, SecurityPlan, HTTP_PROXY_PORT, SOCKS_PROXY_PORT,
+};
+pub use protocol::{FailureKind, HelperMessage, GO_AHEAD, MAX_PLAN_BYTES};
+
+/// The hidden subcommand that re-enters corral's binary as the sandbox
+/// helper. `main` must check for it before doing anything else.
+pub const HELPER_SUBCOMMAND: &str = "__sandbox-helper";
+
+/// Exit status for corral's own errors (bad policy, rejected command,
+/// missing kernel feature), as `env(1)` and container runtimes use it.
+pub const EXIT_CORRAL_ERROR: i32 = 125;
+/// Exit status when the command exists but cannot be executed.
+pub const EXIT_NOT_EXECUTABLE: i32 = 126;
+/// Exit status when the command is not found.
+pub const EXIT_NOT_FOUND: i32 = 127;
 
 /// The signal the parent sends the helper to have the whole sandbox killed
 /// (timeout, output ceiling) when there is no pid namespace to tear down.
@@ -33,10 +77,6 @@ use std::os::fd::{AsFd, OwnedFd};
 
 use corral_sys::process::{self, Fork, WaitStatus};
 use corral_sys::{fd, mount, ns, signal, Errno};
-
-use crate::plan::{MountOp, SandboxPlan};
-use crate::protocol::{FailureKind, HelperMessage, MAX_PLAN_BYTES};
-use crate::EXIT_CORRAL_ERROR;
 
 /// The control socket, shared by the helper, init and the program's
 /// pre-exec child (each writes whole messages).
@@ -91,7 +131,7 @@ pub fn main_forked(plan: SandboxPlan) -> ! {
     // Wait until the parent has put us in the sandbox's cgroup.
     let mut go = [0u8; 8];
     match ctrl.0.read(&mut go) {
-        Ok(n) if &go[..n] == crate::protocol::GO_AHEAD => {}
+        Ok(n) if &go[..n] == GO_AHEAD => {}
         _ => process::exit_now(EXIT_CORRAL_ERROR),
     }
     if let Err(e) = process::wipe_args_and_env(b"corral-sandbox") {

@@ -9,13 +9,14 @@ use corral_policy::commands::{self, CommandDecision, CommandRejection};
 use corral_policy::config::reserved_destination;
 use corral_policy::env::{self, EnvError, EnvRequest};
 use corral_policy::{AuditEvent, Level, MountSpec, Profile, ReasonCode, SandboxPath};
-use serde::{Deserialize, Serialize};
-
 use corral_policy::{LandlockMode, NetworkMode, SeccompProfile};
 
-use crate::landlock::LandlockPlan;
+use corral_helper::{
+    rlimit_resource, GeneratedFile, LandlockPlan, MountOp, ReducedPlan, Rlimit, RlimitKind,
+    SandboxIdentity, SandboxPlan, SecurityPlan, HTTP_PROXY_PORT, SOCKS_PROXY_PORT,
+};
+
 use crate::resolve::{CommandTable, Resolution};
-use crate::seccomp::CompiledFilters;
 
 /// Where the workspace appears inside the sandbox.
 pub const WORKSPACE: &str = "/workspace";
@@ -39,113 +40,24 @@ pub struct RunRequest {
     pub without_namespaces: bool,
 }
 
-/// Who runs the program, decided by who runs corral.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SandboxIdentity {
-    /// Host uid of the program (and the same number inside).
-    pub uid: u32,
-    /// Host gid of the program (and the same number inside).
-    pub gid: u32,
-    /// Whether the helper starts as root and must switch to `uid`/`gid`
-    /// before creating the user namespace.
-    pub drop_from_root: bool,
-}
-
-impl SandboxIdentity {
-    /// The identity for the current process: itself when unprivileged, the
-    /// profile's unprivileged identity when root.
-    pub fn for_current_process(profile: &Profile) -> Self {
-        let (_, euid) = corral_sys::process::uids();
-        if euid == 0 {
-            SandboxIdentity {
-                uid: profile.identity.uid,
-                gid: profile.identity.gid,
-                drop_from_root: true,
-            }
-        } else {
-            SandboxIdentity {
-                uid: euid,
-                gid: corral_sys::process::getegid(),
-                drop_from_root: false,
-            }
+/// The identity the program runs as, decided by who runs corral: corral's
+/// own uid and gid when unprivileged, the profile's unprivileged identity
+/// when root.
+pub fn sandbox_identity(profile: &Profile) -> SandboxIdentity {
+    let (_, euid) = corral_sys::process::uids();
+    if euid == 0 {
+        SandboxIdentity {
+            uid: profile.identity.uid,
+            gid: profile.identity.gid,
+            drop_from_root: true,
+        }
+    } else {
+        SandboxIdentity {
+            uid: euid,
+            gid: corral_sys::process::getegid(),
+            drop_from_root: false,
         }
     }
-}
-
-/// One filesystem step inside the new root, in order.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "op", rename_all = "snake_case")]
-pub enum MountOp {
-    /// Bind a host path (recursively).
-    Bind {
-        /// Host path.
-        source: String,
-        /// Sandbox path.
-        dest: SandboxPath,
-        /// Read-write instead of read-only.
-        writable: bool,
-        /// When corral runs as root: the on-disk (uid, gid) shown as the
-        /// sandbox identity through an idmapped mount, so a workdir owned
-        /// by the invoking user is writable without chowning host files.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        idmap_from: Option<(u32, u32)>,
-    },
-    /// Create a symlink (recreating a host symlink such as `/bin -> usr/bin`).
-    Symlink {
-        /// Link target, as on the host.
-        target: String,
-        /// Sandbox path.
-        dest: SandboxPath,
-    },
-    /// Mount a fresh tmpfs.
-    Tmpfs {
-        /// Sandbox path.
-        dest: SandboxPath,
-        /// Size limit in bytes.
-        size: u64,
-        /// Mode of the root directory.
-        mode: u32,
-    },
-}
-
-impl MountOp {
-    /// The sandbox path this step creates.
-    pub fn dest(&self) -> &SandboxPath {
-        match self {
-            MountOp::Bind { dest, .. }
-            | MountOp::Symlink { dest, .. }
-            | MountOp::Tmpfs { dest, .. } => dest,
-        }
-    }
-}
-
-/// A resource limit the program's process gets just before execve.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RlimitKind {
-    /// `RLIMIT_AS`.
-    AddressSpace,
-    /// `RLIMIT_CPU`, seconds.
-    CpuTime,
-    /// `RLIMIT_FSIZE`.
-    FileSize,
-    /// `RLIMIT_NOFILE`.
-    OpenFiles,
-    /// `RLIMIT_NPROC`.
-    Processes,
-    /// `RLIMIT_CORE`.
-    Core,
-}
-
-/// One rlimit: soft and hard values.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Rlimit {
-    /// Which limit.
-    pub kind: RlimitKind,
-    /// Soft value (the one that triggers).
-    pub soft: u64,
-    /// Hard value (the ceiling the program cannot raise past).
-    pub hard: u64,
 }
 
 /// The rlimits a profile asks for, each clamped to the hard limit corral
@@ -185,72 +97,6 @@ pub fn rlimits(limits: &corral_policy::Limits) -> Vec<Rlimit> {
     out
 }
 
-/// The kernel resource number of a limit.
-pub fn rlimit_resource(kind: RlimitKind) -> libc::__rlimit_resource_t {
-    match kind {
-        RlimitKind::AddressSpace => libc::RLIMIT_AS,
-        RlimitKind::CpuTime => libc::RLIMIT_CPU,
-        RlimitKind::FileSize => libc::RLIMIT_FSIZE,
-        RlimitKind::OpenFiles => libc::RLIMIT_NOFILE,
-        RlimitKind::Processes => libc::RLIMIT_NPROC,
-        RlimitKind::Core => libc::RLIMIT_CORE,
-    }
-}
-
-/// A small file corral writes into the sandbox's root (`/etc/passwd`, ...).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct GeneratedFile {
-    /// Sandbox path.
-    pub path: SandboxPath,
-    /// Contents.
-    pub contents: String,
-}
-
-/// Everything the helper needs, decided in advance. Sent as JSON over the
-/// control socket.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SandboxPlan {
-    /// pid of the corral process that spawned the helper; the helper exits
-    /// if its parent is already someone else.
-    pub parent_pid: i32,
-    /// Who runs the program.
-    pub identity: SandboxIdentity,
-    /// Hostname in the UTS namespace.
-    pub hostname: String,
-    /// Size of `/tmp`.
-    pub tmp_size: u64,
-    /// Whether `/dev/pts` and `/dev/ptmx` exist.
-    pub dev_pts: bool,
-    /// Filesystem steps, parents before children.
-    pub mounts: Vec<MountOp>,
-    /// Paths hidden after all mounts.
-    pub deny: Vec<SandboxPath>,
-    /// Files written into the root.
-    pub files: Vec<GeneratedFile>,
-    /// Working directory.
-    pub cwd: SandboxPath,
-    /// Absolute path of the program inside the sandbox.
-    pub exec_path: String,
-    /// argv, `argv[0]` as requested.
-    pub argv: Vec<String>,
-    /// Environment as `NAME=VALUE`.
-    pub env: Vec<String>,
-    /// Resource limits set just before execve.
-    pub rlimits: Vec<Rlimit>,
-    /// Landlock and seccomp, prepared here so the helper only installs.
-    pub security: SecurityPlan,
-    /// Set in reduced mode: no namespaces, no mounts; the program runs on
-    /// the host filesystem as Landlock allows, in this host directory.
-    pub reduced: Option<ReducedPlan>,
-    /// The network mode.
-    pub network: NetworkMode,
-}
-
-/// Port of the HTTP proxy on the sandbox's loopback (mode `allow`).
-pub const HTTP_PROXY_PORT: u16 = 3128;
-/// Port of the SOCKS5 proxy on the sandbox's loopback (mode `allow`).
-pub const SOCKS_PROXY_PORT: u16 = 1080;
-
 /// The variables that point clients at corral's proxy, both cases (curl,
 /// pip, npm, uv and git read one or the other).
 pub fn proxy_env() -> Vec<(String, String)> {
@@ -267,24 +113,6 @@ pub fn proxy_env() -> Vec<(String, String)> {
         out.push((name.to_ascii_lowercase(), value.to_string()));
     }
     out
-}
-
-/// Reduced mode's own facts.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ReducedPlan {
-    /// The workspace, a host directory (also the working directory).
-    pub workdir: String,
-}
-
-/// The Landlock rules and compiled seccomp filters of one run.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SecurityPlan {
-    /// Which seccomp profile the filters implement.
-    pub seccomp_profile: SeccompProfile,
-    /// The compiled filters, installed last.
-    pub filters: CompiledFilters,
-    /// The Landlock rules.
-    pub landlock: LandlockPlan,
 }
 
 /// Landlock rules mirroring the mounts: read (and execute) where the mount

@@ -7,9 +7,9 @@ use corral_sys::exec::ExecArgs;
 use corral_sys::process::{self, Fork, WaitStatus};
 use corral_sys::{fd, mount, net, ns, signal};
 
-use super::{rootfs, Control};
 use crate::plan::{Rlimit, SandboxPlan};
 use crate::protocol::{FailureKind, HelperMessage};
+use crate::{rootfs, Control};
 use crate::{EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND};
 
 /// Runs as PID 1: builds the sandbox, starts the program, then reaps,
@@ -228,7 +228,7 @@ pub(super) fn reap(program: i32, mut ctrl: Control, kill_leftovers: &dyn Fn()) -
     let mut status: Option<WaitStatus> = None;
     loop {
         let sig = signal::wait_any().unwrap_or(libc::SIGCHLD);
-        if sig == super::kill_tree_signal() {
+        if sig == crate::kill_tree_signal() {
             // The parent's timeout or output ceiling: everything dies now.
             status.get_or_insert(WaitStatus::Signaled(libc::SIGKILL));
         } else if sig != libc::SIGCHLD {

@@ -30,7 +30,7 @@ pub struct Enforced {
     /// The seccomp profile installed (`default` or `strict`).
     pub seccomp: Option<String>,
     /// Landlock as enforced: the kernel ABI and the ruleset status.
-    pub landlock: Option<crate::landlock::LandlockOutcome>,
+    pub landlock: Option<corral_helper::LandlockOutcome>,
     /// The network mode: `none` (loopback only), `allow` (corral's proxy
     /// only) or `host`.
     pub network: String,

@@ -6,18 +6,19 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
-use corral_policy::{AuditEvent, Level, NetworkMode, Profile, ReasonCode};
+use corral_policy::{AuditEvent, Level, Limits, NetworkMode, Profile, ReasonCode};
 
-use crate::contain::{Containment, ContainmentStats};
+use corral_helper::{FailureKind, RlimitKind, SandboxIdentity, SandboxPlan, EXIT_CORRAL_ERROR};
+
+use crate::contain::{LimitsUnenforceable, RunCgroup, RunCgroupStats};
 use crate::egress::ProxyService;
 use crate::launch::{
     launch, EgressProxy, HelperStart, LaunchOptions, Outcome, OutputMode, StartedHelper,
 };
-use crate::plan::{build_plan, RlimitKind, RunRequest, SandboxIdentity, SandboxPlan};
-use crate::protocol::FailureKind;
+use crate::plan::{build_plan, sandbox_identity, RunRequest};
+use crate::reexec::ReadyHelper;
 use crate::resolve::CommandTable;
 use crate::result::{Enforced, ErrorInfo, RunResult};
-use crate::EXIT_CORRAL_ERROR;
 
 /// How the front end wants the run done.
 pub struct ExecuteOptions {
@@ -33,6 +34,27 @@ pub struct ExecuteOptions {
     pub stdin: Option<Arc<std::fs::File>>,
     /// Sees output chunks as they arrive (streaming front ends).
     pub tap: Option<crate::launch::OutputTap>,
+    /// With [`HelperStart::ReExec`]: where a helper started ahead of the
+    /// run comes from (a server's warm pool), asked once the plan stands;
+    /// `None` starts one now.
+    pub prestarted: Option<PrestartedSource>,
+}
+
+/// Hands out a helper started ahead of a run with these limits (see
+/// [`Prestarted`]).
+pub type PrestartedSource = fn(&Limits) -> std::io::Result<Prestarted>;
+
+/// A re-executed helper started before the run, with the cgroup it may
+/// already wait in.
+pub struct Prestarted {
+    /// The helper, waiting for its plan.
+    pub helper: ReadyHelper,
+    /// The group it already sits in, made for the run's limits.
+    pub group: Option<RunCgroup>,
+    /// A group it sits in that was made for other limits: the run moves
+    /// the helper into a group of its own and removes this one afterwards
+    /// (with [`RunCgroup::finish`]), once it is empty.
+    pub former_group: Option<RunCgroup>,
 }
 
 /// A run refused before (or while) the sandbox was built.
@@ -55,7 +77,7 @@ pub struct Execution {
     /// The launcher's own view, for front ends that report more.
     pub outcome: Outcome,
     /// The cgroup's measurements.
-    pub stats: ContainmentStats,
+    pub stats: RunCgroupStats,
 }
 
 fn refusal(exit_code: i32, code: &str, message: String, events: Vec<AuditEvent>) -> Refusal {
@@ -78,7 +100,7 @@ pub fn execute(
     opts: ExecuteOptions,
     on_events: &mut dyn FnMut(&[AuditEvent]),
 ) -> Result<Execution, Refusal> {
-    let identity = SandboxIdentity::for_current_process(profile);
+    let identity = sandbox_identity(profile);
     let (plan, mut events) = match build_plan(profile, commands, request, identity, lookup_env) {
         Ok(p) => p,
         Err(e) => {
@@ -107,17 +129,27 @@ pub fn execute(
     on_events(&events);
     // A re-executed helper may be waiting already, maybe in its group.
     let taken = match opts.helper {
-        HelperStart::ReExec => match crate::warm::take(&profile.limits) {
-            Ok(taken) => Some(taken),
-            Err(e) => {
-                return Err(refusal(
-                    EXIT_CORRAL_ERROR,
-                    "sandbox.launch",
-                    format!("starting the sandbox helper: {e}"),
-                    events,
-                ))
+        HelperStart::ReExec => {
+            let started = match opts.prestarted {
+                Some(source) => source(&profile.limits),
+                None => ReadyHelper::spawn().map(|helper| Prestarted {
+                    helper,
+                    group: None,
+                    former_group: None,
+                }),
+            };
+            match started {
+                Ok(p) => Some(p),
+                Err(e) => {
+                    return Err(refusal(
+                        EXIT_CORRAL_ERROR,
+                        "sandbox.launch",
+                        format!("starting the sandbox helper: {e}"),
+                        events,
+                    ))
+                }
             }
-        },
+        }
         HelperStart::Fork => None,
     };
     let (started, waiting_group, former_group) = match taken {
@@ -136,11 +168,11 @@ pub fn execute(
     };
     let containment = match waiting_group {
         Some(group) => group,
-        None => Containment::for_limits(&profile.limits).map_err(|message| {
+        None => RunCgroup::for_limits(&profile.limits).map_err(|e| {
             refusal(
                 EXIT_CORRAL_ERROR,
-                "limits.unenforceable",
-                message,
+                LimitsUnenforceable::CODE,
+                e.to_string(),
                 events.clone(),
             )
         })?,
@@ -162,7 +194,7 @@ pub fn execute(
     let launched = launch(
         &plan,
         &launch_opts,
-        containment.as_launch(),
+        containment.as_containment(),
         egress,
         started,
     );
@@ -233,7 +265,7 @@ fn rlimit_name(kind: RlimitKind) -> &'static str {
 fn enforced(
     plan: &SandboxPlan,
     identity: SandboxIdentity,
-    containment: &Containment,
+    containment: &RunCgroup,
     outcome: &Outcome,
 ) -> Enforced {
     let mut e = if plan.reduced.is_some() {

@@ -7,11 +7,11 @@ use std::sync::Once;
 
 use corral_policy::Limits;
 
-use crate::cgroup::{CgroupHost, CgroupLimits, SandboxCgroup};
+use corral_cgroup::{CgroupHost, CgroupLimits, SandboxCgroup};
 
 /// What the cgroup measured, read after the sandbox ended.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ContainmentStats {
+pub struct RunCgroupStats {
     /// Whether the OOM killer fired inside.
     pub oom_killed: bool,
     /// CPU time of the whole group.
@@ -20,10 +20,34 @@ pub struct ContainmentStats {
     pub peak_memory_bytes: Option<u64>,
 }
 
-/// A sandbox's cgroup, or the record that there is none.
-pub struct Containment {
+/// The cgroup one run gets, or the record that it has none (no cgroup
+/// limits asked for, or limits the profile accepts as not enforced).
+pub struct RunCgroup {
     cgroup: Option<SandboxCgroup>,
     not_enforced: Vec<String>,
+}
+
+/// The cgroup limits of a run cannot be enforced on this host, and the
+/// profile does not accept that (`limits.allow_unenforced`). Stable code:
+/// `limits.unenforceable`.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "cannot enforce the {} limit{}: {why}. corral refuses to run with limits it cannot enforce; \
+     run as root, delegate a cgroup to this user, or accept a weaker sandbox with \
+     --allow-unenforced-limits (policy: limits.allow_unenforced = true)",
+    limits.join(" and "),
+    if limits.len() > 1 { "s" } else { "" }
+)]
+pub struct LimitsUnenforceable {
+    /// The limits asked for (`memory`, `pids`, `cpu`).
+    pub limits: Vec<String>,
+    /// Why the host cannot enforce them.
+    pub why: String,
+}
+
+impl LimitsUnenforceable {
+    /// The stable error code.
+    pub const CODE: &'static str = "limits.unenforceable";
 }
 
 static SWEEP: Once = Once::new();
@@ -50,14 +74,14 @@ fn names(limits: &CgroupLimits) -> Vec<String> {
     .collect()
 }
 
-impl Containment {
+impl RunCgroup {
     /// Creates the cgroup for `limits`. The first call in a process also
     /// removes groups left behind by a corral that was killed.
-    pub fn for_limits(limits: &Limits) -> Result<Containment, String> {
+    pub fn for_limits(limits: &Limits) -> Result<RunCgroup, LimitsUnenforceable> {
         let want = cgroup_limits(limits);
         let asked = names(&want);
         if asked.is_empty() {
-            return Ok(Containment {
+            return Ok(RunCgroup {
                 cgroup: None,
                 not_enforced: Vec::new(),
             });
@@ -76,26 +100,20 @@ impl Containment {
             host.create(&name, &want).map_err(|e| e.to_string())
         })();
         match attempt {
-            Ok(cgroup) => Ok(Containment {
+            Ok(cgroup) => Ok(RunCgroup {
                 cgroup: Some(cgroup),
                 not_enforced: Vec::new(),
             }),
-            Err(_) if limits.allow_unenforced => Ok(Containment {
+            Err(_) if limits.allow_unenforced => Ok(RunCgroup {
                 cgroup: None,
                 not_enforced: asked,
             }),
-            Err(why) => Err(format!(
-                "cannot enforce the {} limit{}: {why}. corral refuses to run with limits it cannot enforce; \
-                 run as root, delegate a cgroup to this user, or accept a weaker sandbox with \
-                 --allow-unenforced-limits (policy: limits.allow_unenforced = true)",
-                asked.join(" and "),
-                if asked.len() > 1 { "s" } else { "" }
-            )),
+            Err(why) => Err(LimitsUnenforceable { limits: asked, why }),
         }
     }
 
     /// The hook `launch` uses, if there is a cgroup.
-    pub fn as_launch(&self) -> Option<&dyn crate::launch::Containment> {
+    pub fn as_containment(&self) -> Option<&dyn crate::launch::Containment> {
         self.cgroup
             .as_ref()
             .map(|c| c as &dyn crate::launch::Containment)
@@ -114,13 +132,13 @@ impl Containment {
     }
 
     /// Reads the group's statistics and removes it.
-    pub fn finish(self) -> ContainmentStats {
+    pub fn finish(self) -> RunCgroupStats {
         let Some(cg) = self.cgroup else {
-            return ContainmentStats::default();
+            return RunCgroupStats::default();
         };
         let stats = cg.stats();
         let _ = cg.remove();
-        ContainmentStats {
+        RunCgroupStats {
             oom_killed: stats.oom_killed,
             cpu_ms: stats.cpu_usage_ns.map(|ns| ns / 1_000_000),
             peak_memory_bytes: stats.peak_memory_bytes,
@@ -129,8 +147,8 @@ impl Containment {
 }
 
 impl crate::launch::Containment for SandboxCgroup {
-    fn add_process(&self, pid: i32) -> Result<(), String> {
-        SandboxCgroup::add_process(self, pid).map_err(|e| e.to_string())
+    fn add_process(&self, pid: i32) -> std::io::Result<()> {
+        SandboxCgroup::add_process(self, pid).map_err(std::io::Error::other)
     }
 
     fn kill_all(&self) {

@@ -28,9 +28,14 @@ impl EgressProxy for ProxyService {
         &mut self,
         http: std::net::TcpListener,
         socks: std::net::TcpListener,
-    ) -> Result<(), String> {
-        let config = self.config.take().ok_or("the proxy was already started")?;
-        let handle = corral_proxy::start(http, socks, config).map_err(|e| e.to_string())?;
+    ) -> std::io::Result<()> {
+        let config = self.config.take().ok_or_else(|| {
+            std::io::Error::new(
+                std::io::ErrorKind::AlreadyExists,
+                "the proxy was already started",
+            )
+        })?;
+        let handle = corral_proxy::start(http, socks, config).map_err(std::io::Error::other)?;
         self.handle = Some(handle);
         Ok(())
     }

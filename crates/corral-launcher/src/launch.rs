@@ -22,9 +22,12 @@ use corral_sys::process::{self, Usage, WaitStatus};
 use corral_sys::signal::SignalFd;
 
 use crate::output::{elision_marker, HeadTail};
-use crate::plan::SandboxPlan;
-use crate::protocol::{FailureKind, HelperMessage};
-use crate::{EXIT_CORRAL_ERROR, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, HELPER_SUBCOMMAND};
+use corral_helper::{
+    FailureKind, HelperMessage, LandlockOutcome, SandboxPlan, EXIT_CORRAL_ERROR,
+    EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, GO_AHEAD, HELPER_SUBCOMMAND,
+};
+
+use crate::reexec::ReadyHelper;
 
 /// What happens to the program's stdout and stderr.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,11 +85,13 @@ pub enum HelperStart {
     Fork,
 }
 
-/// A re-executed helper the caller started before the run (see
-/// [`crate::warm`]), and whether it already sits in the run's cgroup.
+/// A re-executed helper the caller started before the run (a server's
+/// warm pool), and whether it already sits in the run's cgroup.
 pub struct StartedHelper {
-    pub(crate) helper: crate::warm::ReadyHelper,
-    pub(crate) contained: bool,
+    /// The helper, waiting for its plan.
+    pub helper: ReadyHelper,
+    /// Whether it was already moved into the run's cgroup.
+    pub contained: bool,
 }
 
 /// Signals the CLI forwards to the program.
@@ -104,7 +109,7 @@ pub const FORWARDED_SIGNALS: [i32; 6] = [
 /// anything, and kills through it.
 pub trait Containment {
     /// Moves `pid` (the helper, still waiting for its plan) in.
-    fn add_process(&self, pid: i32) -> Result<(), String>;
+    fn add_process(&self, pid: i32) -> std::io::Result<()>;
     /// Kills every process inside.
     fn kill_all(&self);
 }
@@ -118,7 +123,7 @@ pub trait EgressProxy {
         &mut self,
         http: std::net::TcpListener,
         socks: std::net::TcpListener,
-    ) -> Result<(), String>;
+    ) -> std::io::Result<()>;
     /// Stops serving and returns one audit event per connection.
     fn stop(&mut self) -> Vec<corral_policy::AuditEvent>;
 }
@@ -156,7 +161,7 @@ pub struct Outcome {
     /// CPU time and peak RSS of the whole sandbox tree, from wait4.
     pub usage: Usage,
     /// Landlock as the program's process reported it before exec.
-    pub landlock: Option<crate::landlock::LandlockOutcome>,
+    pub landlock: Option<LandlockOutcome>,
     /// One audit event per proxied (or refused) connection.
     pub network_events: Vec<corral_policy::AuditEvent>,
 }
@@ -192,7 +197,10 @@ pub enum LaunchError {
     },
     /// The helper could not be put in its cgroup.
     #[error("cannot contain the sandbox: {0}")]
-    Contain(String),
+    Contain(std::io::Error),
+    /// Network mode `allow` was asked for without an egress proxy.
+    #[error("network mode `allow` needs an egress proxy, and none was given")]
+    NoEgressProxy,
 }
 
 fn spawn_err(what: &'static str) -> impl FnOnce(std::io::Error) -> LaunchError {
@@ -209,9 +217,7 @@ pub fn launch(
     started: Option<StartedHelper>,
 ) -> Result<Outcome, LaunchError> {
     if plan.network == corral_policy::NetworkMode::Allow && proxy.is_none() {
-        return Err(LaunchError::Contain(
-            "network mode `allow` needs an egress proxy, and none was given".into(),
-        ));
+        return Err(LaunchError::NoEgressProxy);
     }
     let start = Instant::now();
     let signals = if opts.forward_signals {
@@ -230,7 +236,7 @@ pub fn launch(
                     contained = s.contained;
                     s.helper
                 }
-                None => crate::warm::spawn().map_err(spawn_err("spawn"))?,
+                None => ReadyHelper::spawn().map_err(spawn_err("spawn"))?,
             };
             helper.into_parts()
         }
@@ -265,7 +271,7 @@ pub fn launch(
                     if placed.is_err() || process::getppid() != plan.parent_pid {
                         process::exit_now(EXIT_CORRAL_ERROR);
                     }
-                    crate::helper::main_forked(plan.clone())
+                    corral_helper::main_forked(plan.clone())
                 }
                 Ok(process::Fork::Parent(pid)) => (pid, ours),
             }
@@ -301,8 +307,9 @@ pub fn launch(
             }
             Err(e) => return abort(spawn_err("encode plan")(e.into())),
         },
-        HelperStart::Fork => fd::send_with_fds(ours.as_raw_fd(), crate::protocol::GO_AHEAD, &[])
-            .map_err(std::io::Error::from),
+        HelperStart::Fork => {
+            fd::send_with_fds(ours.as_raw_fd(), GO_AHEAD, &[]).map_err(std::io::Error::from)
+        }
     };
     // Only the helper writes to the pipes now: their end of file is its.
     drop(out_w);
@@ -315,7 +322,7 @@ pub fn launch(
     let kill = || {
         if reduced {
             // No pid namespace: the helper, a subreaper, kills the tree.
-            let _ = process::kill(helper_pid, crate::helper::kill_tree_signal());
+            let _ = process::kill(helper_pid, corral_helper::kill_tree_signal());
         } else {
             // Killing the helper kills init (PDEATHSIG), and the kernel
             // then kills every process of the pid namespace.
@@ -385,7 +392,7 @@ pub fn launch(
                     std::net::TcpListener::from(http),
                     std::net::TcpListener::from(socks),
                 ),
-                None => Err("no egress proxy".into()),
+                None => Err(std::io::Error::other("no egress proxy")),
             };
             if let Err(e) = started {
                 pump.failure.get_or_insert((
@@ -607,7 +614,7 @@ struct Finished {
     stderr: StreamResult,
     exited: Option<(Option<i32>, Option<i32>)>,
     failure: Option<(FailureKind, String)>,
-    landlock: Option<crate::landlock::LandlockOutcome>,
+    landlock: Option<LandlockOutcome>,
 }
 
 /// Reads the control socket and the output pipes until all are closed.
@@ -621,7 +628,7 @@ struct Pump {
     buf: Vec<u8>,
     exited: Option<(Option<i32>, Option<i32>)>,
     failure: Option<(FailureKind, String)>,
-    landlock: Option<crate::landlock::LandlockOutcome>,
+    landlock: Option<LandlockOutcome>,
     listeners: Option<(std::os::fd::OwnedFd, std::os::fd::OwnedFd)>,
     tap: Option<OutputTap>,
 }

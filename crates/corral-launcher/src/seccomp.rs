@@ -15,48 +15,13 @@
 
 use std::collections::BTreeMap;
 
+use corral_helper::{CompiledFilters, Insn};
 use corral_policy::SeccompProfile;
 use seccompiler::{
     BpfProgram, SeccompAction, SeccompCmpArgLen as Len, SeccompCmpOp as Op,
     SeccompCondition as Cond, SeccompFilter, SeccompRule, TargetArch,
 };
-use serde::{Deserialize, Serialize};
-
-/// One BPF instruction, serialisable so the plan can carry compiled filters.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Insn {
-    code: u16,
-    jt: u8,
-    jf: u8,
-    k: u32,
-}
-
-/// Compiled filters, installed in order.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CompiledFilters {
-    /// Each program.
-    pub programs: Vec<Vec<Insn>>,
-}
-
-impl CompiledFilters {
-    /// The programs as seccompiler wants them (done before the fork of the
-    /// program's process, so installing allocates nothing).
-    pub fn to_bpf(&self) -> Vec<BpfProgram> {
-        self.programs
-            .iter()
-            .map(|p| {
-                p.iter()
-                    .map(|i| seccompiler::sock_filter {
-                        code: i.code,
-                        jt: i.jt,
-                        jf: i.jf,
-                        k: i.k,
-                    })
-                    .collect()
-            })
-            .collect()
-    }
-}
+use serde::Serialize;
 
 /// Why a filter could not be built.
 #[derive(Debug, thiserror::Error)]

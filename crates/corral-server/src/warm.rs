@@ -15,99 +15,26 @@
 //! server expects most (its default profile's); a run with other limits
 //! gets a fresh group as without the pool.
 //!
-//! A waiting helper has done nothing but start: it has no namespace, no
-//! privileges beyond corral's own, its stdio is `/dev/null`, and it reads
-//! one message (the plan, with the run's stdin, stdout and stderr attached)
-//! before anything else. It exits when corral closes its end of the control
-//! socket, so a helper left waiting never outlives the server; [`shutdown`]
-//! also removes the waiting groups.
+//! A waiting helper ([`ReadyHelper`]) has done nothing but start, and exits
+//! when corral closes its end of the control socket, so a helper left
+//! waiting never outlives the server; [`shutdown`] also removes the waiting
+//! groups.
 
 use std::collections::VecDeque;
-use std::os::fd::OwnedFd;
-use std::os::unix::process::CommandExt;
-use std::process::{Command, Stdio};
 use std::sync::{Condvar, Mutex, OnceLock};
 use std::time::Duration;
 
+use corral_launcher::{cgroup_limits, CgroupLimits, Prestarted, ReadyHelper, RunCgroup};
 use corral_policy::Limits;
-use corral_sys::{fd, process};
-
-use crate::cgroup::CgroupLimits;
-use crate::contain::{cgroup_limits, Containment};
-use crate::HELPER_SUBCOMMAND;
+use corral_sys::process;
 
 /// Most helpers kept waiting, whatever the caller asks.
 pub const MAX_READY: usize = 16;
 
-/// A started helper waiting for its plan.
-#[derive(Debug)]
-pub struct ReadyHelper {
-    /// Our end of its control socket. Declared before `reap`, so it is
-    /// closed first when a helper is dropped unused: the helper sees end
-    /// of file and exits, and then the wait returns.
-    ctrl: OwnedFd,
-    reap: Reap,
-}
-
-/// Reaps the helper when dropped, unless a run took it over.
-#[derive(Debug)]
-struct Reap {
-    pid: i32,
-    armed: bool,
-}
-
-impl Drop for Reap {
-    fn drop(&mut self) {
-        if self.armed {
-            let _ = process::wait4(self.pid);
-        }
-    }
-}
-
-impl ReadyHelper {
-    /// Its pid (a child of this process).
-    pub(crate) fn pid(&self) -> i32 {
-        self.reap.pid
-    }
-
-    /// The pid and our end of the control socket, for the run that takes
-    /// this helper over (and with it the duty to reap it).
-    pub(crate) fn into_parts(self) -> (i32, OwnedFd) {
-        let ReadyHelper { ctrl, mut reap } = self;
-        reap.armed = false;
-        (reap.pid, ctrl)
-    }
-}
-
-/// Starts one helper now: `/proc/self/exe __sandbox-helper`, empty
-/// environment, own process group (a terminal's Ctrl-C reaches corral
-/// only, which forwards it once), stdio on `/dev/null` until the plan
-/// brings the run's own, control socket at [`fd::HELPER_CONTROL_FD`].
-pub(crate) fn spawn() -> std::io::Result<ReadyHelper> {
-    let (ours, theirs) = fd::seqpacket_pair()?;
-    let mut cmd = Command::new("/proc/self/exe");
-    cmd.arg0("corral-sandbox")
-        .arg(HELPER_SUBCOMMAND)
-        .env_clear()
-        .process_group(0)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-    fd::pass_fd_as(&mut cmd, &theirs, fd::HELPER_CONTROL_FD);
-    let child = cmd.spawn()?;
-    Ok(ReadyHelper {
-        ctrl: ours,
-        reap: Reap {
-            pid: child.id() as i32,
-            armed: true,
-        },
-    })
-}
-
 /// A helper waiting in the pool, with the group it already sits in.
 struct Waiting {
     helper: ReadyHelper,
-    group: Option<(CgroupLimits, Containment)>,
+    group: Option<(CgroupLimits, RunCgroup)>,
 }
 
 impl Waiting {
@@ -194,10 +121,10 @@ pub fn shutdown() {
 
 /// Starts one helper and, with a template, puts it in a new group.
 fn prepare(template: Option<&Limits>) -> std::io::Result<Waiting> {
-    let helper = spawn()?;
+    let helper = ReadyHelper::spawn()?;
     let group = template.and_then(|limits| {
-        let group = Containment::for_limits(limits).ok()?;
-        let cgroup = group.as_launch()?;
+        let group = RunCgroup::for_limits(limits).ok()?;
+        let cgroup = group.as_containment()?;
         cgroup.add_process(helper.pid()).ok()?;
         Some((cgroup_limits(limits), group))
     });
@@ -236,25 +163,13 @@ fn refill() {
     }
 }
 
-/// A helper for one run (see [`take`]).
-pub(crate) struct Taken {
-    /// The helper, waiting for its plan.
-    pub helper: ReadyHelper,
-    /// The group it already sits in, made for the run's limits.
-    pub group: Option<Containment>,
-    /// A group it sits in that was made for other limits: the run moves
-    /// the helper into a group of its own and removes this one afterwards
-    /// (with [`Containment::finish`]), once it is empty.
-    pub former_group: Option<Containment>,
-}
-
 /// A helper for one run: the oldest waiting one that is still alive, with
 /// its group when that was made for `limits`; otherwise one started now,
 /// without a group.
-pub(crate) fn take(limits: &Limits) -> std::io::Result<Taken> {
+pub(crate) fn take(limits: &Limits) -> std::io::Result<Prestarted> {
     let fresh = || {
-        Ok(Taken {
-            helper: spawn()?,
+        Ok(Prestarted {
+            helper: ReadyHelper::spawn()?,
             group: None,
             former_group: None,
         })
@@ -272,7 +187,7 @@ pub(crate) fn take(limits: &Limits) -> std::io::Result<Taken> {
         // skipped; its group goes with it.
         if !matches!(process::waitpid(w.helper.pid(), true), Ok(None)) {
             // Reaped already: no second wait (the pid may be reused).
-            drop(w.helper.into_parts());
+            w.helper.forget_reaped();
             if let Some((_, group)) = w.group {
                 group.finish();
             }
@@ -283,7 +198,7 @@ pub(crate) fn take(limits: &Limits) -> std::io::Result<Taken> {
             Some((_, group)) => (None, Some(group)),
             None => (None, None),
         };
-        return Ok(Taken {
+        return Ok(Prestarted {
             helper: w.helper,
             group,
             former_group,

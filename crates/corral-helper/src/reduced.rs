@@ -9,10 +9,10 @@
 use corral_sys::process;
 use corral_sys::{fd, signal};
 
-use super::init::{reap, start_program};
-use super::Control;
+use crate::init::{reap, start_program};
 use crate::plan::SandboxPlan;
 use crate::protocol::FailureKind;
+use crate::Control;
 
 /// Runs the program in reduced mode and supervises it. Never returns.
 pub(super) fn run(plan: SandboxPlan, mut ctrl: Control) -> ! {

@@ -30,7 +30,7 @@ pub struct CommandTable {
 }
 
 /// The host trees the sandbox sees, as (host source, sandbox destination).
-pub fn visible_trees(profile: &Profile) -> Vec<(PathBuf, SandboxPath)> {
+fn visible_trees(profile: &Profile) -> Vec<(PathBuf, SandboxPath)> {
     let fs = &profile.filesystem;
     let mut trees: Vec<(PathBuf, SandboxPath)> = fs
         .system
@@ -44,12 +44,6 @@ pub fn visible_trees(profile: &Profile) -> Vec<(PathBuf, SandboxPath)> {
             .map(|m| (m.source.as_path().to_path_buf(), m.dest.clone())),
     );
     trees
-}
-
-/// Maps a canonical host path to where it appears in the sandbox, if it
-/// does (and is not under a denied path).
-pub fn sandbox_location(profile: &Profile, host: &Path) -> Option<String> {
-    locate(profile, &canonical_trees(profile), host)
 }
 
 /// The visible trees with canonical host sources (`/lib` may be a

@@ -1,0 +1,56 @@
+//! corral's launcher: from a profile and a request to a finished sandbox
+//! and its result. Runs in corral's own process (the CLI or the server).
+//!
+//! The data flow of one run ([`execute`]):
+//!
+//! 1. **Plan** ([`build_plan`]): the command is checked and resolved, the
+//!    environment built, mounts ordered, rlimits clamped, Landlock rules
+//!    listed and the seccomp filters compiled, into a [`SandboxPlan`]. Pure
+//!    apart from looking at the host filesystem.
+//! 2. **Contain** ([`RunCgroup`]): the run's cgroup with its limits, or a
+//!    refusal when a limit cannot be enforced (fail closed), or the record
+//!    of what is not enforced when the profile accepts that.
+//! 3. **Launch** ([`launch`]): start the helper (forked from the
+//!    single-threaded CLI, or re-executed: [`ReadyHelper`]), put it in the
+//!    cgroup, hand it the plan, drain output, enforce the timeout and the
+//!    output ceiling, run the egress proxy of network mode `allow`.
+//! 4. **Result** ([`RunResult`]): what ran, how it ended, what was in force.
+//!
+//! What runs inside the sandbox is the `corral-helper` crate; this crate
+//! never runs code between a fork and an `execve` except `dup2`s (and the
+//! CLI's forked helper, which checks it is single-threaded first).
+#![forbid(unsafe_code)]
+
+mod contain;
+mod egress;
+mod execute;
+mod launch;
+mod output;
+mod plan;
+mod reexec;
+mod resolve;
+mod result;
+mod seccomp;
+
+pub use contain::{cgroup_limits, LimitsUnenforceable, RunCgroup, RunCgroupStats};
+pub use corral_cgroup::CgroupLimits;
+pub use corral_helper::{
+    FailureKind, LandlockOutcome, SandboxIdentity, SandboxPlan, EXIT_CORRAL_ERROR,
+    EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND,
+};
+pub use execute::{execute, ExecuteOptions, Execution, Prestarted, PrestartedSource, Refusal};
+pub use launch::{
+    is_helper_invocation, launch, Containment, EgressProxy, HelperStart, LaunchError,
+    LaunchOptions, Outcome, OutputMode, OutputTap, StartedHelper, StreamResult, FORWARDED_SIGNALS,
+};
+pub use plan::{build_plan, sandbox_identity, PlanError, RunRequest, WORKSPACE};
+pub use reexec::ReadyHelper;
+pub use resolve::{CommandTable, Resolution};
+pub use result::{Enforced, ErrorInfo, RunResult};
+pub use seccomp::{describe as seccomp_rules, RuleAction, RuleDoc};
+
+/// Runs the sandbox helper in this process: the entry point of
+/// `corral __sandbox-helper` (see [`is_helper_invocation`]). Never returns.
+pub fn helper_main() -> ! {
+    corral_helper::main()
+}
