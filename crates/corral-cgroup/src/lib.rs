@@ -990,11 +990,41 @@ impl SandboxCgroup {
             if left.is_empty() || Instant::now() >= deadline {
                 return;
             }
-            for pid in left {
-                let _ = corral_sys::process::kill(pid, libc::SIGKILL);
-            }
+            self.kill_members(&left);
             std::thread::sleep(pause);
             pause = (pause * 2).min(Duration::from_millis(20));
+        }
+    }
+
+    /// Sends SIGKILL to each of `listed` that is still a member. A pid read
+    /// from `cgroup.procs` may belong to a process that has exited since,
+    /// and the number to an unrelated host process by the time it is
+    /// signalled (corral often runs as root). So each pid is first pinned
+    /// with a pidfd (pidfd_open(2): it keeps naming that process), then the
+    /// group is listed again, and only pidfds whose pid is still listed are
+    /// signalled (pidfd_send_signal(2)). A pid reused between the two
+    /// listings leaves a pidfd to the process that exited, which ESRCH
+    /// makes harmless. Kernels without pidfds (before 5.3) get kill(2).
+    fn kill_members(&self, listed: &[i32]) {
+        let mut pinned = Vec::with_capacity(listed.len());
+        for &pid in listed {
+            match corral_sys::process::pidfd_open(pid) {
+                Ok(fd) => pinned.push((pid, fd)),
+                Err(corral_sys::Errno(libc::ENOSYS)) => {
+                    let _ = corral_sys::process::kill(pid, libc::SIGKILL);
+                }
+                // Gone already (ESRCH): nothing to kill.
+                Err(_) => {}
+            }
+        }
+        if pinned.is_empty() {
+            return;
+        }
+        let members: BTreeSet<i32> = self.pids().into_iter().collect();
+        for (pid, fd) in &pinned {
+            if members.contains(pid) {
+                let _ = corral_sys::process::pidfd_send_signal(fd, libc::SIGKILL);
+            }
         }
     }
 

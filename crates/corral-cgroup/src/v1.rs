@@ -268,6 +268,25 @@ mod tests {
     }
 
     #[test]
+    fn the_kill_loop_signals_only_processes_still_in_the_group() {
+        let (_dir, host) = host(SEPARATE, true);
+        let limits = CgroupLimits {
+            pids: Some(8),
+            ..Default::default()
+        };
+        let cg = host.create(&sandbox_group_name(), &limits).unwrap();
+        // `outsider` stands for a host process that got the number of a
+        // sandbox process which exited after the group was listed.
+        let mut outsider = Guard::sleep();
+        let mut member = Guard::sleep();
+        cg.add_process(member.pid()).unwrap();
+        cg.kill_members(&[outsider.pid(), member.pid()]);
+        assert_eq!(member.wait_signal(5), Some(libc::SIGKILL));
+        assert_eq!(outsider.wait_signal(1), None, "a non-member was killed");
+        assert!(super::super::fake::live(outsider.pid()));
+    }
+
+    #[test]
     fn create_limits_kill_stats_remove() {
         let (dir, host) = host(SEPARATE, true);
         let root = dir.0.join("sys/fs/cgroup");

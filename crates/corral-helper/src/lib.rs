@@ -50,7 +50,7 @@ pub use plan::{
     rlimit_resource, GeneratedFile, MountOp, ReducedPlan, Rlimit, RlimitKind, SandboxIdentity,
     SandboxPlan, SecurityPlan, HTTP_PROXY_PORT, SOCKS_PROXY_PORT,
 };
-pub use protocol::{FailureKind, HelperMessage, GO_AHEAD, MAX_PLAN_BYTES};
+pub use protocol::{FailureKind, HelperMessage, GO_AHEAD, MAX_PLAN_BYTES, PLAN_MESSAGE};
 
 /// The hidden subcommand that re-enters corral's binary as the sandbox
 /// helper. `main` must check for it before doing anything else.
@@ -143,28 +143,34 @@ pub fn main_forked(plan: SandboxPlan) -> ! {
     run(plan, ctrl)
 }
 
-/// Reads the plan and the run's stdin, stdout and stderr (attached to the
-/// same message) and puts those at 0, 1 and 2: this helper may have been
-/// started before the run existed (see `warm`), with `/dev/null` there.
-/// End of file means corral let a waiting helper go: exit quietly.
+/// Reads the plan message: the run's stdin, stdout and stderr and a sealed
+/// memfd holding the plan (see [`PLAN_MESSAGE`]), and puts the three
+/// streams at 0, 1 and 2: this helper may have been started before the run
+/// existed (a server's warm pool), with `/dev/null` there. End of file
+/// means corral let a waiting helper go: exit quietly.
 fn read_plan(ctrl: &mut File) -> Result<SandboxPlan, String> {
     use std::os::fd::AsRawFd;
-    let mut buf = vec![0u8; MAX_PLAN_BYTES];
-    let (n, stdio) = fd::recv_with_fds(ctrl.as_raw_fd(), &mut buf)
-        .map_err(|e| format!("reading the plan: {e}"))?;
+    let mut buf = [0u8; 64];
+    let (n, fds) = fd::recv_with_fds(ctrl.as_raw_fd(), &mut buf)
+        .map_err(|e| format!("reading the plan message: {e}"))?;
     if n == 0 {
         process::exit_now(0);
     }
-    let [stdin, stdout, stderr] = <[OwnedFd; 3]>::try_from(stdio).map_err(|got| {
+    if &buf[..n] != PLAN_MESSAGE {
+        return Err("the plan message is not one corral sends".into());
+    }
+    let [stdin, stdout, stderr, plan] = <[OwnedFd; 4]>::try_from(fds).map_err(|got| {
         format!(
-            "the plan came with {} descriptors, not 3 (stdin, stdout, stderr)",
+            "the plan came with {} descriptors, not 4 (stdin, stdout, stderr, plan)",
             got.len()
         )
     })?;
     for (fd_, target) in [(&stdin, 0), (&stdout, 1), (&stderr, 2)] {
         fd::place(fd_, target).map_err(|e| format!("placing stdio fd {target}: {e}"))?;
     }
-    serde_json::from_slice(&buf[..n]).map_err(|e| format!("decoding the plan: {e}"))
+    let bytes = fd::read_sealed_memfd(&plan, MAX_PLAN_BYTES)
+        .map_err(|e| format!("reading the plan (at most {MAX_PLAN_BYTES} bytes, sealed): {e}"))?;
+    serde_json::from_slice(&bytes).map_err(|e| format!("decoding the plan: {e}"))
 }
 
 fn run(plan: SandboxPlan, mut ctrl: Control) -> ! {

@@ -1,6 +1,8 @@
 //! Messages on the control socket between corral and its sandbox helper.
 //!
-//! The parent sends one [`crate::SandboxPlan`] as JSON. The helper, the
+//! The parent sends one [`crate::SandboxPlan`] as JSON in a sealed memfd
+//! attached to a [`PLAN_MESSAGE`] (a forked helper has its plan already
+//! and gets [`GO_AHEAD`]). The helper, the
 //! sandbox's init and the program's pre-exec child answer with
 //! [`HelperMessage`]s, one JSON object per `SOCK_SEQPACKET` message. The
 //! program's copy of the socket is close-on-exec, so a successful exec
@@ -68,8 +70,15 @@ pub enum HelperMessage {
     },
 }
 
-/// Largest plan accepted on the control socket.
-pub const MAX_PLAN_BYTES: usize = 4 << 20;
+/// Largest plan a helper accepts. The plan travels in a sealed memfd, not
+/// in the socket message, so it is bounded by this and not by the socket
+/// buffer (argv and environment of a run can be megabytes).
+pub const MAX_PLAN_BYTES: usize = 64 << 20;
+
+/// The bytes of the message that carries a re-executed helper's plan: the
+/// run's stdin, stdout and stderr and a sealed memfd holding the plan as
+/// JSON are attached to it (`SCM_RIGHTS`), in that order.
+pub const PLAN_MESSAGE: &[u8] = b"plan";
 
 /// What the parent sends a forked helper (which already has its plan) once
 /// it sits in its cgroup.

@@ -24,7 +24,7 @@ use corral_sys::signal::SignalFd;
 use crate::output::{elision_marker, HeadTail};
 use corral_helper::{
     FailureKind, HelperMessage, LandlockOutcome, SandboxPlan, EXIT_CORRAL_ERROR,
-    EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, GO_AHEAD, HELPER_SUBCOMMAND,
+    EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, GO_AHEAD, HELPER_SUBCOMMAND, PLAN_MESSAGE,
 };
 
 use crate::reexec::ReadyHelper;
@@ -198,6 +198,9 @@ pub enum LaunchError {
     /// The helper could not be put in its cgroup.
     #[error("cannot contain the sandbox: {0}")]
     Contain(std::io::Error),
+    /// The timeout is beyond what the clock can represent from now.
+    #[error("the timeout of {0:?} is too long to be measured from now; use a shorter one")]
+    TimeoutTooLong(Duration),
     /// Network mode `allow` was asked for without an egress proxy.
     #[error("network mode `allow` needs an egress proxy, and none was given")]
     NoEgressProxy,
@@ -220,6 +223,12 @@ pub fn launch(
         return Err(LaunchError::NoEgressProxy);
     }
     let start = Instant::now();
+    // Checked before anything starts: a timeout `Instant` cannot hold
+    // would otherwise panic (or wrap) mid-run.
+    let deadline = match opts.timeout {
+        Some(t) => Some(start.checked_add(t).ok_or(LaunchError::TimeoutTooLong(t))?),
+        None => None,
+    };
     let signals = if opts.forward_signals {
         Some(SignalFd::new(&FORWARDED_SIGNALS).map_err(|e| spawn_err("signalfd")(e.into()))?)
     } else {
@@ -245,7 +254,7 @@ pub fn launch(
                 fd::seqpacket_pair().map_err(|e| spawn_err("socketpair")(e.into()))?;
             match process::fork_in_single_threaded_helper() {
                 Err(e) => return Err(spawn_err("fork")(e.into())),
-                Ok(process::Fork::Child) => {
+                Ok(process::Fork::Child) => guard_forked_child(|| {
                     // In the child of a single-threaded process: stdio and
                     // the control socket to their numbers, then the helper.
                     let stdin_ok = match &opts.stdin {
@@ -272,7 +281,7 @@ pub fn launch(
                         process::exit_now(EXIT_CORRAL_ERROR);
                     }
                     corral_helper::main_forked(plan.clone())
-                }
+                }),
                 Ok(process::Fork::Parent(pid)) => (pid, ours),
             }
         }
@@ -292,18 +301,28 @@ pub fn launch(
     let sent = match opts.helper {
         // The plan, with the run's stdin, stdout and stderr attached: the
         // helper may have been started before this run (see `warm`).
+        // The plan goes in a sealed memfd: a socket message is bounded by
+        // the socket buffer (~208 KiB), a plan only by MAX_PLAN_BYTES.
         HelperStart::ReExec => match serde_json::to_vec(plan) {
             Ok(payload) => {
                 let stdin = match &opts.stdin {
                     Some(f) => f.as_raw_fd(),
                     None => 0,
                 };
-                fd::send_with_fds(
-                    ours.as_raw_fd(),
-                    &payload,
-                    &[stdin, out_w.as_raw_fd(), err_w.as_raw_fd()],
-                )
-                .map_err(std::io::Error::from)
+                fd::sealed_memfd(c"corral-plan", &payload)
+                    .and_then(|memfd| {
+                        fd::send_with_fds(
+                            ours.as_raw_fd(),
+                            PLAN_MESSAGE,
+                            &[
+                                stdin,
+                                out_w.as_raw_fd(),
+                                err_w.as_raw_fd(),
+                                memfd.as_raw_fd(),
+                            ],
+                        )
+                    })
+                    .map_err(std::io::Error::from)
             }
             Err(e) => return abort(spawn_err("encode plan")(e.into())),
         },
@@ -341,7 +360,6 @@ pub fn launch(
         opts,
         signals,
     );
-    let deadline = opts.timeout.map(|t| start + t);
     let mut timed_out = false;
     let mut output_killed = false;
     let mut cancelled = false;
@@ -375,12 +393,7 @@ pub fn launch(
                     killed_at = Some(Instant::now());
                     continue;
                 }
-                let cap = if opts.cancel.is_some() {
-                    100
-                } else {
-                    i32::MAX as u128
-                };
-                (d - now).as_millis().min(cap) as i32 + 1
+                poll_wait_ms(d - now, opts.cancel.is_some())
             }
             _ if killed_at.is_some() || opts.cancel.is_some() => 100,
             _ => -1,
@@ -452,6 +465,29 @@ pub fn launch(
         landlock,
         network_events,
     })
+}
+
+/// Runs the body of a child forked from the CLI (the helper-to-be). The
+/// child's stack is a copy of the parent's: a panic unwinding out of the
+/// body would run the parent's destructors in the child (removing the
+/// run's cgroup, the scratch directory) while the parent still uses them.
+/// Release builds abort on panic; this makes every build end the child
+/// with status 125 instead, whatever panics.
+fn guard_forked_child(body: impl FnOnce() -> std::convert::Infallible) -> ! {
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(body));
+    process::exit_now(EXIT_CORRAL_ERROR)
+}
+
+/// How long one poll waits for a deadline `remaining` away: at most 100 ms
+/// when a cancellation must be noticed, otherwise in slices poll(2) can
+/// hold (an `int` of milliseconds), never wrapped to a negative "forever";
+/// one more millisecond so the deadline has passed when poll returns.
+fn poll_wait_ms(remaining: Duration, cancellable: bool) -> i32 {
+    let cap: i32 = if cancellable { 100 } else { i32::MAX - 1 };
+    i32::try_from(remaining.as_millis())
+        .unwrap_or(i32::MAX)
+        .min(cap)
+        + 1
 }
 
 /// Where one output stream's bytes go.
@@ -813,4 +849,95 @@ impl<T: std::os::fd::AsFd> AsFdBorrowed for T {
 /// Whether this process was started as the sandbox helper.
 pub fn is_helper_invocation(arg1: Option<&std::ffi::OsStr>) -> bool {
     arg1.is_some_and(|a| a == HELPER_SUBCOMMAND)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Set in the re-executed test binary: where the outer frame's
+    /// destructor would leave its mark.
+    const SENTINEL_VAR: &str = "CORRAL_TEST_FORK_GUARD_SENTINEL";
+
+    #[test]
+    fn a_panic_in_a_forked_child_ends_it_with_125_and_runs_no_outer_destructor() {
+        /// Stands for the parent's frames a forked child carries (a run's
+        /// cgroup, a scratch directory): its destructor must not run.
+        struct ParentState(std::path::PathBuf);
+        impl Drop for ParentState {
+            fn drop(&mut self) {
+                let _ = std::fs::write(&self.0, b"dropped");
+            }
+        }
+        if let Some(path) = std::env::var_os(SENTINEL_VAR) {
+            // The child side, in a process of its own (the test harness is
+            // multi-threaded and may not fork): a body that panics.
+            let _state = ParentState(path.into());
+            guard_forked_child(|| panic!("a bug in the forked child"));
+        }
+        let sentinel = std::env::temp_dir().join(format!(
+            "corral-fork-guard-{}-{}",
+            std::process::id(),
+            line!()
+        ));
+        let _ = std::fs::remove_file(&sentinel);
+        let me = std::env::current_exe().expect("test binary");
+        let status = std::process::Command::new(me)
+            .args([
+                "--exact",
+                "launch::tests::a_panic_in_a_forked_child_ends_it_with_125_and_runs_no_outer_destructor",
+                "--test-threads=1",
+            ])
+            .env(SENTINEL_VAR, &sentinel)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .expect("re-run the test binary");
+        let dropped = sentinel.exists();
+        let _ = std::fs::remove_file(&sentinel);
+        assert_eq!(status.code(), Some(EXIT_CORRAL_ERROR));
+        assert!(!dropped, "the panic unwound into the outer frame");
+    }
+
+    #[test]
+    fn poll_waits_never_wrap_to_forever() {
+        // 2^31 ms and more used to wrap to a negative (infinite) poll.
+        for ms in [1u64 << 31, (1u64 << 31) + 5, u64::from(u32::MAX), 1 << 40] {
+            let wait = poll_wait_ms(Duration::from_millis(ms), false);
+            assert!(wait > 0, "{ms} ms became {wait}");
+        }
+        assert_eq!(poll_wait_ms(Duration::from_secs(366 * 86_400), true), 101);
+        assert_eq!(poll_wait_ms(Duration::from_millis(5), false), 6);
+        assert_eq!(poll_wait_ms(Duration::ZERO, true), 1);
+    }
+
+    #[test]
+    fn a_timeout_the_clock_cannot_hold_is_refused_before_anything_starts() {
+        let opts = LaunchOptions {
+            output: OutputMode::Capture,
+            output_bytes: 1024,
+            output_kill_bytes: 1 << 20,
+            timeout: Some(Duration::from_secs(u64::MAX)),
+            forward_signals: false,
+            // Never reached: the check comes before any process starts.
+            helper: HelperStart::ReExec,
+            cancel: None,
+            stdin: None,
+            tap: None,
+        };
+        let profile = corral_policy::builtin::code();
+        let request = crate::RunRequest {
+            argv: vec!["sh".into(), "-c".into(), "true".into()],
+            ..Default::default()
+        };
+        let commands = crate::CommandTable::resolve(&profile, None);
+        let identity = crate::sandbox_identity(&profile);
+        let (plan, _) = crate::build_plan(&profile, &commands, &request, identity, &|_| None)
+            .expect("plan for `sh -c true`");
+        match launch(&plan, &opts, None, None, None) {
+            Err(LaunchError::TimeoutTooLong(t)) => assert_eq!(t.as_secs(), u64::MAX),
+            Err(e) => panic!("wrong error: {e}"),
+            Ok(_) => panic!("a run started with an unrepresentable timeout"),
+        }
+    }
 }

@@ -270,6 +270,10 @@ pub fn recv_with_fds(sock: RawFd, buf: &mut [u8]) -> SysResult<(usize, Vec<Owned
     // writable for the call.
     let n = cvt(unsafe { libc::recvmsg(sock, &mut msg, libc::MSG_CMSG_CLOEXEC) })?;
     let mut fds = Vec::new();
+    // A message larger than `buf`, or with more descriptors than `space`
+    // holds, arrives cut short: refuse it rather than act on a part (the
+    // descriptors that did arrive are collected below and closed on drop).
+    let truncated = msg.msg_flags & (libc::MSG_TRUNC | libc::MSG_CTRUNC) != 0;
     // SAFETY: the kernel filled msg_control with well-formed headers within
     // msg_controllen; CMSG_FIRSTHDR/NXTHDR stay inside it.
     unsafe {
@@ -287,7 +291,76 @@ pub fn recv_with_fds(sock: RawFd, buf: &mut [u8]) -> SysResult<(usize, Vec<Owned
             cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
         }
     }
+    if truncated {
+        return Err(Errno(libc::EMSGSIZE));
+    }
     Ok((n as usize, fds))
+}
+
+/// The seals of a sealed memfd: neither its size nor its contents can
+/// change any more, and no seal can be removed.
+const FULL_SEALS: i32 =
+    libc::F_SEAL_SEAL | libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_WRITE;
+
+/// A memfd holding `data`, sealed against any change (`memfd_create(2)`,
+/// `F_ADD_SEALS` in `fcntl(2)`): a message too large for one socket
+/// datagram is passed as such an fd, and the receiver can trust that what
+/// it reads is what was written, whole.
+pub fn sealed_memfd(name: &std::ffi::CStr, data: &[u8]) -> SysResult<OwnedFd> {
+    // SAFETY: `name` is a valid C string; memfd_create returns a new fd.
+    let raw = cvt(unsafe {
+        libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING)
+    })?;
+    // SAFETY: memfd_create returned a new fd that nothing else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    let mut done = 0;
+    while done < data.len() {
+        let rest = &data[done..];
+        // SAFETY: `rest` is a live slice of `rest.len()` readable bytes.
+        match cvt(unsafe { libc::write(fd.as_raw_fd(), rest.as_ptr().cast(), rest.len()) }) {
+            Ok(n) => done += n as usize,
+            Err(Errno(libc::EINTR)) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    // SAFETY: F_ADD_SEALS takes an integer bit set.
+    cvt(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, FULL_SEALS) })?;
+    Ok(fd)
+}
+
+/// Reads the whole of a memfd made by [`sealed_memfd`]: refused with
+/// `EPERM` unless every seal is set (a writer could still change it) and
+/// with `EMSGSIZE` if it holds more than `max` bytes.
+pub fn read_sealed_memfd(fd: &OwnedFd, max: usize) -> SysResult<Vec<u8>> {
+    // SAFETY: F_GET_SEALS takes no argument and returns an integer.
+    let seals = cvt(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) })?;
+    if seals & FULL_SEALS != FULL_SEALS {
+        return Err(Errno(libc::EPERM));
+    }
+    // SAFETY: `st` is plain data the kernel fills in.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: `st` is writable for the call.
+    cvt(unsafe { libc::fstat(fd.as_raw_fd(), &mut st) })?;
+    let size = usize::try_from(st.st_size).map_err(|_| Errno(libc::EMSGSIZE))?;
+    if size > max {
+        return Err(Errno(libc::EMSGSIZE));
+    }
+    let mut buf = vec![0u8; size];
+    let mut done = 0;
+    while done < size {
+        let rest = &mut buf[done..];
+        let offset = libc::off_t::try_from(done).map_err(|_| Errno(libc::EMSGSIZE))?;
+        // SAFETY: `rest` is a live, writable slice of `rest.len()` bytes.
+        match cvt(unsafe {
+            libc::pread(fd.as_raw_fd(), rest.as_mut_ptr().cast(), rest.len(), offset)
+        }) {
+            Ok(0) => return Err(Errno(libc::EIO)),
+            Ok(n) => done += n as usize,
+            Err(Errno(libc::EINTR)) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(buf)
 }
 
 #[cfg(test)]
@@ -295,6 +368,69 @@ mod tests {
     use std::io::{Read, Write};
 
     use super::*;
+
+    #[test]
+    fn a_message_larger_than_the_buffer_is_refused_not_cut() {
+        let (a, b) = seqpacket_pair().unwrap();
+        send_with_fds(a.as_raw_fd(), &[7u8; 100], &[]).unwrap();
+        let mut buf = [0u8; 10];
+        assert_eq!(
+            recv_with_fds(b.as_raw_fd(), &mut buf).map(|(n, _)| n),
+            Err(Errno(libc::EMSGSIZE))
+        );
+    }
+
+    #[test]
+    fn a_sealed_memfd_carries_megabytes_whole_and_cannot_change() {
+        let data: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
+        let fd = sealed_memfd(c"corral-test", &data).unwrap();
+        assert_eq!(read_sealed_memfd(&fd, data.len()).unwrap(), data);
+        assert_eq!(
+            read_sealed_memfd(&fd, data.len() - 1),
+            Err(Errno(libc::EMSGSIZE))
+        );
+        // The seals hold: no write, no growth.
+        let mut f = std::fs::File::from(fd.try_clone().unwrap());
+        assert!(f.write_all(b"x").is_err());
+        // Passed over a socket, as the launcher does, it arrives whole.
+        let (a, b) = seqpacket_pair().unwrap();
+        send_with_fds(a.as_raw_fd(), b"plan", &[fd.as_raw_fd()]).unwrap();
+        let mut buf = [0u8; 8];
+        let (n, mut fds) = recv_with_fds(b.as_raw_fd(), &mut buf).unwrap();
+        assert_eq!(&buf[..n], b"plan");
+        let got = fds.pop().unwrap();
+        assert_eq!(read_sealed_memfd(&got, 4 << 20).unwrap(), data);
+    }
+
+    #[test]
+    fn an_unsealed_memfd_is_refused() {
+        // SAFETY: a valid C string; the new fd is owned below.
+        let raw = unsafe { libc::memfd_create(c"corral-test".as_ptr(), libc::MFD_CLOEXEC) };
+        assert!(raw >= 0);
+        // SAFETY: memfd_create returned a new fd that nothing else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        assert_eq!(read_sealed_memfd(&fd, 16), Err(Errno(libc::EPERM)));
+    }
+
+    #[test]
+    fn a_pidfd_signals_its_process_only() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let pid = child.id() as i32;
+        let fd = crate::process::pidfd_open(pid).unwrap();
+        crate::process::pidfd_send_signal(&fd, libc::SIGKILL).unwrap();
+        let status = child.wait().unwrap();
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(status.signal(), Some(libc::SIGKILL));
+        // Reaped: the pidfd now names a process that is gone, whoever gets
+        // its number next.
+        assert_eq!(
+            crate::process::pidfd_send_signal(&fd, libc::SIGKILL),
+            Err(Errno(libc::ESRCH))
+        );
+    }
 
     #[test]
     fn descriptors_cross_a_seqpacket_socket() {

@@ -89,6 +89,36 @@ pub fn kill(pid: i32, sig: i32) -> SysResult<()> {
     cvt(unsafe { libc::kill(pid, sig) }).map(drop)
 }
 
+/// `pidfd_open(2)`: a descriptor that refers to the process that has `pid`
+/// now, and keeps referring to it (never to a later process given the same
+/// number) after it exits.
+pub fn pidfd_open(pid: i32) -> SysResult<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: pidfd_open takes a pid and flags and returns a new fd.
+    let raw = cvt(unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0u32) })?;
+    let raw = i32::try_from(raw).map_err(|_| Errno(libc::EBADF))?;
+    // SAFETY: pidfd_open returned a new fd that nothing else owns.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(raw) })
+}
+
+/// `pidfd_send_signal(2)`: signals exactly the process `pidfd` refers to
+/// (`ESRCH` once it has exited), never whoever got its pid later.
+pub fn pidfd_send_signal(pidfd: &std::os::fd::OwnedFd, sig: i32) -> SysResult<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: a null siginfo asks for the kill(2)-like default; the fd is
+    // borrowed for the call.
+    cvt(unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            pidfd.as_raw_fd(),
+            sig,
+            std::ptr::null::<libc::siginfo_t>(),
+            0u32,
+        )
+    })
+    .map(drop)
+}
+
 /// `_exit(2)`: ends the process at once without running destructors or
 /// flushing stdio (correct in a forked child).
 pub fn exit_now(code: i32) -> ! {
