@@ -179,7 +179,8 @@ mod tests {
     use std::time::{Duration, Instant};
 
     use super::super::fake::{FakeKernel, Guard, TestDir};
-    use super::super::{process_alive, sandbox_group_name, CgroupHost};
+    use super::super::host::process_alive;
+    use super::super::{sandbox_group_name, CgroupHost};
     use super::*;
 
     /// A fake pure-v2 host offering `controllers`.

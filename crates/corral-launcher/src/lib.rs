@@ -27,6 +27,7 @@ mod execute;
 mod launch;
 mod output;
 mod plan;
+mod pump;
 mod reexec;
 mod resolve;
 mod result;

@@ -1,0 +1,256 @@
+//! One sandbox's group: add a process, kill everything in it, usage
+//! figures, removal.
+
+use super::*;
+
+/// One directory of a sandbox's group.
+#[derive(Debug, Clone)]
+pub(crate) struct GroupDir {
+    pub(crate) path: PathBuf,
+    /// v1: the controllers of its hierarchy; v2: the ones enabled.
+    pub(crate) controllers: Vec<Controller>,
+}
+
+/// What was enforced, for the result's `enforced` field.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CgroupEnforced {
+    /// `"v1"` or `"v2"`.
+    pub version: &'static str,
+    /// Controllers a limit was written to.
+    pub controllers: Vec<&'static str>,
+    /// The memory limit in bytes.
+    pub memory_bytes: Option<u64>,
+    /// Whether the memory limit covers swap too.
+    pub memory_includes_swap: bool,
+    /// The pids limit.
+    pub pids: Option<u64>,
+    /// The cpu limit in millicores.
+    pub cpu_millicores: Option<u64>,
+    /// Caveats, e.g. swap not covered.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
+}
+
+impl CgroupEnforced {
+    pub(crate) fn none(version: &'static str) -> Self {
+        CgroupEnforced {
+            version,
+            controllers: Vec::new(),
+            memory_bytes: None,
+            memory_includes_swap: false,
+            pids: None,
+            cpu_millicores: None,
+            notes: Vec::new(),
+        }
+    }
+}
+
+/// Usage figures of a sandbox's group. `None` where the host does not
+/// provide the figure.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct CgroupStats {
+    /// Peak memory use in bytes (v2 `memory.peak`, v1
+    /// `memory.max_usage_in_bytes`).
+    pub peak_memory_bytes: Option<u64>,
+    /// Whether the kernel OOM-killed a process of the group.
+    pub oom_killed: bool,
+    /// CPU time used by the group in nanoseconds (v2; v1 only where
+    /// cpuacct is co-mounted with a limited cpu).
+    pub cpu_usage_ns: Option<u64>,
+    /// Most processes at once (`pids.peak`).
+    pub pids_peak: Option<u64>,
+    /// Whether a fork failed because of the pids limit.
+    pub pids_limit_hit: bool,
+}
+
+/// A sandbox's cgroup. Removed (processes killed, directories deleted)
+/// by [`SandboxCgroup::remove`] or, best effort, when dropped.
+#[derive(Debug)]
+pub struct SandboxCgroup {
+    pub(crate) v2: bool,
+    pub(crate) dirs: Vec<GroupDir>,
+    pub(crate) enforced: CgroupEnforced,
+    pub(crate) backend: Backend,
+    pub(crate) done: bool,
+}
+
+impl SandboxCgroup {
+    /// The group's directories (one on v2, one per hierarchy on v1), e.g.
+    /// for `CLONE_INTO_CGROUP`.
+    pub fn paths(&self) -> Vec<&Path> {
+        self.dirs.iter().map(|d| d.path.as_path()).collect()
+    }
+
+    /// Moves `pid` into every hierarchy of this group. Call it for the
+    /// sandbox helper before it forks anything, so every descendant starts
+    /// inside.
+    pub fn add_process(&self, pid: i32) -> Result<(), CgroupError> {
+        if pid <= 0 {
+            return Err(CgroupError::Write {
+                path: self
+                    .dirs
+                    .first()
+                    .map(|d| d.path.join("cgroup.procs"))
+                    .unwrap_or_default(),
+                value: pid.to_string(),
+                source: io::Error::from_raw_os_error(libc::EINVAL),
+            });
+        }
+        for dir in &self.dirs {
+            write_file(
+                &self.backend,
+                &dir.path.join("cgroup.procs"),
+                &pid.to_string(),
+            )?;
+        }
+        Ok(())
+    }
+
+    /// The pids listed in the group's `cgroup.procs`, over all hierarchies.
+    pub fn pids(&self) -> Vec<i32> {
+        let mut all = BTreeSet::new();
+        for dir in &self.dirs {
+            all.extend(read_pids(&self.backend, &dir.path));
+        }
+        all.into_iter().collect()
+    }
+
+    /// Kills every process in the group and waits (up to [`EMPTY_WAIT`])
+    /// until it is empty. v2: `cgroup.kill` when present, else SIGKILL each
+    /// listed pid until none is left; v1: SIGKILL each listed pid until
+    /// none is left (a stale group of an older version that has a freezer
+    /// directory is frozen, killed and thawed first).
+    pub fn kill_all(&self) {
+        self.kill_until(Instant::now() + EMPTY_WAIT);
+    }
+
+    pub(crate) fn kill_until(&self, deadline: Instant) {
+        if self.v2 {
+            v2::kill(&self.backend, &self.dirs);
+        } else {
+            v1::kill(&self.backend, &self.dirs);
+        }
+        let mut pause = Duration::from_millis(1);
+        loop {
+            let left = self.pids();
+            if left.is_empty() || Instant::now() >= deadline {
+                return;
+            }
+            self.kill_members(&left);
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(20));
+        }
+    }
+
+    /// Sends SIGKILL to each of `listed` that is still a member. A pid read
+    /// from `cgroup.procs` may belong to a process that has exited since,
+    /// and the number to an unrelated host process by the time it is
+    /// signalled (corral often runs as root). So each pid is first pinned
+    /// with a pidfd (pidfd_open(2): it keeps naming that process), then the
+    /// group is listed again, and only pidfds whose pid is still listed are
+    /// signalled (pidfd_send_signal(2)). A pid reused between the two
+    /// listings leaves a pidfd to the process that exited, which ESRCH
+    /// makes harmless. Kernels without pidfds (before 5.3) get kill(2).
+    pub(crate) fn kill_members(&self, listed: &[i32]) {
+        let mut pinned = Vec::with_capacity(listed.len());
+        for &pid in listed {
+            match corral_sys::process::pidfd_open(pid) {
+                Ok(fd) => pinned.push((pid, fd)),
+                Err(corral_sys::Errno(libc::ENOSYS)) => {
+                    let _ = corral_sys::process::kill(pid, libc::SIGKILL);
+                }
+                // Gone already (ESRCH): nothing to kill.
+                Err(_) => {}
+            }
+        }
+        if pinned.is_empty() {
+            return;
+        }
+        let members: BTreeSet<i32> = self.pids().into_iter().collect();
+        for (pid, fd) in &pinned {
+            if members.contains(pid) {
+                let _ = corral_sys::process::pidfd_send_signal(fd, libc::SIGKILL);
+            }
+        }
+    }
+
+    /// Usage figures: peak memory, OOM kill, cpu time, peak process count.
+    pub fn stats(&self) -> CgroupStats {
+        if self.v2 {
+            v2::stats(&self.backend, &self.dirs)
+        } else {
+            v1::stats(&self.backend, &self.dirs)
+        }
+    }
+
+    /// What was enforced: version and the controllers with limits written.
+    pub fn enforced(&self) -> CgroupEnforced {
+        self.enforced.clone()
+    }
+
+    /// Kills leftovers (skipped when the group has no processes any
+    /// more, the usual case), waits (up to [`EMPTY_WAIT`]) until the group
+    /// is empty and removes every directory.
+    pub fn remove(mut self) -> Result<(), CgroupError> {
+        self.remove_inner()
+    }
+
+    pub(crate) fn remove_inner(&mut self) -> Result<(), CgroupError> {
+        if self.done {
+            return Ok(());
+        }
+        // Whatever happens, Drop does not try again.
+        self.done = true;
+        let start = Instant::now();
+        let deadline = start + EMPTY_WAIT;
+        // The usual case: the pid namespace is gone and so is every process.
+        if !self.pids().is_empty() {
+            self.kill_until(deadline);
+        }
+        let mut first_err = None;
+        // Leaf first does not matter (no children), but the order is fixed
+        // for predictable errors.
+        for dir in &self.dirs {
+            let mut pause = Duration::from_millis(1);
+            loop {
+                match self.backend.rmdir(&dir.path) {
+                    Ok(()) => break,
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => break,
+                    Err(e)
+                        if e.raw_os_error() == Some(libc::EBUSY) && Instant::now() < deadline =>
+                    {
+                        std::thread::sleep(pause);
+                        pause = (pause * 2).min(Duration::from_millis(20));
+                    }
+                    Err(e) => {
+                        let pids = read_pids(&self.backend, &dir.path);
+                        let err = if e.raw_os_error() == Some(libc::EBUSY) && !pids.is_empty() {
+                            CgroupError::Busy {
+                                path: dir.path.clone(),
+                                pids,
+                                waited_ms: start.elapsed().as_millis() as u64,
+                            }
+                        } else {
+                            CgroupError::Remove {
+                                path: dir.path.clone(),
+                                source: e,
+                            }
+                        };
+                        first_err.get_or_insert(err);
+                        break;
+                    }
+                }
+            }
+        }
+        match first_err {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for SandboxCgroup {
+    fn drop(&mut self) {
+        let _ = self.remove_inner();
+    }
+}
