@@ -1,8 +1,9 @@
 //! Shared helpers for the integration tests: run the real `corral` binary.
 #![allow(dead_code)]
 
-use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
 
 /// The corral binary under test: `CORRAL_BIN` when the suite runs as
 /// another user from a copied location, else cargo's build.
@@ -176,4 +177,121 @@ pub fn wait_until(secs: u64, what: &str, mut ok: impl FnMut() -> bool) {
         );
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
+}
+
+/// A running `corral serve` on a loopback port, killed and reaped on drop.
+pub struct Server {
+    pub child: Child,
+    /// `127.0.0.1:<port>`, as the server announced it.
+    pub addr: String,
+    /// The config, audit database and `work/` ([`serve_config`]); a test
+    /// that restarts a server on them takes it ([`start_server_in`]).
+    pub dir: Option<tempfile::TempDir>,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Server {
+    /// The server's directory.
+    pub fn path(&self) -> &Path {
+        self.dir
+            .as_ref()
+            .expect("the server's directory was taken")
+            .path()
+    }
+
+    /// This server's own directory of workspaces.
+    pub fn work(&self) -> PathBuf {
+        self.path()
+            .join("work")
+            .join(format!("corral-serve-{}", self.child.id()))
+    }
+}
+
+/// Writes the config the server tests share into `dir` and returns its
+/// path: the audit database and `work/` in `dir`, limits that may go
+/// unenforced when the suite runs unprivileged, then `extra` (bare keys in
+/// it land in `[server]`).
+pub fn serve_config(dir: &Path, extra: &str) -> PathBuf {
+    let work = dir.join("work");
+    std::fs::create_dir_all(&work).expect("create work dir");
+    let cfg = dir.join("corral.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[profile.code]\n[profile.code.limits]\nallow_unenforced = {}\n[server]\naudit_db = \"{}\"\nwork_dir = \"{}\"\n{extra}",
+            !is_root(),
+            dir.join("audit.db").display(),
+            work.display(),
+        ),
+    )
+    .expect("write config");
+    cfg
+}
+
+/// `corral serve` on 127.0.0.1 (a free port) with [`serve_config`] plus
+/// `extra` in a fresh directory, and `flags`.
+pub fn start_server(extra: &str, flags: &[&str]) -> Server {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = serve_config(dir.path(), extra);
+    start_server_in(dir, &cfg, flags)
+}
+
+/// `corral serve --config cfg` on 127.0.0.1 (a free port), owning `dir`:
+/// a restart on an earlier server's directory and audit database.
+pub fn start_server_in(dir: tempfile::TempDir, cfg: &Path, flags: &[&str]) -> Server {
+    let mut child = corral()
+        .arg("serve")
+        .arg("--config")
+        .arg(cfg)
+        .args(["--listen", "127.0.0.1:0"])
+        .args(flags)
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn corral serve");
+    // Its first line on stderr names the address it listens on.
+    let mut line = String::new();
+    BufReader::new(child.stderr.take().expect("piped stderr"))
+        .read_line(&mut line)
+        .expect("read the server's first line");
+    let addr = line
+        .trim()
+        .rsplit("http://")
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    assert!(addr.starts_with("127.0.0.1:"), "{line}");
+    Server {
+        child,
+        addr,
+        dir: Some(dir),
+    }
+}
+
+/// sha256 hex via python (the tests avoid extra crates).
+pub fn sha256(token: &str) -> String {
+    let out = Command::new("/usr/bin/python3")
+        .args([
+            "-c",
+            "import hashlib, sys; print(hashlib.sha256(sys.argv[1].encode()).hexdigest())",
+            token,
+        ])
+        .output()
+        .expect("python3 for sha256");
+    assert!(out.status.success(), "sha256: {}", text(&out.stderr));
+    text(&out.stdout).trim().to_string()
+}
+
+/// A `[[server.tenant]]` entry: `name`, allowed the `code` profile, with
+/// `token`.
+pub fn tenant(name: &str, token: &str) -> String {
+    format!(
+        "[[server.tenant]]\nname = \"{name}\"\ntoken_sha256 = \"{}\"\nprofiles = [\"code\"]\n",
+        sha256(token)
+    )
 }
