@@ -12,8 +12,7 @@
 mod common;
 use common::*;
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -186,38 +185,6 @@ impl Server {
     }
 }
 
-/// A minimal HTTP/1.1 exchange: (status, head, body).
-fn http(
-    addr: &str,
-    method: &str,
-    path: &str,
-    headers: &[(&str, &str)],
-    body: &str,
-) -> (u16, String, String) {
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    let mut req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
-        body.len()
-    );
-    for (k, v) in headers {
-        req.push_str(&format!("{k}: {v}\r\n"));
-    }
-    req.push_str("\r\n");
-    req.push_str(body);
-    s.write_all(req.as_bytes()).unwrap();
-    let mut raw = Vec::new();
-    let _ = s.read_to_end(&mut raw);
-    let raw = text(&raw);
-    let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    (status, head.to_string(), body.to_string())
-}
-
 fn header<'a>(head: &'a str, name: &str) -> Option<&'a str> {
     head.lines().find_map(|l| {
         let (k, v) = l.split_once(':')?;
@@ -361,7 +328,7 @@ fn http_run_code_shares_the_session_workspace_with_the_file_tools() {
     );
     // Audited like any execution, visible through the HTTP API.
     let id = run["id"].as_str().unwrap();
-    let (status, _, body) = http(&s.addr, "GET", &format!("/v1/executions/{id}"), &[], "");
+    let (status, _, body) = http(&s.addr, "GET", &format!("/v1/executions/{id}"), None, None);
     assert_eq!(status, 200, "{body}");
     assert_eq!(
         serde_json::from_str::<Value>(&body).unwrap()["stdout"],
@@ -514,38 +481,38 @@ fn http_mcp_needs_a_token_and_sessions_belong_to_their_tenant() {
         }
         h
     };
-    let send = |method: &str, h: &[(String, String)], body: &str| {
+    let send = |method: &str, h: &[(String, String)], body: Option<&str>| {
         let h: Vec<(&str, &str)> = h.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-        http(&s.addr, method, "/mcp", &h, body)
+        http_with(&s.addr, method, "/mcp", &h, body)
     };
     // No token, a wrong one: the API's 401.
-    let (status, _, body) = send("POST", &mcp_headers(None, None), init);
+    let (status, _, body) = send("POST", &mcp_headers(None, None), Some(init));
     assert_eq!(status, 401, "{body}");
     assert!(body.contains("auth.missing"), "{body}");
-    let (status, _, body) = send("POST", &mcp_headers(Some("wrong"), None), init);
+    let (status, _, body) = send("POST", &mcp_headers(Some("wrong"), None), Some(init));
     assert_eq!(status, 401, "{body}");
     assert!(body.contains("auth.unknown_token"), "{body}");
     // Alice opens a session; bob cannot use, list or close it.
-    let (status, head, body) = send("POST", &mcp_headers(Some("alice-token"), None), init);
+    let (status, head, body) = send("POST", &mcp_headers(Some("alice-token"), None), Some(init));
     assert_eq!(status, 200, "{head}\n{body}");
     let id = header(&head, "mcp-session-id").unwrap().to_string();
     let list = r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#;
     let (status, _, _) = send(
         "POST",
         &mcp_headers(Some("bob-token"), Some(id.clone())),
-        list,
+        Some(list),
     );
     assert_eq!(status, 404, "bob used alice's session");
     let (status, _, _) = send(
         "DELETE",
         &mcp_headers(Some("bob-token"), Some(id.clone())),
-        "",
+        None,
     );
     assert_eq!(status, 404, "bob closed alice's session");
     let (status, _, _) = send(
         "DELETE",
         &mcp_headers(Some("alice-token"), Some(id.clone())),
-        "",
+        None,
     );
     assert!(
         status == 200 || status == 204,

@@ -1,9 +1,11 @@
 //! Shared helpers for the integration tests: run the real `corral` binary.
 #![allow(dead_code)]
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
 
 /// The corral binary under test: `CORRAL_BIN` when the suite runs as
 /// another user from a copied location, else cargo's build.
@@ -294,4 +296,90 @@ pub fn tenant(name: &str, token: &str) -> String {
         "[[server.tenant]]\nname = \"{name}\"\ntoken_sha256 = \"{}\"\nprofiles = [\"code\"]\n",
         sha256(token)
     )
+}
+
+/// A minimal HTTP/1.1 client for the server tests (a JSON body, an
+/// optional bearer token): (status, head, body).
+pub fn http(
+    addr: &str,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: Option<&str>,
+) -> (u16, String, String) {
+    let auth = token.map(|t| format!("Bearer {t}"));
+    let mut headers = vec![("Content-Type", "application/json")];
+    if let Some(a) = &auth {
+        headers.push(("Authorization", a));
+    }
+    http_with(addr, method, path, &headers, body)
+}
+
+/// [`http`] with the request's headers as given (`Content-Type` only
+/// counts with a body).
+pub fn http_with(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Option<&str>,
+) -> (u16, String, String) {
+    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+    for (name, value) in headers {
+        if body.is_some() || !name.eq_ignore_ascii_case("content-type") {
+            req.push_str(&format!("{name}: {value}\r\n"));
+        }
+    }
+    if let Some(b) = body {
+        req.push_str(&format!("Content-Length: {}\r\n\r\n{b}", b.len()));
+    } else {
+        req.push_str("\r\n");
+    }
+    raw_request(addr, &req)
+}
+
+/// Sends `req` as it is and reads the whole answer: (status, head, body).
+pub fn raw_request(addr: &str, req: &str) -> (u16, String, String) {
+    let mut s = TcpStream::connect(addr).expect("connect to the server");
+    s.set_read_timeout(Some(Duration::from_secs(60)))
+        .expect("read timeout");
+    // A server may answer early (413) and close before it has read the
+    // whole request: the rest of the write then fails, and the answer,
+    // already received, is still there to read before the reset.
+    let written = s.write_all(req.as_bytes());
+    let mut raw = Vec::new();
+    let read = s.read_to_end(&mut raw);
+    if raw.is_empty() {
+        written.expect("write the request");
+        read.expect("read the answer");
+    }
+    let raw = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        dechunk(body)
+    } else {
+        body.to_string()
+    };
+    (status, head.to_string(), body)
+}
+
+fn dechunk(mut body: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = body.split_once("\r\n") {
+        let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+        if n == 0 {
+            break;
+        }
+        out.push_str(&rest[..n]);
+        body = &rest[n + 2..];
+    }
+    out
 }
