@@ -127,14 +127,7 @@ fn only_sandbox_processes_are_visible() {
 
 #[test]
 fn kill_minus_one_only_hits_the_sandbox() {
-    let mut victim = Command::new("sleep");
-    victim.arg("60").stdin(Stdio::null());
-    if is_root() {
-        use std::os::unix::process::CommandExt;
-        // Same uid as the sandboxed program, so only isolation protects it.
-        victim.uid(65534).gid(65534);
-    }
-    let mut victim = victim.spawn().unwrap();
+    let mut victim = victim(&[]);
     let (code, _, err) = sh("kill -KILL -1; echo done");
     std::thread::sleep(Duration::from_millis(200));
     let alive = victim.try_wait().unwrap().is_none();

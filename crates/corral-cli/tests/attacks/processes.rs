@@ -1,6 +1,7 @@
 //! Processes: signals to the host and to init, ptrace, and reading or
 //! writing another process's memory.
 
+use crate::common::*;
 use crate::support::*;
 
 use std::time::Duration;

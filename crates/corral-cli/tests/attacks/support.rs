@@ -1,12 +1,12 @@
 //! Helpers shared by the attack modules: the Python prelude and the
 //! `attack`/`expect` runners, C programs compiled at test time, secrets,
-//! host directories and a host victim process.
+//! host directories.
 
 use crate::common::*;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 
 /// True on x86_64; elsewhere prints why the test does nothing.
 pub fn x86_64(test: &str) -> bool {
@@ -176,19 +176,4 @@ pub fn names(dir: &Path) -> Vec<String> {
         .collect();
     v.sort();
     v
-}
-
-/// A host process that must survive the attack: `sleep 30`, running as the
-/// sandbox's own uid (as root: 65534), so only isolation protects it.
-pub fn victim(env: &[(&str, &str)]) -> std::process::Child {
-    let mut c = Command::new("sleep");
-    c.arg("30").env_clear().stdin(Stdio::null());
-    for (k, v) in env {
-        c.env(k, v);
-    }
-    if is_root() {
-        use std::os::unix::process::CommandExt;
-        c.uid(65534).gid(65534);
-    }
-    c.spawn().expect("spawn victim")
 }

@@ -168,6 +168,22 @@ pub fn process_running(program: &str, token: &str) -> bool {
         .unwrap_or(false)
 }
 
+/// A host process that must survive an attack: `sleep 60` with only `env`
+/// for environment, running as the sandbox's own uid (as root: 65534), so
+/// that only isolation protects it.
+pub fn victim(env: &[(&str, &str)]) -> Child {
+    let mut c = Command::new("sleep");
+    c.arg("60").env_clear().stdin(Stdio::null());
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    if is_root() {
+        use std::os::unix::process::CommandExt;
+        c.uid(65534).gid(65534);
+    }
+    c.spawn().expect("spawn victim")
+}
+
 /// Polls `ok` every 20 ms until it holds; fails the test, saying `what`
 /// did not happen, after `secs` seconds.
 pub fn wait_until(secs: u64, what: &str, mut ok: impl FnMut() -> bool) {
