@@ -4,8 +4,6 @@
 use crate::common::*;
 use crate::support::*;
 
-use std::process::{Command, Stdio};
-
 #[test]
 fn attack_dumping_the_environment_finds_none_of_corrals_secrets() {
     let token = secret();
@@ -178,22 +176,8 @@ say('open descriptors beyond stdio', found)
 say('read 200', try_(lambda: os.read(200, 100)))
 say('read 255', try_(lambda: os.read(255, 100)))
 "#;
-    let out = Command::new("bash")
-        .arg("-c")
-        .arg(script)
-        .arg("bash")
-        .arg(&file)
-        .arg(corral_bin())
-        .arg("run")
-        .args(if is_root() {
-            None
-        } else {
-            Some("--allow-unenforced-limits")
-        })
+    let out = corral_run_via_bash(script, &[file.as_os_str()])
         .args(["--", "python3", "-c", &format!("{PRELUDE}{body}")])
-        .env_clear()
-        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
-        .stdin(Stdio::null())
         .output()
         .expect("spawn");
     let s = text(&out.stdout);

@@ -37,6 +37,27 @@ pub fn corral_run() -> Command {
     c
 }
 
+/// [`corral_run`] started through `bash -c script bash script_args...`:
+/// the script opens descriptors for corral to inherit (no close-on-exec)
+/// and ends with `exec "$@"`, where `$@` (after any `shift`) is `corral run`
+/// with its flags. Same environment as [`corral`]; add `--` and the argv.
+pub fn corral_run_via_bash(script: &str, script_args: &[&std::ffi::OsStr]) -> Command {
+    let mut c = Command::new("bash");
+    c.arg("-c")
+        .arg(script)
+        .arg("bash")
+        .args(script_args)
+        .arg(corral_bin())
+        .arg("run");
+    if !is_root() {
+        c.arg("--allow-unenforced-limits");
+    }
+    c.env_clear()
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .stdin(Stdio::null());
+    c
+}
+
 /// Runs `corral run [flags] -- argv` and returns the output.
 pub fn run(flags: &[&str], argv: &[&str]) -> Output {
     let mut c = corral_run();
