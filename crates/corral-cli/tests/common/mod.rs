@@ -1,6 +1,7 @@
 //! Shared helpers for the integration tests: run the real `corral` binary.
 #![allow(dead_code)]
 
+use std::ffi::OsStr;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
@@ -15,25 +16,35 @@ pub fn corral_bin() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_corral")))
 }
 
-/// A `corral` command with a clean, predictable environment.
-pub fn corral() -> Command {
-    let mut c = Command::new(corral_bin());
+/// `program` with a clean, predictable environment.
+fn clean_command(program: impl AsRef<OsStr>) -> Command {
+    let mut c = Command::new(program);
     c.env_clear()
         .env("PATH", "/usr/local/bin:/usr/bin:/bin")
         .stdin(Stdio::null());
     c
 }
 
-/// `corral run`, plus `--allow-unenforced-limits` when the suite runs
+/// A `corral` command with a clean, predictable environment.
+pub fn corral() -> Command {
+    clean_command(corral_bin())
+}
+
+/// Adds `run`, plus `--allow-unenforced-limits` when the suite runs
 /// unprivileged: the default profile sets cgroup limits, and this host has
 /// no cgroup delegation for ordinary users (tests/limits.rs proves the
 /// refusal without the flag).
-pub fn corral_run() -> Command {
-    let mut c = corral();
+fn add_run(c: &mut Command) {
     c.arg("run");
     if !is_root() {
         c.arg("--allow-unenforced-limits");
     }
+}
+
+/// `corral run` (see [`add_run`]).
+pub fn corral_run() -> Command {
+    let mut c = corral();
+    add_run(&mut c);
     c
 }
 
@@ -41,20 +52,14 @@ pub fn corral_run() -> Command {
 /// the script opens descriptors for corral to inherit (no close-on-exec)
 /// and ends with `exec "$@"`, where `$@` (after any `shift`) is `corral run`
 /// with its flags. Same environment as [`corral`]; add `--` and the argv.
-pub fn corral_run_via_bash(script: &str, script_args: &[&std::ffi::OsStr]) -> Command {
-    let mut c = Command::new("bash");
+pub fn corral_run_via_bash(script: &str, script_args: &[&OsStr]) -> Command {
+    let mut c = clean_command("bash");
     c.arg("-c")
         .arg(script)
         .arg("bash")
         .args(script_args)
-        .arg(corral_bin())
-        .arg("run");
-    if !is_root() {
-        c.arg("--allow-unenforced-limits");
-    }
-    c.env_clear()
-        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
-        .stdin(Stdio::null());
+        .arg(corral_bin());
+    add_run(&mut c);
     c
 }
 
