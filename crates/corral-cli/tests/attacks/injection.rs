@@ -4,7 +4,6 @@
 use crate::common::*;
 use crate::support::*;
 
-use std::os::unix::fs::PermissionsExt;
 use std::process::Command;
 
 #[test]
@@ -122,11 +121,7 @@ fn attack_hostile_file_names_pass_through_verbatim() {
         "日本語",
     ];
     // The workdir's own host path is hostile too.
-    let parent = tempfile::Builder::new()
-        .prefix("corral-attack-")
-        .tempdir()
-        .expect("tempdir");
-    std::fs::set_permissions(parent.path(), PermissionsExt::from_mode(0o755)).expect("chmod");
+    let parent = readable_dir();
     let wd = parent.path().join("work dir 'q\" $(id) \n end");
     std::fs::create_dir(&wd).expect("mkdir");
     for n in hostile {

@@ -96,11 +96,7 @@ pub struct CProgram {
 
 impl CProgram {
     pub fn compile(name: &str, source: &str) -> CProgram {
-        let dir = tempfile::Builder::new()
-            .prefix("corral-attack-")
-            .tempdir()
-            .expect("tempdir");
-        std::fs::set_permissions(dir.path(), PermissionsExt::from_mode(0o755)).expect("chmod");
+        let dir = readable_dir();
         let src = dir.path().join(format!("{name}.c"));
         std::fs::write(&src, source).expect("write C source");
         let out = Command::new("gcc")
