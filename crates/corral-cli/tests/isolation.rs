@@ -3,7 +3,6 @@
 mod common;
 use common::*;
 
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 #[test]
@@ -127,14 +126,7 @@ fn only_sandbox_processes_are_visible() {
 
 #[test]
 fn kill_minus_one_only_hits_the_sandbox() {
-    let mut victim = Command::new("sleep");
-    victim.arg("60").stdin(Stdio::null());
-    if is_root() {
-        use std::os::unix::process::CommandExt;
-        // Same uid as the sandboxed program, so only isolation protects it.
-        victim.uid(65534).gid(65534);
-    }
-    let mut victim = victim.spawn().unwrap();
+    let mut victim = victim(&[]);
     let (code, _, err) = sh("kill -KILL -1; echo done");
     std::thread::sleep(Duration::from_millis(200));
     let alive = victim.try_wait().unwrap().is_none();
@@ -192,26 +184,13 @@ fn hostname_comes_from_the_policy() {
 fn no_file_descriptor_leaks_into_the_sandbox() {
     // corral inherits fd 9 (no close-on-exec) from a wrapper shell; it must
     // not reach the program.
-    let out = Command::new("sh")
-        .arg("-c")
-        .arg("exec 9</etc/hostname; exec \"$@\"")
-        .arg("sh")
-        .arg(corral_bin())
-        .arg("run")
-        .args(if is_root() {
-            None
-        } else {
-            Some("--allow-unenforced-limits")
-        })
+    let out = corral_run_via_bash("exec 9</etc/hostname; exec \"$@\"", &[])
         .args([
             "--",
             "python3",
             "-c",
             "import os; print(sorted(int(f) for f in os.listdir('/proc/self/fd')))",
         ])
-        .env_clear()
-        .env("PATH", "/usr/bin:/bin")
-        .stdin(Stdio::null())
         .output()
         .unwrap();
     // 0-2 are stdio; 3 is the directory python is listing.

@@ -12,10 +12,9 @@
 mod common;
 use common::*;
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
@@ -175,21 +174,8 @@ fn refused(v: &Value, code: &str) {
     );
 }
 
-/// A running `corral serve`, killed on drop.
-struct Server {
-    child: Child,
-    addr: String,
-    dir: tempfile::TempDir,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 impl Server {
+    /// The client's target: this server's MCP endpoint, with `token`.
     fn target(&self, token: Option<&str>) -> Value {
         let mut t = json!({"url": format!("http://{}/mcp", self.addr)});
         if let Some(token) = token {
@@ -197,86 +183,6 @@ impl Server {
         }
         t
     }
-
-    /// This server's own directory of workspaces.
-    fn work(&self) -> PathBuf {
-        self.dir
-            .path()
-            .join("work")
-            .join(format!("corral-serve-{}", self.child.id()))
-    }
-}
-
-/// The config the tests share (unprivileged: limits may go unenforced, as
-/// in tests/serve.rs), plus `extra`.
-fn write_config(dir: &Path, extra: &str) -> PathBuf {
-    let work = dir.join("work");
-    std::fs::create_dir_all(&work).unwrap();
-    let cfg = dir.join("corral.toml");
-    std::fs::write(
-        &cfg,
-        format!(
-            "[profile.code]\n[profile.code.limits]\nallow_unenforced = {}\n[server]\naudit_db = \"{}\"\nwork_dir = \"{}\"\n{extra}",
-            !is_root(),
-            dir.join("audit.db").display(),
-            work.display(),
-        ),
-    )
-    .unwrap();
-    cfg
-}
-
-fn start(extra: &str, flags: &[&str]) -> Server {
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = write_config(dir.path(), extra);
-    let mut child = corral()
-        .arg("serve")
-        .arg("--config")
-        .arg(&cfg)
-        .args(["--listen", "127.0.0.1:0"])
-        .args(flags)
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stderr.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let addr = line.trim().rsplit("http://").next().unwrap().to_string();
-    assert!(addr.starts_with("127.0.0.1:"), "{line}");
-    Server { child, addr, dir }
-}
-
-/// A minimal HTTP/1.1 exchange: (status, head, body).
-fn http(
-    addr: &str,
-    method: &str,
-    path: &str,
-    headers: &[(&str, &str)],
-    body: &str,
-) -> (u16, String, String) {
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    let mut req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
-        body.len()
-    );
-    for (k, v) in headers {
-        req.push_str(&format!("{k}: {v}\r\n"));
-    }
-    req.push_str("\r\n");
-    req.push_str(body);
-    s.write_all(req.as_bytes()).unwrap();
-    let mut raw = Vec::new();
-    let _ = s.read_to_end(&mut raw);
-    let raw = text(&raw);
-    let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    (status, head.to_string(), body.to_string())
 }
 
 fn header<'a>(head: &'a str, name: &str) -> Option<&'a str> {
@@ -284,19 +190,6 @@ fn header<'a>(head: &'a str, name: &str) -> Option<&'a str> {
         let (k, v) = l.split_once(':')?;
         k.trim().eq_ignore_ascii_case(name).then(|| v.trim())
     })
-}
-
-/// sha256 hex via python (the tests avoid extra crates).
-fn sha256(token: &str) -> String {
-    let out = std::process::Command::new("/usr/bin/python3")
-        .args([
-            "-c",
-            "import hashlib, sys; print(hashlib.sha256(sys.argv[1].encode()).hexdigest())",
-            token,
-        ])
-        .output()
-        .unwrap();
-    text(&out.stdout).trim().to_string()
 }
 
 /// Waits until `dir` holds no session workspace (`corral-ws-*`).
@@ -328,7 +221,7 @@ const ALL_TOOLS: [&str; 4] = ["list_files", "read_file", "run_code", "write_file
 
 #[test]
 fn http_lists_run_code_only_in_code_mode() {
-    let s = start("", &[]);
+    let s = start_server("", &[]);
     let out = session(
         s.target(None),
         json!([
@@ -350,17 +243,17 @@ fn http_lists_run_code_only_in_code_mode() {
     );
     drop(s);
     // `extra` lands in [server].
-    let s = start("code_mode = true\n", &[]);
+    let s = start_server("code_mode = true\n", &[]);
     let out = session(s.target(None), json!([list()]));
     assert_eq!(out[1]["tools"], json!(ALL_TOOLS));
-    let s = start("", &["--code-mode"]);
+    let s = start_server("", &["--code-mode"]);
     let out = session(s.target(None), json!([list()]));
     assert_eq!(out[1]["tools"], json!(ALL_TOOLS));
 }
 
 #[test]
 fn http_run_code_shares_the_session_workspace_with_the_file_tools() {
-    let s = start("", &["--code-mode"]);
+    let s = start_server("", &["--code-mode"]);
     let code = "import os\n\
                 data = open('data/in.txt').read()\n\
                 print(data.upper())\n\
@@ -435,7 +328,7 @@ fn http_run_code_shares_the_session_workspace_with_the_file_tools() {
     );
     // Audited like any execution, visible through the HTTP API.
     let id = run["id"].as_str().unwrap();
-    let (status, _, body) = http(&s.addr, "GET", &format!("/v1/executions/{id}"), &[], "");
+    let (status, _, body) = http(&s.addr, "GET", &format!("/v1/executions/{id}"), None, None);
     assert_eq!(status, 200, "{body}");
     assert_eq!(
         serde_json::from_str::<Value>(&body).unwrap()["stdout"],
@@ -447,7 +340,7 @@ fn http_run_code_shares_the_session_workspace_with_the_file_tools() {
 
 #[test]
 fn http_file_tools_refuse_traversal_symlinks_reserved_names_and_oversize() {
-    let s = start("", &["--code-mode"]);
+    let s = start_server("", &["--code-mode"]);
     let hostname = std::fs::read("/etc/hostname").unwrap_or_default();
     let plant =
         "ln -s /etc/hostname leak; ln -s /etc etc; mkdir -p sub; ln -s /etc/passwd sub/pw; \
@@ -540,7 +433,7 @@ fn http_file_tools_refuse_traversal_symlinks_reserved_names_and_oversize() {
 
 #[test]
 fn sessions_have_their_own_workspaces() {
-    let s = start("", &["--code-mode"]);
+    let s = start_server("", &["--code-mode"]);
     let out = session(
         s.target(None),
         json!([call(
@@ -568,13 +461,8 @@ fn sessions_have_their_own_workspaces() {
 
 #[test]
 fn http_mcp_needs_a_token_and_sessions_belong_to_their_tenant() {
-    let extra = format!(
-        "[[server.tenant]]\nname = \"alice\"\ntoken_sha256 = \"{}\"\nprofiles = [\"code\"]\n\
-         [[server.tenant]]\nname = \"bob\"\ntoken_sha256 = \"{}\"\nprofiles = [\"code\"]\n",
-        sha256("alice-token"),
-        sha256("bob-token")
-    );
-    let s = start(&extra, &["--code-mode"]);
+    let extra = tenant("alice", "alice-token") + &tenant("bob", "bob-token");
+    let s = start_server(&extra, &["--code-mode"]);
     let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}"#;
     let mcp_headers = |token: Option<&'static str>, session: Option<String>| {
         let mut h: Vec<(String, String)> = vec![
@@ -593,38 +481,38 @@ fn http_mcp_needs_a_token_and_sessions_belong_to_their_tenant() {
         }
         h
     };
-    let send = |method: &str, h: &[(String, String)], body: &str| {
+    let send = |method: &str, h: &[(String, String)], body: Option<&str>| {
         let h: Vec<(&str, &str)> = h.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-        http(&s.addr, method, "/mcp", &h, body)
+        http_with(&s.addr, method, "/mcp", &h, body)
     };
     // No token, a wrong one: the API's 401.
-    let (status, _, body) = send("POST", &mcp_headers(None, None), init);
+    let (status, _, body) = send("POST", &mcp_headers(None, None), Some(init));
     assert_eq!(status, 401, "{body}");
     assert!(body.contains("auth.missing"), "{body}");
-    let (status, _, body) = send("POST", &mcp_headers(Some("wrong"), None), init);
+    let (status, _, body) = send("POST", &mcp_headers(Some("wrong"), None), Some(init));
     assert_eq!(status, 401, "{body}");
     assert!(body.contains("auth.unknown_token"), "{body}");
     // Alice opens a session; bob cannot use, list or close it.
-    let (status, head, body) = send("POST", &mcp_headers(Some("alice-token"), None), init);
+    let (status, head, body) = send("POST", &mcp_headers(Some("alice-token"), None), Some(init));
     assert_eq!(status, 200, "{head}\n{body}");
     let id = header(&head, "mcp-session-id").unwrap().to_string();
     let list = r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#;
     let (status, _, _) = send(
         "POST",
         &mcp_headers(Some("bob-token"), Some(id.clone())),
-        list,
+        Some(list),
     );
     assert_eq!(status, 404, "bob used alice's session");
     let (status, _, _) = send(
         "DELETE",
         &mcp_headers(Some("bob-token"), Some(id.clone())),
-        "",
+        None,
     );
     assert_eq!(status, 404, "bob closed alice's session");
     let (status, _, _) = send(
         "DELETE",
         &mcp_headers(Some("alice-token"), Some(id.clone())),
-        "",
+        None,
     );
     assert!(
         status == 200 || status == 204,
@@ -650,7 +538,7 @@ fn http_mcp_needs_a_token_and_sessions_belong_to_their_tenant() {
 
 #[test]
 fn run_code_answers_busy_when_saturated() {
-    let s = start("", &["--code-mode", "--max-concurrent", "1"]);
+    let s = start_server("", &["--code-mode", "--max-concurrent", "1"]);
     let out = run_python(SATURATE, &[format!("http://{}/mcp", s.addr)], "");
     let answers = out.as_array().unwrap();
     let busy: Vec<&Value> = answers.iter().filter(|a| a["is_error"] == true).collect();
@@ -663,7 +551,7 @@ fn run_code_answers_busy_when_saturated() {
 #[test]
 fn stdio_serves_the_same_tools() {
     let dir = tempfile::tempdir().unwrap();
-    let cfg = write_config(dir.path(), "");
+    let cfg = serve_config(dir.path(), "");
     let bin = corral_bin().to_string_lossy().into_owned();
     let target = |code_mode: bool| {
         let mut cmd = vec![

@@ -6,7 +6,7 @@
 mod common;
 use common::*;
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 fn reduced(flags: &[&str], argv: &[&str]) -> (serde_json::Value, std::process::Output) {
@@ -112,13 +112,7 @@ fn network_sockets_and_sysv_ipc_are_refused() {
 
 #[test]
 fn signals_cannot_reach_host_processes() {
-    let mut victim = Command::new("sleep");
-    victim.arg("60").stdin(Stdio::null());
-    if is_root() {
-        use std::os::unix::process::CommandExt;
-        victim.uid(65534).gid(65534);
-    }
-    let mut victim = victim.spawn().unwrap();
+    let mut victim = victim(&[]);
     let pid = victim.id().to_string();
     let (v, _) = reduced(&[], &["sh", "-c", &format!("kill -KILL {pid}; echo rc=$?")]);
     std::thread::sleep(Duration::from_millis(100));

@@ -6,159 +6,10 @@
 mod common;
 use common::*;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::Write;
 use std::net::TcpStream;
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
-
-/// A running `corral serve`, killed on drop.
-struct Server {
-    child: Child,
-    addr: String,
-    dir: Option<tempfile::TempDir>,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// sha256 hex via python (the tests avoid extra crates).
-fn sha256(token: &str) -> String {
-    let out = std::process::Command::new("/usr/bin/python3")
-        .args([
-            "-c",
-            "import hashlib, sys; print(hashlib.sha256(sys.argv[1].encode()).hexdigest())",
-            token,
-        ])
-        .output()
-        .unwrap();
-    text(&out.stdout).trim().to_string()
-}
-
-fn start(extra_config: &str, flags: &[&str]) -> Server {
-    let dir = tempfile::tempdir().unwrap();
-    let work = dir.path().join("work");
-    std::fs::create_dir(&work).unwrap();
-    let cfg = dir.path().join("corral.toml");
-    let base = format!(
-        "[profile.code]\n[profile.code.limits]\nallow_unenforced = {unenforced}\n[server]\naudit_db = \"{db}\"\nwork_dir = \"{work}\"\n{extra_config}",
-        unenforced = !is_root(),
-        db = dir.path().join("audit.db").display(),
-        work = work.display(),
-    );
-    std::fs::write(&cfg, base).unwrap();
-    start_with(dir, &cfg, flags)
-}
-
-fn start_with(dir: tempfile::TempDir, cfg: &std::path::Path, flags: &[&str]) -> Server {
-    let mut child = corral()
-        .arg("serve")
-        .arg("--config")
-        .arg(cfg)
-        .args(["--listen", "127.0.0.1:0"])
-        .args(flags)
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stderr.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let addr = line.trim().rsplit("http://").next().unwrap().to_string();
-    assert!(addr.starts_with("127.0.0.1:"), "{line}");
-    Server {
-        child,
-        addr,
-        dir: Some(dir),
-    }
-}
-
-/// A minimal HTTP/1.1 client: (status, headers, body).
-fn http(
-    addr: &str,
-    method: &str,
-    path: &str,
-    token: Option<&str>,
-    body: Option<&str>,
-) -> (u16, String, String) {
-    let auth = token.map(|t| format!("Bearer {t}"));
-    let mut headers = vec![("Content-Type", "application/json")];
-    if let Some(a) = &auth {
-        headers.push(("Authorization", a));
-    }
-    http_with(addr, method, path, &headers, body)
-}
-
-/// [`http`] with the request's headers as given (`Content-Type` only
-/// counts with a body).
-fn http_with(
-    addr: &str,
-    method: &str,
-    path: &str,
-    headers: &[(&str, &str)],
-    body: Option<&str>,
-) -> (u16, String, String) {
-    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
-    for (name, value) in headers {
-        if body.is_some() || !name.eq_ignore_ascii_case("content-type") {
-            req.push_str(&format!("{name}: {value}\r\n"));
-        }
-    }
-    if let Some(b) = body {
-        req.push_str(&format!("Content-Length: {}\r\n\r\n{b}", b.len()));
-    } else {
-        req.push_str("\r\n");
-    }
-    raw_request(addr, &req)
-}
-
-/// Sends `req` as it is and reads the whole answer: (status, head, body).
-fn raw_request(addr: &str, req: &str) -> (u16, String, String) {
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
-    // A server may answer early (413) and close before it has read the
-    // whole request: the rest of the write then fails, and the answer,
-    // already received, is still there to read before the reset.
-    let written = s.write_all(req.as_bytes());
-    let mut raw = Vec::new();
-    let read = s.read_to_end(&mut raw);
-    if raw.is_empty() {
-        written.unwrap();
-        read.unwrap();
-    }
-    let raw = String::from_utf8_lossy(&raw).into_owned();
-    let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    let body = if head
-        .to_ascii_lowercase()
-        .contains("transfer-encoding: chunked")
-    {
-        dechunk(body)
-    } else {
-        body.to_string()
-    };
-    (status, head.to_string(), body)
-}
-
-fn dechunk(mut body: &str) -> String {
-    let mut out = String::new();
-    while let Some((size, rest)) = body.split_once("\r\n") {
-        let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
-        if n == 0 {
-            break;
-        }
-        out.push_str(&rest[..n]);
-        body = &rest[n + 2..];
-    }
-    out
-}
 
 fn json(body: &str) -> serde_json::Value {
     serde_json::from_str(body).unwrap_or_else(|e| panic!("not JSON ({e}): {body}"))
@@ -171,7 +22,7 @@ fn post(s: &Server, token: Option<&str>, body: &str) -> (u16, serde_json::Value)
 
 #[test]
 fn runs_a_command_and_keeps_its_record() {
-    let s = start("", &[]);
+    let s = start_server("", &[]);
     let (status, v) = post(
         &s,
         None,
@@ -200,14 +51,14 @@ fn runs_a_command_and_keeps_its_record() {
 
 #[test]
 fn code_mode_is_off_unless_enabled() {
-    let s = start("", &[]);
+    let s = start_server("", &[]);
     let (status, v) = post(&s, None, r#"{"language": "python", "code": "print(1)"}"#);
     assert_eq!(
         (status, v["error"]["code"].as_str()),
         (403, Some("code_mode.disabled")),
         "{v}"
     );
-    let s = start("", &["--code-mode"]);
+    let s = start_server("", &["--code-mode"]);
     let (status, v) = post(
         &s,
         None,
@@ -225,12 +76,8 @@ fn code_mode_is_off_unless_enabled() {
 
 #[test]
 fn tenants_authenticate_and_never_see_each_other() {
-    let extra = format!(
-        "[[server.tenant]]\nname = \"alice\"\ntoken_sha256 = \"{}\"\nprofiles = [\"code\"]\n[[server.tenant]]\nname = \"bob\"\ntoken_sha256 = \"{}\"\nprofiles = [\"code\"]\n",
-        sha256("alice-token"),
-        sha256("bob-token")
-    );
-    let s = start(&extra, &[]);
+    let extra = tenant("alice", "alice-token") + &tenant("bob", "bob-token");
+    let s = start_server(&extra, &[]);
     let body = r#"{"command": ["sh", "-c", "echo hi"]}"#;
     let (status, v) = post(&s, None, body);
     assert_eq!(
@@ -263,7 +110,7 @@ fn tenants_authenticate_and_never_see_each_other() {
 
 #[test]
 fn bad_requests_get_clear_4xx() {
-    let s = start("", &[]);
+    let s = start_server("", &[]);
     let cases: &[(&str, u16, &str)] = &[
         ("{not json", 400, "request.malformed"),
         (
@@ -368,7 +215,7 @@ fn error_code(status: u16, head: &str, body: &str) -> (u16, String) {
 
 #[test]
 fn every_error_answer_is_a_json_error_object() {
-    let s = start("", &[]);
+    let s = start_server("", &[]);
     let (status, head, body) = http(&s.addr, "GET", "/nope", None, None);
     assert_eq!(error_code(status, &head, &body), (404, "not_found".into()));
     // Too large: refused by the framework before any handler.
@@ -443,7 +290,7 @@ fn every_error_answer_is_a_json_error_object() {
 
 #[test]
 fn input_files_go_in_and_output_files_come_back() {
-    let s = start("", &[]);
+    let s = start_server("", &[]);
     let body = r#"{"command": ["sh", "-c", "mkdir -p output && tr a-z A-Z < data/in.txt > output/out.txt && cat data/in.txt"],
                    "files": [{"path": "data/in.txt", "content": "hello"}]}"#;
     let (status, v) = post(&s, None, body);
@@ -465,7 +312,7 @@ fn input_files_go_in_and_output_files_come_back() {
 
 #[test]
 fn no_output_directory_is_no_outputs_and_no_error() {
-    let s = start("", &[]);
+    let s = start_server("", &[]);
     let (status, v) = post(&s, None, r#"{"command": ["sh", "-c", "true"]}"#);
     assert_eq!(status, 200, "{v}");
     assert_eq!(v["outputs"], serde_json::json!([]), "{v}");
@@ -488,7 +335,7 @@ fn no_output_directory_is_no_outputs_and_no_error() {
 
 #[test]
 fn a_refused_execution_answers_its_record_with_its_id() {
-    let s = start("", &[]);
+    let s = start_server("", &[]);
     let (status, v) = post(&s, None, r#"{"command": ["perl", "-e", "1"]}"#);
     assert_eq!(status, 422, "{v}");
     assert_eq!(v["error"]["code"], "command.not_allowed", "{v}");
@@ -529,7 +376,7 @@ fn audit_files_are_private_and_hash_the_command_unambiguously() {
     use std::os::unix::fs::PermissionsExt;
     let dir = tempfile::tempdir().unwrap();
     let jsonl = dir.path().join("audit.jsonl");
-    let s = start(&format!("audit_jsonl = \"{}\"\n", jsonl.display()), &[]);
+    let s = start_server(&format!("audit_jsonl = \"{}\"\n", jsonl.display()), &[]);
     let argvs = [
         serde_json::json!(["sh", "-c", "true", "a b"]),
         serde_json::json!(["sh", "-c", "true", "a", "b"]),
@@ -542,7 +389,7 @@ fn audit_files_are_private_and_hash_the_command_unambiguously() {
         );
         assert_eq!(status, 200, "{v}");
     }
-    let db = s.dir.as_ref().unwrap().path().join("audit.db");
+    let db = s.path().join("audit.db");
     for file in [
         db.clone(),
         db.with_extension("db-wal"),
@@ -571,11 +418,7 @@ fn audit_files_are_private_and_hash_the_command_unambiguously() {
 
 #[test]
 fn the_bearer_scheme_is_case_insensitive() {
-    let extra = format!(
-        "[[server.tenant]]\nname = \"alice\"\ntoken_sha256 = \"{}\"\nprofiles = [\"code\"]\n",
-        sha256("alice-token")
-    );
-    let s = start(&extra, &[]);
+    let s = start_server(&tenant("alice", "alice-token"), &[]);
     for value in [
         "bearer alice-token",
         "BEARER alice-token",
@@ -619,7 +462,7 @@ fn the_bearer_scheme_is_case_insensitive() {
 #[test]
 fn the_anonymous_default_profile_is_code() {
     // `a-first` sorts before `code`.
-    let s = start("[profile.a-first]\nextends = \"code\"\n", &[]);
+    let s = start_server("[profile.a-first]\nextends = \"code\"\n", &[]);
     let (status, v) = post(&s, None, r#"{"command": ["sh", "-c", "true"]}"#);
     assert_eq!(status, 200, "{v}");
     assert_eq!(v["profile"], "code", "{v}");
@@ -627,7 +470,7 @@ fn the_anonymous_default_profile_is_code() {
 
 #[test]
 fn saturation_answers_429_with_retry_after_and_never_queues() {
-    let s = start("", &["--max-concurrent", "2"]);
+    let s = start_server("", &["--max-concurrent", "2"]);
     let addr = s.addr.clone();
     let handles: Vec<_> = (0..5)
         .map(|_| {
@@ -659,7 +502,7 @@ fn saturation_answers_429_with_retry_after_and_never_queues() {
 
 #[test]
 fn a_client_that_disconnects_kills_its_execution() {
-    let s = start("", &[]);
+    let s = start_server("", &[]);
     let token = format!("corral-disconnect-{}", std::process::id());
     let body =
         format!(r#"{{"command": ["python3", "-c", "import time; time.sleep(60)", "{token}"]}}"#);
@@ -698,7 +541,7 @@ fn assert_only_record_cancelled(s: &Server) {
 
 #[test]
 fn an_http2_client_that_disconnects_kills_its_execution() {
-    let s = start("", &[]);
+    let s = start_server("", &[]);
     let url = |path: &str| format!("http://{}{path}", s.addr);
     // The server speaks HTTP/2 over cleartext to a client that knows it
     // (h2c with prior knowledge, no upgrade).
@@ -735,7 +578,7 @@ fn an_http2_client_that_disconnects_kills_its_execution() {
 
 #[test]
 fn killing_the_server_leaves_no_sandbox_and_records_survive_a_restart() {
-    let s = start("", &[]);
+    let s = start_server("", &[]);
     let (status, v) = post(&s, None, r#"{"command": ["sh", "-c", "echo kept"]}"#);
     assert_eq!(status, 200);
     let id = v["id"].as_str().unwrap().to_string();
@@ -758,12 +601,12 @@ fn killing_the_server_leaves_no_sandbox_and_records_survive_a_restart() {
     // Same config, same audit database: the record is still there, and the
     // killed server's workspace is swept.
     let cfg = dir.path().join("corral.toml");
-    let s = start_with(dir, &cfg, &[]);
+    let s = start_server_in(dir, &cfg, &[]);
     let (status, _, body) = http(&s.addr, "GET", &format!("/v1/executions/{id}"), None, None);
     assert_eq!(status, 200);
     assert_eq!(json(&body)["stdout"], "kept\n");
     // Only the new server's own (empty) directory is left.
-    let left: Vec<String> = std::fs::read_dir(s.dir.as_ref().unwrap().path().join("work"))
+    let left: Vec<String> = std::fs::read_dir(s.path().join("work"))
         .unwrap()
         .flatten()
         .map(|e| e.file_name().to_string_lossy().into_owned())
@@ -826,7 +669,7 @@ fn sse_events(body: &str) -> Vec<(String, serde_json::Value)> {
 
 #[test]
 fn streaming_sends_typed_events_and_exactly_one_final_result() {
-    let s = start("", &[]);
+    let s = start_server("", &[]);
     let body = r#"{"command": ["sh", "-c", "echo one; sleep 0.3; echo two >&2; (sleep 0.5; echo late) & exit 3"]}"#;
     let (status, head, raw) = http(&s.addr, "POST", "/v1/executions/stream", None, Some(body));
     assert_eq!(status, 200, "{head}");
@@ -905,7 +748,7 @@ fn memory_groups(server: u32) -> Vec<String> {
 
 #[test]
 fn helpers_wait_ahead_in_their_groups_and_leave_with_the_server() {
-    let mut s = start("", &["--max-concurrent", "2"]);
+    let mut s = start_server("", &["--max-concurrent", "2"]);
     let server = s.child.id();
     let v1 = is_root() && std::path::Path::new("/sys/fs/cgroup/memory/corral").is_dir();
     wait_until(10, "two waiting helpers", || {

@@ -1,8 +1,12 @@
 //! Shared helpers for the integration tests: run the real `corral` binary.
 #![allow(dead_code)]
 
-use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
+use std::ffi::OsStr;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
 
 /// The corral binary under test: `CORRAL_BIN` when the suite runs as
 /// another user from a copied location, else cargo's build.
@@ -12,25 +16,50 @@ pub fn corral_bin() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_corral")))
 }
 
-/// A `corral` command with a clean, predictable environment.
-pub fn corral() -> Command {
-    let mut c = Command::new(corral_bin());
+/// `program` with a clean, predictable environment.
+fn clean_command(program: impl AsRef<OsStr>) -> Command {
+    let mut c = Command::new(program);
     c.env_clear()
         .env("PATH", "/usr/local/bin:/usr/bin:/bin")
         .stdin(Stdio::null());
     c
 }
 
-/// `corral run`, plus `--allow-unenforced-limits` when the suite runs
+/// A `corral` command with a clean, predictable environment.
+pub fn corral() -> Command {
+    clean_command(corral_bin())
+}
+
+/// Adds `run`, plus `--allow-unenforced-limits` when the suite runs
 /// unprivileged: the default profile sets cgroup limits, and this host has
 /// no cgroup delegation for ordinary users (tests/limits.rs proves the
 /// refusal without the flag).
-pub fn corral_run() -> Command {
-    let mut c = corral();
+fn add_run(c: &mut Command) {
     c.arg("run");
     if !is_root() {
         c.arg("--allow-unenforced-limits");
     }
+}
+
+/// `corral run` (see [`add_run`]).
+pub fn corral_run() -> Command {
+    let mut c = corral();
+    add_run(&mut c);
+    c
+}
+
+/// [`corral_run`] started through `bash -c script bash script_args...`:
+/// the script opens descriptors for corral to inherit (no close-on-exec)
+/// and ends with `exec "$@"`, where `$@` (after any `shift`) is `corral run`
+/// with its flags. Same environment as [`corral`]; add `--` and the argv.
+pub fn corral_run_via_bash(script: &str, script_args: &[&OsStr]) -> Command {
+    let mut c = clean_command("bash");
+    c.arg("-c")
+        .arg(script)
+        .arg("bash")
+        .args(script_args)
+        .arg(corral_bin());
+    add_run(&mut c);
     c
 }
 
@@ -165,6 +194,22 @@ pub fn process_running(program: &str, token: &str) -> bool {
         .unwrap_or(false)
 }
 
+/// A host process that must survive an attack: `sleep 60` with only `env`
+/// for environment, running as the sandbox's own uid (as root: 65534), so
+/// that only isolation protects it.
+pub fn victim(env: &[(&str, &str)]) -> Child {
+    let mut c = Command::new("sleep");
+    c.arg("60").env_clear().stdin(Stdio::null());
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    if is_root() {
+        use std::os::unix::process::CommandExt;
+        c.uid(65534).gid(65534);
+    }
+    c.spawn().expect("spawn victim")
+}
+
 /// Polls `ok` every 20 ms until it holds; fails the test, saying `what`
 /// did not happen, after `secs` seconds.
 pub fn wait_until(secs: u64, what: &str, mut ok: impl FnMut() -> bool) {
@@ -176,4 +221,207 @@ pub fn wait_until(secs: u64, what: &str, mut ok: impl FnMut() -> bool) {
         );
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
+}
+
+/// A running `corral serve` on a loopback port, killed and reaped on drop.
+pub struct Server {
+    pub child: Child,
+    /// `127.0.0.1:<port>`, as the server announced it.
+    pub addr: String,
+    /// The config, audit database and `work/` ([`serve_config`]); a test
+    /// that restarts a server on them takes it ([`start_server_in`]).
+    pub dir: Option<tempfile::TempDir>,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Server {
+    /// The server's directory.
+    pub fn path(&self) -> &Path {
+        self.dir
+            .as_ref()
+            .expect("the server's directory was taken")
+            .path()
+    }
+
+    /// This server's own directory of workspaces.
+    pub fn work(&self) -> PathBuf {
+        self.path()
+            .join("work")
+            .join(format!("corral-serve-{}", self.child.id()))
+    }
+}
+
+/// Writes the config the server tests share into `dir` and returns its
+/// path: the audit database and `work/` in `dir`, limits that may go
+/// unenforced when the suite runs unprivileged, then `extra` (bare keys in
+/// it land in `[server]`).
+pub fn serve_config(dir: &Path, extra: &str) -> PathBuf {
+    let work = dir.join("work");
+    std::fs::create_dir_all(&work).expect("create work dir");
+    let cfg = dir.join("corral.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[profile.code]\n[profile.code.limits]\nallow_unenforced = {}\n[server]\naudit_db = \"{}\"\nwork_dir = \"{}\"\n{extra}",
+            !is_root(),
+            dir.join("audit.db").display(),
+            work.display(),
+        ),
+    )
+    .expect("write config");
+    cfg
+}
+
+/// `corral serve` on 127.0.0.1 (a free port) with [`serve_config`] plus
+/// `extra` in a fresh directory, and `flags`.
+pub fn start_server(extra: &str, flags: &[&str]) -> Server {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = serve_config(dir.path(), extra);
+    start_server_in(dir, &cfg, flags)
+}
+
+/// `corral serve --config cfg` on 127.0.0.1 (a free port), owning `dir`:
+/// a restart on an earlier server's directory and audit database.
+pub fn start_server_in(dir: tempfile::TempDir, cfg: &Path, flags: &[&str]) -> Server {
+    let mut child = corral()
+        .arg("serve")
+        .arg("--config")
+        .arg(cfg)
+        .args(["--listen", "127.0.0.1:0"])
+        .args(flags)
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn corral serve");
+    // Its first line on stderr names the address it listens on.
+    let mut line = String::new();
+    BufReader::new(child.stderr.take().expect("piped stderr"))
+        .read_line(&mut line)
+        .expect("read the server's first line");
+    let addr = line
+        .trim()
+        .rsplit("http://")
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    assert!(addr.starts_with("127.0.0.1:"), "{line}");
+    Server {
+        child,
+        addr,
+        dir: Some(dir),
+    }
+}
+
+/// sha256 hex via python (the tests avoid extra crates).
+pub fn sha256(token: &str) -> String {
+    let out = Command::new("/usr/bin/python3")
+        .args([
+            "-c",
+            "import hashlib, sys; print(hashlib.sha256(sys.argv[1].encode()).hexdigest())",
+            token,
+        ])
+        .output()
+        .expect("python3 for sha256");
+    assert!(out.status.success(), "sha256: {}", text(&out.stderr));
+    text(&out.stdout).trim().to_string()
+}
+
+/// A `[[server.tenant]]` entry: `name`, allowed the `code` profile, with
+/// `token`.
+pub fn tenant(name: &str, token: &str) -> String {
+    format!(
+        "[[server.tenant]]\nname = \"{name}\"\ntoken_sha256 = \"{}\"\nprofiles = [\"code\"]\n",
+        sha256(token)
+    )
+}
+
+/// A minimal HTTP/1.1 client for the server tests (a JSON body, an
+/// optional bearer token): (status, head, body).
+pub fn http(
+    addr: &str,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: Option<&str>,
+) -> (u16, String, String) {
+    let auth = token.map(|t| format!("Bearer {t}"));
+    let mut headers = vec![("Content-Type", "application/json")];
+    if let Some(a) = &auth {
+        headers.push(("Authorization", a));
+    }
+    http_with(addr, method, path, &headers, body)
+}
+
+/// [`http`] with the request's headers as given (`Content-Type` only
+/// counts with a body).
+pub fn http_with(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Option<&str>,
+) -> (u16, String, String) {
+    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+    for (name, value) in headers {
+        if body.is_some() || !name.eq_ignore_ascii_case("content-type") {
+            req.push_str(&format!("{name}: {value}\r\n"));
+        }
+    }
+    if let Some(b) = body {
+        req.push_str(&format!("Content-Length: {}\r\n\r\n{b}", b.len()));
+    } else {
+        req.push_str("\r\n");
+    }
+    raw_request(addr, &req)
+}
+
+/// Sends `req` as it is and reads the whole answer: (status, head, body).
+pub fn raw_request(addr: &str, req: &str) -> (u16, String, String) {
+    let mut s = TcpStream::connect(addr).expect("connect to the server");
+    s.set_read_timeout(Some(Duration::from_secs(60)))
+        .expect("read timeout");
+    // A server may answer early (413) and close before it has read the
+    // whole request: the rest of the write then fails, and the answer,
+    // already received, is still there to read before the reset.
+    let written = s.write_all(req.as_bytes());
+    let mut raw = Vec::new();
+    let read = s.read_to_end(&mut raw);
+    if raw.is_empty() {
+        written.expect("write the request");
+        read.expect("read the answer");
+    }
+    let raw = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        dechunk(body)
+    } else {
+        body.to_string()
+    };
+    (status, head.to_string(), body)
+}
+
+fn dechunk(mut body: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = body.split_once("\r\n") {
+        let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+        if n == 0 {
+            break;
+        }
+        out.push_str(&rest[..n]);
+        body = &rest[n + 2..];
+    }
+    out
 }

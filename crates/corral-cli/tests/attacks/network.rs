@@ -1,0 +1,213 @@
+//! Network: the host's sockets (abstract, on disk, loopback TCP) are out
+//! of reach, nothing routes off the loopback, dangerous socket families
+//! are refused, and Landlock allows exactly the listed TCP ports.
+
+use crate::common::*;
+use crate::support::*;
+
+use std::io::ErrorKind;
+use std::os::unix::fs::PermissionsExt;
+
+#[test]
+fn attack_host_abstract_unix_socket_is_invisible() {
+    use std::os::linux::net::SocketAddrExt;
+    use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
+    let name = format!("corral-attack-{}", std::process::id());
+    let addr = SocketAddr::from_abstract_name(name.as_bytes()).expect("abstract name");
+    let listener = UnixListener::bind_addr(&addr).expect("bind abstract socket on the host");
+    listener.set_nonblocking(true).expect("nonblocking");
+    // The socket is real: the host itself can connect.
+    let probe = UnixStream::connect_addr(&addr).expect("host connect");
+    drop(listener.accept().expect("host accept"));
+    drop(probe);
+    let body = format!(
+        "s = socket.socket(socket.AF_UNIX)\nsay('connect', try_(lambda: s.connect('\\0{name}')))\n"
+    );
+    let (code, out, err) = attack(&[], &body);
+    assert_eq!(code, 0, "{err}");
+    let e = out.trim().rsplit(' ').next().unwrap_or("");
+    assert!(
+        e == "ECONNREFUSED" || e == "EPERM",
+        "the sandbox reached a host abstract socket: {out}"
+    );
+    match listener.accept() {
+        Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+        other => panic!("the host listener saw a connection: {other:?}"),
+    }
+}
+
+#[test]
+fn attack_host_unix_sockets_on_disk_are_unreachable() {
+    use std::os::unix::net::UnixListener;
+    let dir = readable_dir();
+    let path = dir.path().join("agent.sock");
+    let listener = UnixListener::bind(&path).expect("bind");
+    std::fs::set_permissions(&path, PermissionsExt::from_mode(0o777)).expect("chmod");
+    listener.set_nonblocking(true).expect("nonblocking");
+    let body = format!(
+        r#"for p in ('{}', '/var/run/docker.sock', '/run/docker.sock', '/run/containerd/containerd.sock', '/run/dbus/system_bus_socket', '/run/systemd/private', '/tmp/.X11-unix/X0'):
+    s = socket.socket(socket.AF_UNIX)
+    say(try_(lambda: s.connect(p)))
+"#,
+        path.display()
+    );
+    let (code, out, err) = attack(&[], &body);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out, "ENOENT\n".repeat(7));
+    match listener.accept() {
+        Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+        other => panic!("the host listener saw a connection: {other:?}"),
+    }
+}
+
+#[test]
+fn attack_host_loopback_tcp_listener_is_unreachable() {
+    // The profile lets Landlock allow the port, so only the network
+    // namespace stands between the program and the host's listener.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    listener.set_nonblocking(true).expect("nonblocking");
+    let port = listener.local_addr().expect("addr").port();
+    let (_d, cfg) = config(&format!(
+        "[profile.net]\nextends = \"code\"\n[profile.net.security]\ntcp_connect = [{port}]\n"
+    ));
+    let body = format!(
+        "say('connect', try_(lambda: socket.create_connection(('127.0.0.1', {port}), timeout=5)))\n"
+    );
+    let (code, out, err) = attack(
+        &["--config", cfg.to_str().expect("utf-8"), "--profile", "net"],
+        &body,
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out, "connect ECONNREFUSED\n");
+    match listener.accept() {
+        Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+        other => panic!("the host listener saw a connection: {other:?}"),
+    }
+}
+
+#[test]
+fn attack_there_is_no_route_off_the_loopback() {
+    // Without a route nothing leaves, whatever the address; nothing here
+    // sends a packet anywhere.
+    expect(
+        r#"say('ipv4 routes', len(open('/proc/net/route').read().splitlines()) - 1)
+say('ipv6 route devices', sorted(set(l.split()[-1] for l in open('/proc/net/ipv6_route'))))
+say('interfaces', [n for _, n in socket.if_nameindex()])
+"#,
+        "ipv4 routes 0\nipv6 route devices ['lo']\ninterfaces ['lo']\n",
+    );
+}
+
+#[test]
+fn attack_af_packet_sockets_are_refused() {
+    if !x86_64("attack_af_packet_sockets_are_refused") {
+        return;
+    }
+    // Baseline for the bad type: EINVAL (checked before the family).
+    expect(
+        r#"say('AF_PACKET SOCK_RAW', sc(41, 17, 3, 0x0300))
+say('AF_PACKET SOCK_DGRAM', sc(41, 17, 2, 0x0300))
+say('AF_PACKET bad type', sc(41, 17, 99, 0))
+say('python', try_(lambda: socket.socket(socket.AF_PACKET, socket.SOCK_RAW)))
+"#,
+        "AF_PACKET SOCK_RAW EPERM\nAF_PACKET SOCK_DGRAM EPERM\nAF_PACKET bad type EPERM\npython EPERM\n",
+    );
+}
+
+#[test]
+fn attack_af_vsock_sockets_are_refused() {
+    if !x86_64("attack_af_vsock_sockets_are_refused") {
+        return;
+    }
+    // Baseline on this kind of VM: an fd (vsock is the host bridge).
+    expect(
+        r#"say('AF_VSOCK SOCK_STREAM', sc(41, 40, 1, 0))
+say('AF_VSOCK SOCK_DGRAM', sc(41, 40, 2, 0))
+"#,
+        "AF_VSOCK SOCK_STREAM EPERM\nAF_VSOCK SOCK_DGRAM EPERM\n",
+    );
+}
+
+#[test]
+fn attack_netlink_other_than_route_is_refused_while_route_works() {
+    if !x86_64("attack_netlink_other_than_route_is_refused_while_route_works") {
+        return;
+    }
+    // Baseline: every one of these opens.
+    expect(
+        r#"for name, proto in (('AUDIT', 9), ('SOCK_DIAG', 4), ('XFRM', 6), ('NETFILTER', 12), ('KOBJECT_UEVENT', 15), ('GENERIC', 16), ('CONNECTOR', 11)):
+    say('NETLINK_' + name, sc(41, 16, 3, proto))
+s = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0)
+s.bind((0, 0))
+s.send(struct.pack('=IHHII', 32, 18, 0x301, 1, 0) + bytes(16))
+say('NETLINK_ROUTE link dump names lo', b'lo\0' in s.recv(65536))
+"#,
+        "NETLINK_AUDIT EPERM\nNETLINK_SOCK_DIAG EPERM\nNETLINK_XFRM EPERM\nNETLINK_NETFILTER EPERM\n\
+         NETLINK_KOBJECT_UEVENT EPERM\nNETLINK_GENERIC EPERM\nNETLINK_CONNECTOR EPERM\n\
+         NETLINK_ROUTE link dump names lo True\n",
+    );
+}
+
+#[test]
+fn attack_exotic_socket_families_are_refused() {
+    if !x86_64("attack_exotic_socket_families_are_refused") {
+        return;
+    }
+    // Baseline: EAFNOSUPPORT where the module is absent, a socket where
+    // it loads on demand; each has had kernel bugs.
+    expect(
+        r#"fams = [('AX25', 3, 5), ('IPX', 4, 2), ('APPLETALK', 5, 2), ('X25', 9, 5), ('KEY', 15, 3), ('RDS', 21, 5), ('LLC', 26, 2), ('CAN', 29, 3), ('TIPC', 30, 2), ('BLUETOOTH', 31, 3), ('ALG', 38, 5), ('NFC', 39, 5), ('QIPCRTR', 42, 2), ('SMC', 43, 1), ('XDP', 44, 3), ('MCTP', 45, 2)]
+for name, fam, typ in fams:
+    say('AF_' + name, sc(41, fam, typ, 0))
+"#,
+        "AF_AX25 EPERM\nAF_IPX EPERM\nAF_APPLETALK EPERM\nAF_X25 EPERM\nAF_KEY EPERM\nAF_RDS EPERM\n\
+         AF_LLC EPERM\nAF_CAN EPERM\nAF_TIPC EPERM\nAF_BLUETOOTH EPERM\nAF_ALG EPERM\nAF_NFC EPERM\n\
+         AF_QIPCRTR EPERM\nAF_SMC EPERM\nAF_XDP EPERM\nAF_MCTP EPERM\n",
+    );
+}
+
+#[test]
+fn attack_tcp_bind_on_loopback_is_refused_by_landlock() {
+    // Baseline: binding in the sandbox's own network namespace succeeds.
+    expect(
+        r#"say('bind 127.0.0.1:8080', try_(lambda: socket.socket().bind(('127.0.0.1', 8080))))
+say('bind 127.0.0.1:0', try_(lambda: socket.socket().bind(('127.0.0.1', 0))))
+say('bind [::1]:8080', try_(lambda: socket.socket(socket.AF_INET6).bind(('::1', 8080))))
+"#,
+        "bind 127.0.0.1:8080 EACCES\nbind 127.0.0.1:0 EACCES\nbind [::1]:8080 EACCES\n",
+    );
+}
+
+#[test]
+fn attack_tcp_connect_on_loopback_is_refused_by_landlock() {
+    // Baseline: ECONNREFUSED (nothing listens); EACCES is Landlock's.
+    expect(
+        r#"say('connect 127.0.0.1:8080', try_(lambda: socket.socket().connect(('127.0.0.1', 8080))))
+say('connect 127.0.0.1:22', try_(lambda: socket.socket().connect(('127.0.0.1', 22))))
+say('connect [::1]:8080', try_(lambda: socket.socket(socket.AF_INET6).connect(('::1', 8080))))
+"#,
+        "connect 127.0.0.1:8080 EACCES\nconnect 127.0.0.1:22 EACCES\nconnect [::1]:8080 EACCES\n",
+    );
+}
+
+#[test]
+fn landlock_tcp_rules_allow_exactly_the_listed_port() {
+    let (_d, cfg) = config(
+        "[profile.web]\nextends = \"code\"\n[profile.web.security]\ntcp_bind = [8080]\ntcp_connect = [8080]\n",
+    );
+    expect_with(
+        &["--config", cfg.to_str().expect("utf-8"), "--profile", "web"],
+        r#"srv = socket.socket()
+srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+srv.bind(('127.0.0.1', 8080))
+srv.listen(1)
+c = socket.create_connection(('127.0.0.1', 8080), timeout=5)
+conn, _ = srv.accept()
+c.sendall(b'ping')
+say('8080 round trip', conn.recv(4))
+say('bind 8081', try_(lambda: socket.socket().bind(('127.0.0.1', 8081))))
+say('connect 8081', try_(lambda: socket.socket().connect(('127.0.0.1', 8081))))
+"#,
+        "8080 round trip b'ping'\nbind 8081 EACCES\nconnect 8081 EACCES\n",
+    );
+}

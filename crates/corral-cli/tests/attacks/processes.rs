@@ -1,0 +1,107 @@
+//! Processes: signals to the host and to init, ptrace, and reading or
+//! writing another process's memory.
+
+use crate::common::*;
+use crate::support::*;
+
+use std::time::Duration;
+
+#[test]
+fn attack_kill_of_a_host_process_by_pid_fails_with_esrch() {
+    let mut host = victim(&[]);
+    let pid = host.id();
+    let body = format!(
+        "for sig in (0, 15, 9):\n    say('kill', sig, try_(lambda: os.kill({pid}, sig)))\n"
+    );
+    let (code, out, err) = attack(&[], &body);
+    std::thread::sleep(Duration::from_millis(100));
+    let alive = host.try_wait().expect("try_wait").is_none();
+    let _ = host.kill();
+    let _ = host.wait();
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out, "kill 0 ESRCH\nkill 15 ESRCH\nkill 9 ESRCH\n");
+    assert!(alive, "the host process died");
+}
+
+#[test]
+fn attack_kill_of_init_is_refused() {
+    // Init runs as the program's own uid: the refusal is Landlock's signal
+    // scope (without it kill(1, ...) would return 0).
+    expect(
+        r#"for sig in (9, 15, 19, 0):
+    say('kill 1', sig, try_(lambda: os.kill(1, sig)))
+say('init state', open('/proc/1/status').read().split('State:')[1].split()[0])
+say('parent is init', os.getppid())
+"#,
+        "kill 1 9 EPERM\nkill 1 15 EPERM\nkill 1 19 EPERM\nkill 1 0 EPERM\ninit state S\nparent is init 1\n",
+    );
+}
+
+#[test]
+fn attack_ptrace_traceme_is_refused() {
+    if !x86_64("attack_ptrace_traceme_is_refused") {
+        return;
+    }
+    // Baseline: PTRACE_TRACEME returns 0.
+    expect(
+        "say('PTRACE_TRACEME', sc(101, 0, 0, 0, 0))\n",
+        "PTRACE_TRACEME EPERM\n",
+    );
+}
+
+#[test]
+fn attack_ptrace_of_pid_1_is_refused() {
+    if !x86_64("attack_ptrace_of_pid_1_is_refused") {
+        return;
+    }
+    expect(
+        r#"say('PTRACE_ATTACH 1', sc(101, 16, 1, 0, 0))
+say('PTRACE_SEIZE 1', sc(101, 0x4206, 1, 0, 0))
+say('PTRACE_PEEKDATA 1', sc(101, 2, 1, 0x400000, 0))
+"#,
+        "PTRACE_ATTACH 1 EPERM\nPTRACE_SEIZE 1 EPERM\nPTRACE_PEEKDATA 1 EPERM\n",
+    );
+}
+
+#[test]
+fn attack_ptrace_attach_to_own_child_is_refused() {
+    if !x86_64("attack_ptrace_attach_to_own_child_is_refused") {
+        return;
+    }
+    // Baseline: attaching to one's own child (same uid, dumpable) succeeds.
+    expect(
+        r#"pid = os.fork()
+if pid == 0:
+    time.sleep(10)
+    os._exit(0)
+say('PTRACE_ATTACH child', sc(101, 16, pid, 0, 0))
+say('PTRACE_SEIZE child', sc(101, 0x4206, pid, 0, 0))
+os.kill(pid, 9)
+os.waitpid(pid, 0)
+"#,
+        "PTRACE_ATTACH child EPERM\nPTRACE_SEIZE child EPERM\n",
+    );
+}
+
+#[test]
+fn attack_process_vm_readv_and_writev_are_refused() {
+    if !x86_64("attack_process_vm_readv_and_writev_are_refused") {
+        return;
+    }
+    // Baseline: reading one's own memory this way returns 16.
+    expect(
+        r#"class iovec(ctypes.Structure):
+    _fields_ = [('base', ctypes.c_void_p), ('len', ctypes.c_size_t)]
+src = ctypes.create_string_buffer(b'corral', 16)
+dst = ctypes.create_string_buffer(16)
+local = iovec(ctypes.addressof(dst), 16)
+remote = iovec(ctypes.addressof(src), 16)
+for pid in (os.getpid(), 1):
+    say('process_vm_readv', pid == 1, sc(310, pid, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0))
+    say('process_vm_writev', pid == 1, sc(311, pid, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0))
+say('copied', dst.value)
+"#,
+        "process_vm_readv False EPERM\nprocess_vm_writev False EPERM\nprocess_vm_readv True EPERM\n\
+         process_vm_writev True EPERM\ncopied b''\n",
+    );
+}
