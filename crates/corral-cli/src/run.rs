@@ -288,7 +288,9 @@ fn apply_network_flags(args: &RunArgs, n: &mut corral_policy::NetworkPolicy) -> 
         n.mode = NetworkMode::Allow;
     }
     if let Some(mode) = &args.net {
-        let mode: NetworkMode = mode.parse().map_err(|e: String| format!("--net: {e}"))?;
+        let mode: NetworkMode = mode
+            .parse()
+            .map_err(|e: corral_policy::NetworkError| format!("--net: {e}"))?;
         if mode != NetworkMode::Allow
             && (!args.allow_domain.is_empty() || !args.allow_cidr.is_empty())
         {

@@ -20,8 +20,8 @@ pub mod size;
 
 pub use audit::{AuditEvent, Level, ReasonCode};
 pub use commands::{CommandDecision, CommandRejection};
-pub use config::{Config, ConfigError};
-pub use network::{Cidr, DomainRule, NetworkMode, NetworkPolicy};
+pub use config::{Config, ConfigError, HostnameError};
+pub use network::{Cidr, DomainRule, NetworkError, NetworkMode, NetworkPolicy};
 pub use path::{MountSpec, PathError, SandboxPath};
 pub use profile::{
     CommandPolicy, EnvPolicy, Filesystem, Identity, LandlockMode, Limits, Profile, RunLimit,

@@ -15,7 +15,7 @@ use super::raw::{
 };
 use super::{ConfigError, Source};
 use crate::env::Blocklist;
-use crate::network::NetworkPolicy;
+use crate::network::{NetworkError, NetworkPolicy};
 use crate::path::{MountSpec, SandboxPath};
 use crate::profile::{
     CommandPolicy, EnvPolicy, Filesystem, Identity, LandlockMode, Limits, Profile, SeccompProfile,
@@ -319,16 +319,15 @@ fn apply_network(
 ) -> Result<(), ConfigError> {
     use crate::network::{normalize_host, Cidr, DomainRule};
     if let Some(m) = raw.mode {
-        n.mode = m
-            .get_ref()
-            .parse()
-            .map_err(|e: String| src.err(Some(m.span()), format!("{k}.mode"), e))?;
+        n.mode = m.get_ref().parse().map_err(|e: NetworkError| {
+            src.err(Some(m.span()), format!("{k}.mode"), e.to_string())
+        })?;
     }
     let rules = |list: Vec<Spanned<String>>, field: &str| -> Result<Vec<DomainRule>, ConfigError> {
         list.into_iter()
             .map(|s| {
                 DomainRule::parse(s.get_ref())
-                    .map_err(|e| src.err(Some(s.span()), format!("{k}.{field}"), e))
+                    .map_err(|e| src.err(Some(s.span()), format!("{k}.{field}"), e.to_string()))
             })
             .collect()
     };
@@ -355,7 +354,7 @@ fn apply_network(
             .into_iter()
             .map(|s| {
                 Cidr::parse(s.get_ref())
-                    .map_err(|e| src.err(Some(s.span()), format!("{k}.allow_cidrs"), e))
+                    .map_err(|e| src.err(Some(s.span()), format!("{k}.allow_cidrs"), e.to_string()))
             })
             .collect::<Result<_, _>>()?;
     }

@@ -175,8 +175,18 @@ pub fn reserved_destination(dest: &SandboxPath) -> Option<&'static str> {
     None
 }
 
-/// Checks a hostname: 1 to 63 characters of letters, digits, `-` and `.`.
-pub fn validate_hostname(h: &str) -> Result<(), String> {
+/// A hostname [`validate_hostname`] refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("hostname `{hostname}` is invalid: use 1 to 63 letters, digits, `-` or `.`")]
+pub struct HostnameError {
+    /// The hostname as written.
+    pub hostname: String,
+}
+
+/// Checks a hostname: 1 to 63 characters of letters, digits, `-` and `.`,
+/// not starting with `-` (what `sethostname(2)` and resolvers accept
+/// without surprises).
+pub fn validate_hostname(h: &str) -> Result<(), HostnameError> {
     let ok = !h.is_empty()
         && h.len() <= 63
         && h.bytes()
@@ -185,8 +195,8 @@ pub fn validate_hostname(h: &str) -> Result<(), String> {
     if ok {
         Ok(())
     } else {
-        Err(format!(
-            "hostname `{h}` is invalid: use 1 to 63 letters, digits, `-` or `.`"
-        ))
+        Err(HostnameError {
+            hostname: h.to_string(),
+        })
     }
 }

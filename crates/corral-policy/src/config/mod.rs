@@ -33,7 +33,7 @@ mod server;
 #[cfg(test)]
 mod tests;
 
-pub use checks::{reserved_destination, validate_hostname};
+pub use checks::{reserved_destination, validate_hostname, HostnameError};
 
 use raw::{RawConfig, RawProfile};
 

@@ -230,6 +230,19 @@ fn security_section() {
 }
 
 #[test]
+fn hostnames_are_checked() {
+    assert_eq!(validate_hostname("sandbox-1.local"), Ok(()));
+    for bad in ["", "-x", "bad host", "a_b", &"a".repeat(64)] {
+        let e = validate_hostname(bad).unwrap_err();
+        assert_eq!(e.hostname, bad);
+        assert!(e.to_string().contains("1 to 63"), "{e}");
+    }
+    let e = err("[profile.a]\nhostname = \"-x\"\n");
+    assert_eq!((e.line, e.key.as_str()), (Some(2), "profile.a.hostname"));
+    assert!(e.message.contains("`-x` is invalid"), "{e}");
+}
+
+#[test]
 fn extends_cycle_is_an_error() {
     let e = err("[profile.a]\nextends = \"b\"\n[profile.b]\nextends = \"a\"\n");
     assert!(e.message.contains("cycle"), "{e}");
