@@ -15,6 +15,7 @@ use super::raw::{
 };
 use super::{ConfigError, Source};
 use crate::env::Blocklist;
+use crate::limits::{RunLimit, MAX_BYTES};
 use crate::network::{NetworkError, NetworkPolicy};
 use crate::path::{MountSpec, SandboxPath};
 use crate::profile::{
@@ -201,53 +202,61 @@ fn apply_commands(
     Ok(())
 }
 
-/// `[profile.NAME.limits]`.
+/// `[profile.NAME.limits]`: each value given must lie in its
+/// [`RunLimit`] range, the one `corral run` and `corral serve` check too.
 fn apply_limits(src: &Source, k: &str, lim: &mut Limits, l: RawLimits) -> Result<(), ConfigError> {
-    let positive = |v: Option<Spanned<u64>>, field: &str| -> Result<Option<u64>, ConfigError> {
-        match v {
-            Some(v) if *v.get_ref() == 0 => {
-                Err(src.err(Some(v.span()), format!("{k}.{field}"), "must be at least 1"))
-            }
-            Some(v) => Ok(Some(v.into_inner())),
-            None => Ok(None),
-        }
+    let check = |limit: RunLimit, value: u64, span: Range<usize>| {
+        limit
+            .check(value)
+            .map_err(|e| src.err(Some(span), format!("{k}.{}", limit.key()), e.to_string()))
     };
-    if let Some(v) = positive(l.timeout_secs, "timeout_secs")? {
+    let count = |limit: RunLimit, v: Option<Spanned<u64>>| {
+        v.map(|v| check(limit, *v.get_ref(), v.span())).transpose()
+    };
+    let bytes = |limit: RunLimit, v: Option<Spanned<RawSize>>| {
+        v.map(|v| {
+            let span = v.span();
+            let size = parse_size(src, &format!("{k}.{}", limit.key()), v)?;
+            check(limit, size.bytes(), span).map(ByteSize)
+        })
+        .transpose()
+    };
+    if let Some(v) = count(RunLimit::Timeout, l.timeout_secs)? {
         lim.timeout_secs = Some(v);
     }
-    if let Some(v) = positive(l.pids, "pids")? {
+    if let Some(v) = count(RunLimit::Pids, l.pids)? {
         lim.pids = Some(v);
     }
-    if let Some(v) = positive(l.cpu_millicores, "cpu_millicores")? {
+    if let Some(v) = count(RunLimit::CpuMillicores, l.cpu_millicores)? {
         lim.cpu_millicores = Some(v);
     }
-    if let Some(v) = positive(l.cpu_time_secs, "cpu_time_secs")? {
+    if let Some(v) = count(RunLimit::CpuTime, l.cpu_time_secs)? {
         lim.cpu_time_secs = Some(v);
     }
-    if let Some(v) = positive(l.open_files, "open_files")? {
+    if let Some(v) = count(RunLimit::OpenFiles, l.open_files)? {
         lim.open_files = v;
     }
-    if let Some(v) = positive(l.processes, "processes")? {
+    if let Some(v) = count(RunLimit::Processes, l.processes)? {
         lim.processes = Some(v);
     }
-    if let Some(s) = l.memory {
-        lim.memory_bytes = Some(size(src, &format!("{k}.memory"), s)?);
+    if let Some(v) = bytes(RunLimit::Memory, l.memory)? {
+        lim.memory_bytes = Some(v);
     }
-    if let Some(s) = l.address_space {
-        lim.address_space_bytes = Some(size(src, &format!("{k}.address_space"), s)?);
+    if let Some(v) = bytes(RunLimit::AddressSpace, l.address_space)? {
+        lim.address_space_bytes = Some(v);
     }
-    if let Some(s) = l.file_size {
-        lim.file_size_bytes = Some(size(src, &format!("{k}.file_size"), s)?);
+    if let Some(v) = bytes(RunLimit::FileSize, l.file_size)? {
+        lim.file_size_bytes = Some(v);
     }
-    if let Some(s) = l.output {
-        lim.output_bytes = size(src, &format!("{k}.output"), s)?;
+    if let Some(v) = bytes(RunLimit::Output, l.output)? {
+        lim.output_bytes = v;
     }
-    if let Some(s) = l.output_kill {
-        let span = s.span();
-        lim.output_kill_bytes = size(src, &format!("{k}.output_kill"), s)?;
+    let kill_span = l.output_kill.as_ref().map(Spanned::span);
+    if let Some(v) = bytes(RunLimit::OutputKill, l.output_kill)? {
+        lim.output_kill_bytes = v;
         if lim.output_kill_bytes < lim.output_bytes {
             return Err(src.err(
-                Some(span),
+                kill_span,
                 format!("{k}.output_kill"),
                 format!("{} is below limits.output ({}); the kill ceiling must be at least what is kept", lim.output_kill_bytes, lim.output_bytes),
             ));
@@ -459,24 +468,39 @@ fn mount_list(
         .collect()
 }
 
-/// Parses a size of at least 4 KiB.
+/// Parses a size as written (an integer of bytes or a string with a
+/// unit), without bounds.
+fn parse_size(src: &Source, key: &str, raw: Spanned<RawSize>) -> Result<ByteSize, ConfigError> {
+    let span = raw.span();
+    match raw.into_inner() {
+        RawSize::Bytes(n) => Ok(ByteSize(n)),
+        RawSize::Text(t) => {
+            ByteSize::parse(&t).map_err(|e| src.err(Some(span), key, e.to_string()))
+        }
+    }
+}
+
+/// Parses a size that is not a limit (a tmpfs, the request body): at least
+/// 4 KiB, at most [`MAX_BYTES`] like every size.
 pub(super) fn size(
     src: &Source,
     key: &str,
     raw: Spanned<RawSize>,
 ) -> Result<ByteSize, ConfigError> {
     let span = raw.span();
-    let value = match raw.into_inner() {
-        RawSize::Bytes(n) => ByteSize(n),
-        RawSize::Text(t) => {
-            ByteSize::parse(&t).map_err(|e| src.err(Some(span.clone()), key, e.to_string()))?
-        }
-    };
+    let value = parse_size(src, key, raw)?;
     if value.bytes() < 4096 {
         return Err(src.err(
             Some(span),
             key,
             format!("{value} is too small: at least 4KiB"),
+        ));
+    }
+    if value.bytes() > MAX_BYTES {
+        return Err(src.err(
+            Some(span),
+            key,
+            format!("{value} is too large: at most {MAX_BYTES} bytes (2^63 - 1)"),
         ));
     }
     Ok(value)

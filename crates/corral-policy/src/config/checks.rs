@@ -75,10 +75,12 @@ pub(super) fn check_merged(
             "the strict seccomp profile allows only AF_UNIX sockets: it cannot be combined with a network mode other than none".into(),
         );
     }
-    if l.cpu_millicores.is_some_and(|m| m < 10) {
+    // Every value given in a file was checked where it was given; this
+    // also holds inherited and built-in values to the same ranges.
+    if let Err(e) = l.check() {
         return err(
-            "limits.cpu_millicores",
-            "must be at least 10 (one hundredth of a core)".into(),
+            &format!("limits.{}", e.limit().key()),
+            format!("{e} (possibly inherited)"),
         );
     }
     let blocklist = Blocklist::new(&p.env.block).map_err(|e| {

@@ -133,6 +133,71 @@ fn merged_limits_are_checked() {
 }
 
 #[test]
+fn every_limit_is_bounded_at_both_ends_naming_key_and_range() {
+    for limit in crate::RunLimit::ALL {
+        let key = limit.key();
+        // TOML integers stop at i64::MAX: a larger size is written as a
+        // string, which sizes accept.
+        for (value, end) in [
+            (limit.minimum() - 1, "too small"),
+            (limit.maximum() + 1, "too large"),
+        ] {
+            let written = if i64::try_from(value).is_ok() {
+                value.to_string()
+            } else {
+                format!("\"{value}\"")
+            };
+            let text = format!("[profile.a]\n[profile.a.limits]\n{key} = {written}\n");
+            let e = err(&text);
+            assert_eq!(
+                (e.line, e.key.as_str()),
+                (Some(3), format!("profile.a.limits.{key}").as_str()),
+                "{e}"
+            );
+            assert!(e.message.contains(end), "{e}");
+            assert!(e.message.contains(&limit.maximum().to_string()), "{e}");
+        }
+    }
+}
+
+#[test]
+fn limits_at_their_bounds_are_accepted() {
+    let c = Config::parse(
+        "[profile.a]\nextends = \"code\"\n[profile.a.limits]\npids = 3\ntimeout_secs = 2073600\nmemory = 9223372036854775807\noutput = 64\ncpu_millicores = 10\nopen_files = 1048576\n",
+        None,
+    )
+    .unwrap();
+    let l = &c.profile("a").unwrap().limits;
+    assert_eq!(l.pids, Some(3));
+    assert_eq!(l.timeout_secs, Some(2_073_600));
+    assert_eq!(l.memory_bytes, Some(ByteSize(i64::MAX as u64)));
+    assert_eq!(l.output_bytes, ByteSize(64));
+    assert_eq!(l.open_files, 1 << 20);
+}
+
+#[test]
+fn pids_below_three_is_refused_with_the_minimum() {
+    for n in [0, 1, 2] {
+        let e = err(&format!("[profile.a.limits]\npids = {n}\n"));
+        assert_eq!((e.line, e.key.as_str()), (Some(2), "profile.a.limits.pids"));
+        assert!(
+            e.message
+                .starts_with(&format!("{n} is too small: use 3 to ")),
+            "{e}"
+        );
+    }
+}
+
+#[test]
+fn other_sizes_are_bounded_too() {
+    let e = err("[profile.a.filesystem]\ntmp_size = \"9223372036854775808\"\n");
+    assert_eq!(e.key, "profile.a.filesystem.tmp_size");
+    assert!(e.message.contains("too large"), "{e}");
+    let e = err("[server]\nmax_request_bytes = 100\n");
+    assert!(e.message.contains("at least 4KiB"), "{e}");
+}
+
+#[test]
 fn network_section() {
     let c = Config::parse(
         "[profile.n]\nextends = \"code\"\n[profile.n.network]\nmode = \"allow\"\nallow_domains = [\"pypi.org\", \"*.pythonhosted.org:443\"]\nallow_cidrs = [\"127.0.0.1/32\"]\nhosts = { \"pypi.test\" = \"127.0.0.1\" }\n",
