@@ -223,14 +223,11 @@ fn size_flag(flag: &str, text: &str) -> Result<ByteSize, String> {
 fn apply_limit_flags(args: &RunArgs, profile: &mut Profile) -> Result<(), String> {
     use corral_policy::RunLimit;
     let l = &mut profile.limits;
-    // The minimums are the service's too (`RunLimit::check`).
+    // The ranges are the config file's and the service's too
+    // (`RunLimit::check`).
     let count = |flag: &str, limit: RunLimit, v: Option<u64>| {
-        v.map(|v| {
-            limit
-                .check(v)
-                .map_err(|min| format!("{flag} {v} is too small: {min}"))
-        })
-        .transpose()
+        v.map(|v| limit.check(v).map_err(|e| format!("{flag} {e}")))
+            .transpose()
     };
     if let Some(t) = count("--timeout", RunLimit::Timeout, args.timeout)? {
         l.timeout_secs = Some(t);
@@ -246,7 +243,7 @@ fn apply_limit_flags(args: &RunArgs, profile: &mut Profile) -> Result<(), String
         limit
             .check(v.bytes())
             .map(ByteSize)
-            .map_err(|min| format!("{flag} {v} is too small: {min}"))
+            .map_err(|e| format!("{flag} {e}"))
     };
     if let Some(m) = &args.memory {
         l.memory_bytes = Some(size("--memory", RunLimit::Memory, m)?);
@@ -288,7 +285,9 @@ fn apply_network_flags(args: &RunArgs, n: &mut corral_policy::NetworkPolicy) -> 
         n.mode = NetworkMode::Allow;
     }
     if let Some(mode) = &args.net {
-        let mode: NetworkMode = mode.parse().map_err(|e: String| format!("--net: {e}"))?;
+        let mode: NetworkMode = mode
+            .parse()
+            .map_err(|e: corral_policy::NetworkError| format!("--net: {e}"))?;
         if mode != NetworkMode::Allow
             && (!args.allow_domain.is_empty() || !args.allow_cidr.is_empty())
         {

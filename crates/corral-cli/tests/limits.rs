@@ -129,6 +129,84 @@ fn unenforceable_limits_fail_closed_unless_accepted() {
 }
 
 #[test]
+fn pids_minimum_runs_and_one_below_is_refused_naming_it() {
+    // 3: corral's helper, the sandbox's init and the program. Unprivileged,
+    // `run` adds --allow-unenforced-limits (no cgroup here), so the run
+    // goes on with pids listed as not enforced.
+    let (v, _) = run_json(&["--pids", "3"], &["sh", "-c", "echo ran"]);
+    assert_eq!(
+        (v["exit_code"].as_i64(), v["stdout"].as_str()),
+        (Some(0), Some("ran\n")),
+        "{v}"
+    );
+    let (_d, cfg) = config("[profile.p]\nextends = \"code\"\n[profile.p.limits]\npids = 3\n");
+    let (v, _) = run_json(
+        &["--config", cfg.to_str().unwrap(), "--profile", "p"],
+        &["sh", "-c", "echo ran"],
+    );
+    assert_eq!(v["stdout"], "ran\n", "{v}");
+    if is_root() {
+        assert_eq!(v["enforced"]["cgroup"]["pids"], 3, "{}", v["enforced"]);
+    }
+    // One below, from the flag and from a config file: refused before
+    // anything starts, naming the flag or key and the range.
+    let out = corral()
+        .args(["run", "--json", "--pids", "2", "--", "sh", "-c", "echo ran"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(125));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["stdout"], "", "nothing may run");
+    let message = v["error"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("--pids 2 is too small: use 3 to "),
+        "{v}"
+    );
+    let (_d, cfg) = config("[profile.p]\nextends = \"code\"\n[profile.p.limits]\npids = 2\n");
+    let out = corral()
+        .args([
+            "run",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--profile",
+            "p",
+            "--",
+            "sh",
+            "-c",
+            "echo ran",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(125));
+    assert!(out.stdout.is_empty(), "nothing may run");
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("line 4: profile.p.limits.pids: 2 is too small: use 3 to "),
+        "{err}"
+    );
+}
+
+#[test]
+fn limits_past_their_maximum_are_refused_not_overflowed() {
+    // u64::MAX seconds overflowed the deadline (a panic) before the
+    // timeout had a maximum.
+    for (flag, value, expected) in [
+        ("--timeout", "18446744073709551615", "--timeout 18446744073709551615 seconds is too large: use 1 to 2073600 seconds (24 days)"),
+        ("--cpu-time", "18446744073709551615", "--cpu-time 18446744073709551615 seconds is too large"),
+        ("--pids", "4194305", "--pids 4194305 is too large: use 3 to 4194304"),
+    ] {
+        let out = corral()
+            .args(["run", flag, value, "--", "sh", "-c", "echo ran"])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(125), "{flag} {value}");
+        assert!(out.stdout.is_empty(), "nothing may run");
+        let err = text(&out.stderr);
+        assert!(err.contains(expected), "{err}");
+    }
+}
+
+#[test]
 fn tmp_fill_stops_at_its_size() {
     let (_d, cfg) = config(
         "[profile.small]\nextends = \"code\"\n[profile.small.filesystem]\ntmp_size = \"8MiB\"\n",

@@ -12,6 +12,7 @@ pub mod builtin;
 pub mod commands;
 pub mod config;
 pub mod env;
+pub mod limits;
 pub mod network;
 pub mod path;
 pub mod profile;
@@ -20,12 +21,13 @@ pub mod size;
 
 pub use audit::{AuditEvent, Level, ReasonCode};
 pub use commands::{CommandDecision, CommandRejection};
-pub use config::{Config, ConfigError};
-pub use network::{Cidr, DomainRule, NetworkMode, NetworkPolicy};
+pub use config::{Config, ConfigError, HostnameError};
+pub use limits::{LimitError, RunLimit};
+pub use network::{Cidr, DomainRule, NetworkError, NetworkMode, NetworkPolicy};
 pub use path::{MountSpec, PathError, SandboxPath};
 pub use profile::{
-    CommandPolicy, EnvPolicy, Filesystem, Identity, LandlockMode, Limits, Profile, RunLimit,
-    SeccompProfile, Security,
+    CommandPolicy, EnvPolicy, Filesystem, Identity, LandlockMode, Limits, Profile, SeccompProfile,
+    Security,
 };
 pub use server::{ServerConfig, Tenant};
 pub use size::ByteSize;

@@ -22,16 +22,57 @@ pub enum NetworkMode {
     Host,
 }
 
+/// Why a network mode, domain rule or CIDR was refused. Each message
+/// quotes the text as written and says what is expected.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NetworkError {
+    /// A mode other than `none`, `allow` or `host`.
+    #[error("unknown network mode `{0}`: use none, allow or host")]
+    UnknownMode(String),
+    /// A port of a domain rule that is not 1-65535.
+    #[error("`{port}` in `{rule}` is not a port (1-65535)")]
+    BadPort {
+        /// The port as written.
+        port: String,
+        /// The whole rule.
+        rule: String,
+    },
+    /// A domain pattern that is not a name or `*.` and a name (an IP
+    /// address included: those go in `allow_cidrs`).
+    #[error("`{0}` is not a domain pattern: write `example.com` or `*.example.com` (IP addresses go in allow_cidrs)")]
+    BadDomain(String),
+    /// A CIDR whose address does not parse.
+    #[error("`{0}` is not a CIDR such as 10.0.0.0/8 or fd00::/8")]
+    BadCidr(String),
+    /// A CIDR prefix length beyond the address's width.
+    #[error("`{text}`: prefix length must be 0-{max}")]
+    BadPrefix {
+        /// The CIDR as written.
+        text: String,
+        /// The address family's width (32 or 128).
+        max: u8,
+    },
+    /// A CIDR with host bits set (`10.0.0.1/8`): probably a typo, so
+    /// refused rather than silently widened.
+    #[error("`{0}` has host bits set; write the network address")]
+    HostBits(String),
+}
+
+impl NetworkError {
+    /// A stable code for JSON error objects.
+    pub fn code(&self) -> &'static str {
+        "network.invalid"
+    }
+}
+
 impl FromStr for NetworkMode {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = NetworkError;
+    fn from_str(s: &str) -> Result<Self, NetworkError> {
         match s {
             "none" => Ok(NetworkMode::None),
             "allow" => Ok(NetworkMode::Allow),
             "host" => Ok(NetworkMode::Host),
-            other => Err(format!(
-                "unknown network mode `{other}`: use none, allow or host"
-            )),
+            other => Err(NetworkError::UnknownMode(other.to_string())),
         }
     }
 }
@@ -73,13 +114,16 @@ pub fn normalize_host(name: &str) -> Option<String> {
 
 impl DomainRule {
     /// Parses `PATTERN[:PORT,...]`.
-    pub fn parse(text: &str) -> Result<DomainRule, String> {
+    pub fn parse(text: &str) -> Result<DomainRule, NetworkError> {
         let (pattern, ports) = match text.split_once(':') {
             Some((p, ports)) => {
                 let ports = ports
                     .split(',')
                     .map(|p| match p.parse::<u16>() {
-                        Ok(0) | Err(_) => Err(format!("`{p}` in `{text}` is not a port (1-65535)")),
+                        Ok(0) | Err(_) => Err(NetworkError::BadPort {
+                            port: p.to_string(),
+                            rule: text.to_string(),
+                        }),
                         Ok(n) => Ok(n),
                     })
                     .collect::<Result<Vec<_>, _>>()?;
@@ -90,9 +134,7 @@ impl DomainRule {
         let lower = pattern.to_ascii_lowercase();
         let bare = lower.strip_prefix("*.").unwrap_or(&lower);
         if !valid_name(bare) || bare.parse::<IpAddr>().is_ok() {
-            return Err(format!(
-                "`{pattern}` is not a domain pattern: write `example.com` or `*.example.com` (IP addresses go in allow_cidrs)"
-            ));
+            return Err(NetworkError::BadDomain(pattern.to_string()));
         }
         Ok(DomainRule {
             pattern: lower,
@@ -131,28 +173,27 @@ pub struct Cidr {
 
 impl Cidr {
     /// Parses `ADDR/LEN` (or a bare address: a single host).
-    pub fn parse(text: &str) -> Result<Cidr, String> {
+    pub fn parse(text: &str) -> Result<Cidr, NetworkError> {
         let (addr, prefix) = match text.split_once('/') {
             Some((a, p)) => (a, Some(p)),
             None => (text, None),
         };
         let addr: IpAddr = addr
             .parse()
-            .map_err(|_| format!("`{text}` is not a CIDR such as 10.0.0.0/8 or fd00::/8"))?;
+            .map_err(|_| NetworkError::BadCidr(text.to_string()))?;
         let max = if addr.is_ipv4() { 32 } else { 128 };
         let prefix = match prefix {
-            Some(p) => p
-                .parse::<u8>()
-                .ok()
-                .filter(|&p| p <= max)
-                .ok_or_else(|| format!("`{text}`: prefix length must be 0-{max}"))?,
+            Some(p) => p.parse::<u8>().ok().filter(|&p| p <= max).ok_or_else(|| {
+                NetworkError::BadPrefix {
+                    text: text.to_string(),
+                    max,
+                }
+            })?,
             None => max,
         };
         let cidr = Cidr { addr, prefix };
         if cidr.network_bits(addr) != addr_bits(addr) {
-            return Err(format!(
-                "`{text}` has host bits set; write the network address"
-            ));
+            return Err(NetworkError::HostBits(text.to_string()));
         }
         Ok(cidr)
     }
@@ -313,6 +354,43 @@ mod tests {
         assert!(Cidr::parse("0.0.0.0/0")
             .unwrap()
             .contains("8.8.8.8".parse().unwrap()));
+    }
+
+    #[test]
+    fn refusals_are_typed_and_say_what_is_expected() {
+        assert_eq!(
+            "open".parse::<NetworkMode>(),
+            Err(NetworkError::UnknownMode("open".into()))
+        );
+        assert_eq!("allow".parse::<NetworkMode>(), Ok(NetworkMode::Allow));
+        let e = DomainRule::parse("a.com:x").unwrap_err();
+        assert_eq!(
+            e,
+            NetworkError::BadPort {
+                port: "x".into(),
+                rule: "a.com:x".into()
+            }
+        );
+        assert_eq!(e.to_string(), "`x` in `a.com:x` is not a port (1-65535)");
+        assert_eq!(e.code(), "network.invalid");
+        assert_eq!(
+            DomainRule::parse("1.2.3.4"),
+            Err(NetworkError::BadDomain("1.2.3.4".into()))
+        );
+        assert_eq!(
+            Cidr::parse("nope"),
+            Err(NetworkError::BadCidr("nope".into()))
+        );
+        assert_eq!(
+            Cidr::parse("fd00::/129"),
+            Err(NetworkError::BadPrefix {
+                text: "fd00::/129".into(),
+                max: 128
+            })
+        );
+        let e = Cidr::parse("10.0.0.1/8").unwrap_err();
+        assert_eq!(e, NetworkError::HostBits("10.0.0.1/8".into()));
+        assert!(e.to_string().contains("host bits"), "{e}");
     }
 
     #[test]

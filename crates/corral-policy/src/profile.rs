@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+pub use crate::limits::RunLimit;
 use crate::path::{MountSpec, SandboxPath};
 use crate::size::ByteSize;
 
@@ -128,39 +129,58 @@ pub struct CommandPolicy {
 /// Time and resource limits. Every limit set here is enforced, or the run
 /// is refused naming the limit, unless `allow_unenforced` accepts a weaker
 /// sandbox (the result then lists what was not enforced).
+///
+/// Each value lies in its [`RunLimit`] range, checked wherever it is set
+/// (config file, `corral run` flags, `corral serve` requests) and by
+/// [`Limits::check`]; the bounds below are those ranges.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Limits {
-    /// Wall-clock limit in seconds; `None` means no limit.
+    /// Wall-clock limit in seconds; `None` means no limit. 1 to
+    /// [`crate::limits::MAX_TIMEOUT_SECS`] (24 days, what poll(2) can wait).
     pub timeout_secs: Option<u64>,
     /// Memory, swap included (cgroup `memory.max` + `memory.swap.max`, or
-    /// v1 `memory.limit_in_bytes` + `memory.memsw.limit_in_bytes`).
+    /// v1 `memory.limit_in_bytes` + `memory.memsw.limit_in_bytes`). 1 MiB
+    /// to [`crate::limits::MAX_BYTES`] (`i64::MAX`).
     pub memory_bytes: Option<ByteSize>,
     /// Processes and threads in the sandbox (cgroup `pids.max`).
+    /// [`crate::limits::MIN_PIDS`] (3: corral's helper, init and the
+    /// program) to [`crate::limits::MAX_PIDS`] (the kernel's most pids).
     pub pids: Option<u64>,
-    /// CPU bandwidth in thousandths of a core (cgroup `cpu.max`).
+    /// CPU bandwidth in thousandths of a core (cgroup `cpu.max`). 10 (the
+    /// kernel's smallest quota) to [`crate::limits::MAX_CPU_MILLICORES`]
+    /// (8192 CPUs).
     pub cpu_millicores: Option<u64>,
-    /// CPU time in seconds (`RLIMIT_CPU`: SIGXCPU, then SIGKILL).
+    /// CPU time in seconds (`RLIMIT_CPU`: SIGXCPU, then SIGKILL). 1 to
+    /// [`crate::limits::MAX_CPU_TIME_SECS`] (366 days).
     pub cpu_time_secs: Option<u64>,
     /// Virtual address space (`RLIMIT_AS`). Off by default: runtimes such
-    /// as node reserve far more address space than they use.
+    /// as node reserve far more address space than they use. 4 KiB to
+    /// [`crate::limits::MAX_BYTES`].
     pub address_space_bytes: Option<ByteSize>,
-    /// Largest file the program may write (`RLIMIT_FSIZE`: SIGXFSZ).
+    /// Largest file the program may write (`RLIMIT_FSIZE`: SIGXFSZ). 4 KiB
+    /// to [`crate::limits::MAX_BYTES`] (the kernel compares it with signed
+    /// file offsets).
     pub file_size_bytes: Option<ByteSize>,
-    /// Open file descriptors per process (`RLIMIT_NOFILE`).
+    /// Open file descriptors per process (`RLIMIT_NOFILE`). 1 to
+    /// [`crate::limits::MAX_OPEN_FILES`] (the default `fs.nr_open`).
     pub open_files: u64,
     /// Processes of the sandbox's uid in its user namespace
-    /// (`RLIMIT_NPROC`); a second fork-bomb guard that needs no cgroup.
+    /// (`RLIMIT_NPROC`); a second fork-bomb guard that needs no cgroup. 1
+    /// to [`crate::limits::MAX_PIDS`].
     pub processes: Option<u64>,
     /// Bytes of each output stream kept: the head and the tail, with an
-    /// elision marker between them.
+    /// elision marker between them. 64 bytes (room for the marker) to
+    /// [`crate::limits::MAX_BYTES`].
     pub output_bytes: ByteSize,
     /// Bytes per stream after which the whole sandbox is killed and the
-    /// output marked truncated.
+    /// output marked truncated. At least `output_bytes`, and 64 bytes to
+    /// [`crate::limits::MAX_BYTES`].
     pub output_kill_bytes: ByteSize,
     /// Accept a host that cannot enforce some limit (no cgroup
     /// delegation): run anyway and report the limit as not enforced.
     pub allow_unenforced: bool,
 }
+
 /// The unprivileged host identity the program runs as when corral is
 /// started as root. When corral runs as an ordinary user, the program runs
 /// as that user and these are unused.
@@ -178,70 +198,5 @@ impl Default for Identity {
             uid: 65534,
             gid: 65534,
         }
-    }
-}
-
-/// A limit a caller may set for one run, on top of the profile: the flags
-/// of `corral run` and the `limits` of a `corral serve` request. Both check
-/// the smallest value they accept here, so the two refuse the same values.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RunLimit {
-    /// Wall-clock limit, in seconds.
-    Timeout,
-    /// Memory, swap included, in bytes.
-    Memory,
-    /// Bytes kept of each output stream.
-    Output,
-    /// Processes and threads at once.
-    Pids,
-    /// CPU time per process, in seconds.
-    CpuTime,
-}
-
-impl RunLimit {
-    /// The smallest value accepted, in the limit's unit (seconds, bytes or
-    /// a count). Below 1 MiB of memory the interpreters cannot even start;
-    /// below 64 bytes the head-and-tail output has no room for its marker.
-    pub const fn minimum(self) -> u64 {
-        match self {
-            RunLimit::Memory => 1 << 20,
-            RunLimit::Output => 64,
-            RunLimit::Timeout | RunLimit::Pids | RunLimit::CpuTime => 1,
-        }
-    }
-
-    /// `value` (in the limit's unit) if it is at least [`RunLimit::minimum`],
-    /// else what the minimum is, for the caller's message (e.g. `at least
-    /// 1MiB`).
-    pub fn check(self, value: u64) -> Result<u64, String> {
-        let min = self.minimum();
-        if value >= min {
-            return Ok(value);
-        }
-        Err(match self {
-            RunLimit::Memory => format!("at least {}", ByteSize(min)),
-            RunLimit::Output => format!("at least {min} bytes"),
-            RunLimit::Timeout | RunLimit::CpuTime => format!("at least {min} second"),
-            RunLimit::Pids => format!("at least {min}"),
-        })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn run_limits_have_minimums() {
-        assert_eq!(RunLimit::Memory.check(1 << 20), Ok(1 << 20));
-        assert_eq!(
-            RunLimit::Memory.check((1 << 20) - 1),
-            Err("at least 1MiB".into())
-        );
-        assert_eq!(RunLimit::Output.check(63), Err("at least 64 bytes".into()));
-        assert_eq!(RunLimit::Output.check(64), Ok(64));
-        assert!(RunLimit::Timeout.check(0).is_err());
-        assert!(RunLimit::Pids.check(0).is_err());
-        assert_eq!(RunLimit::CpuTime.check(1), Ok(1));
     }
 }

@@ -211,8 +211,8 @@ pub fn command_text(argv: &[String]) -> String {
     serde_json::to_string(argv).unwrap_or_default()
 }
 
-/// Applies requested limits: each at least the minimum `corral run`
-/// accepts for the same limit ([`RunLimit::check`], else 422
+/// Applies requested limits: each in the range `corral run` and config
+/// files accept for the same limit ([`RunLimit::check`], else 422
 /// `limits.invalid`) and at most the profile's ceiling (else 422
 /// `limits.above_ceiling`). Times in milliseconds are rounded up to whole
 /// seconds first.
@@ -226,11 +226,15 @@ fn apply_limits(p: &mut Profile, req: RequestLimits) -> Result<(), ApiError> {
                  in_limit_unit: u64,
                  ceiling: Option<u64>|
      -> Result<u64, ApiError> {
-        limit.check(in_limit_unit).map_err(|min| {
-            invalid(
-                "limits.invalid",
-                format!("limits.{field} = {value} is too small: {min}"),
-            )
+        limit.check(in_limit_unit).map_err(|e| {
+            // `e` shows the value in the limit's unit: say what was asked
+            // when that differs (milliseconds rounded up to seconds).
+            let asked = if value == in_limit_unit {
+                String::new()
+            } else {
+                format!(" = {value}")
+            };
+            invalid(e.code(), format!("limits.{field}{asked}: {e}"))
         })?;
         match ceiling {
             Some(c) if value > c => Err(invalid(
@@ -685,10 +689,18 @@ mod tests {
             ),
             (
                 RequestLimits {
-                    pids: Some(0),
+                    pids: Some(2),
                     ..Default::default()
                 },
                 "limits.pids",
+            ),
+            // Above the maxima: a timeout that would overflow the deadline.
+            (
+                RequestLimits {
+                    timeout_ms: Some(u64::MAX),
+                    ..Default::default()
+                },
+                "limits.timeout_ms",
             ),
         ];
         for (req, field) in cases {

@@ -1,0 +1,228 @@
+//! Config files: TOML profiles on top of the built-in ones.
+//!
+//! ```toml
+//! [profile.analysis]
+//! extends = "code"
+//! hostname = "analysis"
+//! [profile.analysis.commands]
+//! deny_args = ["* -m pip *"]
+//! ```
+//!
+//! Unknown keys, bad sizes, relative or `..` paths and conflicting rules are
+//! errors naming the key and the line. A field given in a profile replaces
+//! the inherited one whole (lists are not appended), so what a profile says
+//! is what it gets.
+//!
+//! The module is split along its jobs: `raw` holds what the TOML
+//! deserialises into, `apply` lays a raw profile over its base one
+//! section at a time, `server` applies the `[server]` section, and
+//! `checks` holds the rules that need the merged profile.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use toml::Spanned;
+
+use crate::builtin;
+use crate::profile::Profile;
+
+mod apply;
+mod checks;
+mod raw;
+mod server;
+#[cfg(test)]
+mod tests;
+
+pub use checks::{reserved_destination, validate_hostname, HostnameError};
+
+use raw::{RawConfig, RawProfile};
+
+/// A config error, with the file, line and key it is about.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}{message}", location(.file, .line, .key))]
+pub struct ConfigError {
+    /// The config file, when the error came from one.
+    pub file: Option<PathBuf>,
+    /// 1-based line in that file.
+    pub line: Option<usize>,
+    /// Dotted key, e.g. `profile.web.filesystem.read_only`.
+    pub key: String,
+    /// What is wrong and what to do.
+    pub message: String,
+}
+
+/// `FILE:line N: KEY: ` with the parts that are known.
+fn location(file: &Option<PathBuf>, line: &Option<usize>, key: &str) -> String {
+    let mut parts = Vec::new();
+    if let Some(f) = file {
+        parts.push(f.display().to_string());
+    }
+    if let Some(l) = line {
+        parts.push(format!("line {l}"));
+    }
+    if !key.is_empty() {
+        parts.push(key.to_string());
+    }
+    if parts.is_empty() {
+        String::new()
+    } else {
+        format!("{}: ", parts.join(": "))
+    }
+}
+
+/// All profiles known to a run: the built-ins plus a config file's.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Profiles by name.
+    pub profiles: BTreeMap<String, Profile>,
+    /// `corral serve` settings (defaults when the file has no `[server]`).
+    pub server: crate::server::ServerConfig,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            profiles: builtin::all(),
+            server: crate::server::ServerConfig::default(),
+        }
+    }
+}
+/// Turns byte offsets into line numbers and builds errors.
+pub(crate) struct Source<'a> {
+    text: &'a str,
+    file: Option<&'a Path>,
+}
+
+impl Source<'_> {
+    fn line_of(&self, offset: usize) -> usize {
+        self.text[..offset.min(self.text.len())]
+            .bytes()
+            .filter(|&b| b == b'\n')
+            .count()
+            + 1
+    }
+
+    pub(crate) fn err(
+        &self,
+        span: Option<std::ops::Range<usize>>,
+        key: impl Into<String>,
+        message: impl Into<String>,
+    ) -> ConfigError {
+        ConfigError {
+            file: self.file.map(Path::to_path_buf),
+            line: span.map(|s| self.line_of(s.start)),
+            key: key.into(),
+            message: message.into(),
+        }
+    }
+}
+
+impl Config {
+    /// Loads a config file on top of the built-in profiles.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+            file: Some(path.to_path_buf()),
+            line: None,
+            key: String::new(),
+            message: format!("cannot read config file: {e}"),
+        })?;
+        Config::parse(&text, Some(path))
+    }
+
+    /// Parses config text on top of the built-in profiles. `file` is only
+    /// used in error messages.
+    pub fn parse(text: &str, file: Option<&Path>) -> Result<Config, ConfigError> {
+        let src = Source { text, file };
+        let raw: RawConfig = toml::from_str(text)
+            .map_err(|e| src.err(e.span(), "", e.message().trim().to_string()))?;
+        let mut config = Config::default();
+        let raw_server = raw.server;
+        // Resolve `extends` in dependency order; a round that resolves
+        // nothing means the rest extend each other in a cycle.
+        let mut pending: Vec<(String, Spanned<RawProfile>)> = raw.profile.into_iter().collect();
+        while !pending.is_empty() {
+            let unresolved: Vec<String> = pending.iter().map(|(n, _)| n.clone()).collect();
+            let mut next = Vec::new();
+            for (name, raw) in pending {
+                let key = format!("profile.{name}");
+                if name.is_empty()
+                    || !name
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+                {
+                    return Err(src.err(
+                        Some(raw.span()),
+                        "profile",
+                        format!("profile name {name:?} is invalid: use letters, digits, `_`, `-` and `.`"),
+                    ));
+                }
+                let base_name = raw.get_ref().extends.as_ref().map(|s| s.get_ref().clone());
+                // Wait while the base is a file profile not yet built.
+                if base_name
+                    .as_ref()
+                    .is_some_and(|b| b != &name && unresolved.contains(b))
+                {
+                    next.push((name, raw));
+                    continue;
+                }
+                let base = match &base_name {
+                    Some(b) if b == &name => builtin::all().remove(b),
+                    Some(b) => config.profiles.get(b).cloned(),
+                    None => builtin::all().remove(&name),
+                };
+                let base = match (base, &base_name) {
+                    (Some(mut p), _) => {
+                        p.name = name.clone();
+                        p
+                    }
+                    (None, None) => builtin::base(&name),
+                    (None, Some(b)) => {
+                        let span = raw.get_ref().extends.as_ref().map(|s| s.span());
+                        return Err(src.err(
+                            span,
+                            format!("{key}.extends"),
+                            format!("unknown profile `{b}` (known: {})", known(&config)),
+                        ));
+                    }
+                };
+                let span = raw.span();
+                let profile = apply::apply(&src, &key, base, raw.into_inner())?;
+                checks::check_merged(&src, &key, span, &profile)?;
+                config.profiles.insert(name, profile);
+            }
+            if next.len() == unresolved.len() {
+                let (name, raw) = &next[0];
+                let span = raw.get_ref().extends.as_ref().map(|s| s.span());
+                return Err(src.err(
+                    span,
+                    format!("profile.{name}.extends"),
+                    "profiles extend each other in a cycle",
+                ));
+            }
+            pending = next;
+        }
+        if let Some(server) = raw_server {
+            config.server = server::apply_server(&src, server, &config)?;
+        }
+        Ok(config)
+    }
+
+    /// The named profile, or an error listing the known ones.
+    pub fn profile(&self, name: &str) -> Result<&Profile, ConfigError> {
+        self.profiles.get(name).ok_or_else(|| ConfigError {
+            file: None,
+            line: None,
+            key: String::from("profile"),
+            message: format!("unknown profile `{name}` (known: {})", known(self)),
+        })
+    }
+}
+
+fn known(config: &Config) -> String {
+    config
+        .profiles
+        .keys()
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(", ")
+}

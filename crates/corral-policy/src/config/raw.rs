@@ -1,0 +1,150 @@
+//! What a config file deserialises into, before any validation: every
+//! field optional (a profile says only what it changes) and spanned where
+//! an error must point at its line.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+use toml::Spanned;
+
+/// A whole config file: profiles by name and the optional `[server]`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawConfig {
+    #[serde(default)]
+    pub(super) profile: BTreeMap<String, Spanned<RawProfile>>,
+    pub(super) server: Option<Spanned<RawServer>>,
+}
+
+/// The `[server]` section.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawServer {
+    pub(super) listen: Option<Spanned<String>>,
+    pub(super) max_concurrent: Option<Spanned<u32>>,
+    pub(super) code_mode: Option<bool>,
+    pub(super) audit_db: Option<Spanned<String>>,
+    pub(super) audit_jsonl: Option<Spanned<String>>,
+    pub(super) retention_days: Option<Spanned<u32>>,
+    pub(super) store_code: Option<bool>,
+    pub(super) work_dir: Option<Spanned<String>>,
+    pub(super) max_request_bytes: Option<Spanned<RawSize>>,
+    #[serde(default)]
+    pub(super) tenant: Vec<Spanned<RawTenant>>,
+}
+
+/// One `[[server.tenant]]` entry.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawTenant {
+    pub(super) name: Spanned<String>,
+    pub(super) token_sha256: Spanned<String>,
+    pub(super) profiles: Spanned<Vec<String>>,
+    pub(super) max_concurrent: Option<Spanned<u32>>,
+}
+
+/// One `[profile.NAME]` table and its sub-tables.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawProfile {
+    pub(super) extends: Option<Spanned<String>>,
+    pub(super) description: Option<String>,
+    pub(super) hostname: Option<Spanned<String>>,
+    pub(super) filesystem: Option<RawFilesystem>,
+    pub(super) env: Option<RawEnv>,
+    pub(super) commands: Option<RawCommands>,
+    pub(super) limits: Option<RawLimits>,
+    pub(super) identity: Option<RawIdentity>,
+    pub(super) security: Option<RawSecurity>,
+    pub(super) network: Option<RawNetwork>,
+}
+
+/// `[profile.NAME.network]`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawNetwork {
+    pub(super) mode: Option<Spanned<String>>,
+    pub(super) allow_domains: Option<Vec<Spanned<String>>>,
+    pub(super) deny_domains: Option<Vec<Spanned<String>>>,
+    pub(super) allow_cidrs: Option<Vec<Spanned<String>>>,
+    pub(super) hosts: Option<BTreeMap<String, Spanned<String>>>,
+    pub(super) sni_check: Option<bool>,
+    pub(super) max_connections: Option<Spanned<u32>>,
+    pub(super) idle_timeout_secs: Option<Spanned<u64>>,
+}
+
+/// `[profile.NAME.security]`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawSecurity {
+    pub(super) seccomp: Option<Spanned<String>>,
+    pub(super) landlock: Option<Spanned<String>>,
+    pub(super) tcp_bind: Option<Vec<Spanned<u16>>>,
+    pub(super) tcp_connect: Option<Vec<Spanned<u16>>>,
+}
+
+/// `[profile.NAME.filesystem]`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawFilesystem {
+    pub(super) system: Option<Vec<Spanned<String>>>,
+    pub(super) read_only: Option<Vec<Spanned<String>>>,
+    pub(super) read_write: Option<Vec<Spanned<String>>>,
+    pub(super) deny: Option<Vec<Spanned<String>>>,
+    pub(super) tmp_size: Option<Spanned<RawSize>>,
+    pub(super) workspace_size: Option<Spanned<RawSize>>,
+    pub(super) dev_pts: Option<bool>,
+}
+
+/// A size as written: an integer of bytes or a string such as `"64MiB"`.
+#[derive(Deserialize)]
+#[serde(untagged)]
+pub(super) enum RawSize {
+    Bytes(u64),
+    Text(String),
+}
+
+/// `[profile.NAME.env]`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawEnv {
+    pub(super) pass: Option<Vec<Spanned<String>>>,
+    pub(super) set: Option<BTreeMap<String, Spanned<String>>>,
+    pub(super) block: Option<Vec<Spanned<String>>>,
+}
+
+/// `[profile.NAME.commands]`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawCommands {
+    pub(super) allow: Option<Vec<Spanned<String>>>,
+    pub(super) allow_paths: Option<bool>,
+    pub(super) deny_args: Option<Vec<Spanned<String>>>,
+    pub(super) search_path: Option<Vec<Spanned<String>>>,
+}
+
+/// `[profile.NAME.limits]`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawLimits {
+    pub(super) timeout_secs: Option<Spanned<u64>>,
+    pub(super) memory: Option<Spanned<RawSize>>,
+    pub(super) pids: Option<Spanned<u64>>,
+    pub(super) cpu_millicores: Option<Spanned<u64>>,
+    pub(super) cpu_time_secs: Option<Spanned<u64>>,
+    pub(super) address_space: Option<Spanned<RawSize>>,
+    pub(super) file_size: Option<Spanned<RawSize>>,
+    pub(super) open_files: Option<Spanned<u64>>,
+    pub(super) processes: Option<Spanned<u64>>,
+    pub(super) output: Option<Spanned<RawSize>>,
+    pub(super) output_kill: Option<Spanned<RawSize>>,
+    pub(super) allow_unenforced: Option<bool>,
+}
+
+/// `[profile.NAME.identity]`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawIdentity {
+    pub(super) uid: Option<Spanned<u32>>,
+    pub(super) gid: Option<Spanned<u32>>,
+}

@@ -1,0 +1,173 @@
+//! The `[server]` section: how `corral serve` listens, its files, and
+//! its tenants.
+
+use std::path::PathBuf;
+
+use toml::Spanned;
+
+use super::apply::size;
+use super::raw::{RawServer, RawTenant};
+use super::{Config, ConfigError, Source};
+use crate::server::{valid_token_hash, ServerConfig, Tenant};
+
+/// Builds the `corral serve` settings from the `[server]` section; tenant
+/// profiles must exist in `config`.
+pub(super) fn apply_server(
+    src: &Source,
+    raw: Spanned<RawServer>,
+    config: &Config,
+) -> Result<ServerConfig, ConfigError> {
+    let mut s = ServerConfig::default();
+    let raw = raw.into_inner();
+    let k = "server";
+    if let Some(l) = raw.listen {
+        s.listen = l.get_ref().parse().map_err(|_| {
+            src.err(
+                Some(l.span()),
+                format!("{k}.listen"),
+                format!("`{}` is not ADDR:PORT", l.get_ref()),
+            )
+        })?;
+    }
+    if let Some(m) = raw.max_concurrent {
+        if *m.get_ref() == 0 {
+            return Err(src.err(
+                Some(m.span()),
+                format!("{k}.max_concurrent"),
+                "must be at least 1",
+            ));
+        }
+        s.max_concurrent = m.into_inner();
+    }
+    if let Some(b) = raw.code_mode {
+        s.code_mode = b;
+    }
+    if let Some(b) = raw.store_code {
+        s.store_code = b;
+    }
+    // The server's files: a relative path would depend on the directory
+    // the server happens to be started from.
+    let abs = |v: Spanned<String>, field: &str| -> Result<PathBuf, ConfigError> {
+        let p = PathBuf::from(v.get_ref());
+        if p.is_absolute() {
+            Ok(p)
+        } else {
+            Err(src.err(
+                Some(v.span()),
+                format!("{k}.{field}"),
+                format!(
+                    "{:?} is not an absolute path: write the full path (a relative one would depend on where the server is started)",
+                    v.get_ref()
+                ),
+            ))
+        }
+    };
+    if let Some(p) = raw.audit_db {
+        s.audit_db = abs(p, "audit_db")?;
+    }
+    if let Some(p) = raw.audit_jsonl {
+        s.audit_jsonl = Some(abs(p, "audit_jsonl")?);
+    }
+    if let Some(p) = raw.work_dir {
+        s.work_dir = abs(p, "work_dir")?;
+    }
+    if let Some(r) = raw.retention_days {
+        if *r.get_ref() == 0 {
+            return Err(src.err(
+                Some(r.span()),
+                format!("{k}.retention_days"),
+                "must be at least 1",
+            ));
+        }
+        s.retention_days = r.into_inner();
+    }
+    if let Some(m) = raw.max_request_bytes {
+        s.max_request_bytes = size(src, &format!("{k}.max_request_bytes"), m)?.bytes();
+    }
+    for t in raw.tenant {
+        let tenant = apply_tenant(src, t, &s, config)?;
+        s.tenants.push(tenant);
+    }
+    Ok(s)
+}
+
+/// One `[[server.tenant]]` entry, checked against the tenants before it
+/// (`s.tenants`: no name or token twice) and the known profiles; without
+/// its own `max_concurrent` it gets the server's.
+fn apply_tenant(
+    src: &Source,
+    t: Spanned<RawTenant>,
+    s: &ServerConfig,
+    config: &Config,
+) -> Result<Tenant, ConfigError> {
+    let k = "server.tenant";
+    let span = t.span();
+    let t = t.into_inner();
+    let name = t.name.get_ref().clone();
+    if name.is_empty()
+        || !name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+    {
+        return Err(src.err(
+            Some(t.name.span()),
+            format!("{k}.name"),
+            format!("tenant name {name:?} is invalid: use letters, digits, `_`, `-` and `.`"),
+        ));
+    }
+    if s.tenants.iter().any(|x: &Tenant| x.name == name) {
+        return Err(src.err(
+            Some(span),
+            format!("{k}.name"),
+            format!("tenant `{name}` is defined twice"),
+        ));
+    }
+    let hash = t.token_sha256.get_ref().to_ascii_lowercase();
+    if !valid_token_hash(&hash) {
+        return Err(src.err(
+            Some(t.token_sha256.span()),
+            format!("{k}.token_sha256"),
+            "must be the SHA-256 of the token as 64 hex digits (e.g. `printf %s TOKEN | sha256sum`); the token itself is never stored",
+        ));
+    }
+    if s.tenants.iter().any(|x| x.token_sha256 == hash) {
+        return Err(src.err(
+            Some(t.token_sha256.span()),
+            format!("{k}.token_sha256"),
+            "two tenants share a token",
+        ));
+    }
+    if t.profiles.get_ref().is_empty() {
+        return Err(src.err(
+            Some(t.profiles.span()),
+            format!("{k}.profiles"),
+            "list at least one profile",
+        ));
+    }
+    for p in t.profiles.get_ref() {
+        if !config.profiles.contains_key(p) {
+            return Err(src.err(
+                Some(t.profiles.span()),
+                format!("{k}.profiles"),
+                format!("unknown profile `{p}`"),
+            ));
+        }
+    }
+    let max_concurrent = match t.max_concurrent {
+        Some(m) if *m.get_ref() == 0 => {
+            return Err(src.err(
+                Some(m.span()),
+                format!("{k}.max_concurrent"),
+                "must be at least 1",
+            ));
+        }
+        Some(m) => m.into_inner(),
+        None => s.max_concurrent,
+    };
+    Ok(Tenant {
+        name,
+        token_sha256: hash,
+        profiles: t.profiles.into_inner(),
+        max_concurrent,
+    })
+}

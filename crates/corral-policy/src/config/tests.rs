@@ -1,0 +1,314 @@
+//! Config parsing: every error names the key and the line.
+
+use std::path::Path;
+
+use super::*;
+use crate::profile::{LandlockMode, SeccompProfile};
+use crate::size::ByteSize;
+
+fn err(text: &str) -> ConfigError {
+    Config::parse(text, Some(Path::new("corral.toml"))).unwrap_err()
+}
+
+#[test]
+fn builtins_are_there() {
+    let c = Config::default();
+    let code = c.profile("code").unwrap();
+    assert_eq!(code.commands.allow, ["python3", "node", "sh", "bash"]);
+    assert!(c
+        .profile("nope")
+        .unwrap_err()
+        .to_string()
+        .contains("known: code"));
+}
+
+#[test]
+fn extends_and_overrides() {
+    let c = Config::parse(
+        r#"
+[profile.a]
+extends = "code"
+hostname = "alpha"
+[profile.a.commands]
+allow = ["python3"]
+deny_args = ["*pip*"]
+[profile.b]
+extends = "a"
+[profile.b.limits]
+memory = "256MiB"
+pids = 64
+output = "64KiB"
+[profile.b.filesystem]
+tmp_size = "16MiB"
+read_only = ["/opt/data:/data"]
+"#,
+        None,
+    )
+    .unwrap();
+    let b = c.profile("b").unwrap();
+    assert_eq!(b.hostname, "alpha");
+    assert_eq!(b.commands.allow, ["python3"]);
+    assert_eq!(b.filesystem.tmp_size, ByteSize(16 << 20));
+    assert_eq!(b.filesystem.read_only[0].dest.as_str(), "/data");
+    assert_eq!(b.name, "b");
+    assert_eq!(b.limits.memory_bytes, Some(ByteSize(256 << 20)));
+    assert_eq!(b.limits.pids, Some(64));
+    assert_eq!(b.limits.output_bytes, ByteSize(64 << 10));
+    assert_eq!(b.limits.open_files, 1024, "inherited default");
+    let e = err("[profile.a.limits]\noutput = \"1MiB\"\noutput_kill = \"64KiB\"\n");
+    assert_eq!(
+        (e.line, e.key.as_str()),
+        (Some(3), "profile.a.limits.output_kill")
+    );
+    let e = err("[profile.a.limits]\npids = 0\n");
+    assert_eq!(e.key, "profile.a.limits.pids");
+}
+
+#[test]
+fn unknown_key_names_key_and_line() {
+    let e = err("[profile.a]\nextends = \"code\"\n\n[profile.a.filesystem]\nread_olny = []\n");
+    let msg = e.to_string();
+    assert_eq!(e.line, Some(5), "{msg}");
+    assert!(msg.contains("read_olny"), "{msg}");
+    assert!(msg.starts_with("corral.toml: line 5: "), "{msg}");
+}
+
+#[test]
+fn bad_values_name_key_and_line() {
+    let e = err("[profile.a]\n[profile.a.filesystem]\ntmp_size = \"12 parsecs\"\n");
+    assert_eq!(
+        (e.line, e.key.as_str()),
+        (Some(3), "profile.a.filesystem.tmp_size")
+    );
+    let e = err("[profile.a.filesystem]\nread_write = [\n  \"/ok\",\n  \"rel/path\",\n]\n");
+    assert_eq!(
+        (e.line, e.key.as_str()),
+        (Some(4), "profile.a.filesystem.read_write")
+    );
+    assert!(e.message.contains("relative"));
+    let e = err("[profile.a.filesystem]\ndeny = [\"/usr/../etc\"]\n");
+    assert!(e.message.contains(".."));
+    let e = err("[profile.a]\nextends = \"missing\"\n");
+    assert_eq!(e.key, "profile.a.extends");
+    let e = err("[profile.a]\nhostname = \"bad host\"\n");
+    assert_eq!(e.line, Some(2));
+    let e = err("[profile.a.commands]\nallow = [\"/bin/sh\"]\n");
+    assert_eq!(e.key, "profile.a.commands.allow");
+    let e = err("[profile.a.identity]\nuid = 0\n");
+    assert_eq!(e.key, "profile.a.identity.uid");
+}
+
+#[test]
+fn conflicts_are_errors() {
+    let e = err("[profile.a.filesystem]\nread_only = [\"/a:/x\"]\nread_write = [\"/b:/x\"]\n");
+    assert_eq!(e.line, Some(3));
+    assert!(e.message.contains("also mounted"));
+    let e = err("[profile.a.filesystem]\nread_only = [\"/a\"]\ndeny = [\"/a\"]\n");
+    assert!(e.message.contains("both mounted and denied"));
+    let e = err("[profile.a.filesystem]\nread_only = [\"/host/proc:/proc/x\"]\n");
+    assert!(e.message.contains("/proc"));
+    let e = err("[profile.a.env]\nset = { LD_PRELOAD = \"/x.so\" }\n");
+    assert!(e.message.contains("always blocked"), "{e}");
+    assert_eq!(e.line, Some(2));
+    let e = err("[profile.a.env]\npass = [\"OK\", \"NODE_OPTIONS\"]\n");
+    assert!(e.message.contains("always blocked"));
+}
+
+#[test]
+fn conflicts_with_inherited_rules_are_errors() {
+    let e = err("[profile.a.filesystem]\nread_only = [\"/a:/x\"]\n[profile.b]\nextends = \"a\"\n[profile.b.filesystem]\nread_write = [\"/b:/x\"]\n");
+    assert!(e.message.contains("mounted twice"), "{e}");
+    let e = err("[profile.a.env]\nset = { TOKEN = \"x\" }\n[profile.b]\nextends = \"a\"\n[profile.b.env]\nblock = [\"TOK*\"]\n");
+    assert!(e.message.contains("TOKEN"), "{e}");
+    let e = err("[profile.a.filesystem]\nsystem = [\"/usr\", \"/tmp\"]\n");
+    assert_eq!(e.key, "profile.a.filesystem.system");
+}
+
+#[test]
+fn merged_limits_are_checked() {
+    let e = err("[profile.a.limits]\noutput = \"128MiB\"\n");
+    assert_eq!(e.key, "profile.a.limits.output_kill", "{e}");
+    let e = err("[profile.a.limits]\ncpu_millicores = 5\n");
+    assert_eq!(e.key, "profile.a.limits.cpu_millicores");
+}
+
+#[test]
+fn every_limit_is_bounded_at_both_ends_naming_key_and_range() {
+    for limit in crate::RunLimit::ALL {
+        let key = limit.key();
+        // TOML integers stop at i64::MAX: a larger size is written as a
+        // string, which sizes accept.
+        for (value, end) in [
+            (limit.minimum() - 1, "too small"),
+            (limit.maximum() + 1, "too large"),
+        ] {
+            let written = if i64::try_from(value).is_ok() {
+                value.to_string()
+            } else {
+                format!("\"{value}\"")
+            };
+            let text = format!("[profile.a]\n[profile.a.limits]\n{key} = {written}\n");
+            let e = err(&text);
+            assert_eq!(
+                (e.line, e.key.as_str()),
+                (Some(3), format!("profile.a.limits.{key}").as_str()),
+                "{e}"
+            );
+            assert!(e.message.contains(end), "{e}");
+            assert!(e.message.contains(&limit.maximum().to_string()), "{e}");
+        }
+    }
+}
+
+#[test]
+fn limits_at_their_bounds_are_accepted() {
+    let c = Config::parse(
+        "[profile.a]\nextends = \"code\"\n[profile.a.limits]\npids = 3\ntimeout_secs = 2073600\nmemory = 9223372036854775807\noutput = 64\ncpu_millicores = 10\nopen_files = 1048576\n",
+        None,
+    )
+    .unwrap();
+    let l = &c.profile("a").unwrap().limits;
+    assert_eq!(l.pids, Some(3));
+    assert_eq!(l.timeout_secs, Some(2_073_600));
+    assert_eq!(l.memory_bytes, Some(ByteSize(i64::MAX as u64)));
+    assert_eq!(l.output_bytes, ByteSize(64));
+    assert_eq!(l.open_files, 1 << 20);
+}
+
+#[test]
+fn pids_below_three_is_refused_with_the_minimum() {
+    for n in [0, 1, 2] {
+        let e = err(&format!("[profile.a.limits]\npids = {n}\n"));
+        assert_eq!((e.line, e.key.as_str()), (Some(2), "profile.a.limits.pids"));
+        assert!(
+            e.message
+                .starts_with(&format!("{n} is too small: use 3 to ")),
+            "{e}"
+        );
+    }
+}
+
+#[test]
+fn other_sizes_are_bounded_too() {
+    let e = err("[profile.a.filesystem]\ntmp_size = \"9223372036854775808\"\n");
+    assert_eq!(e.key, "profile.a.filesystem.tmp_size");
+    assert!(e.message.contains("too large"), "{e}");
+    let e = err("[server]\nmax_request_bytes = 100\n");
+    assert!(e.message.contains("at least 4KiB"), "{e}");
+}
+
+#[test]
+fn network_section() {
+    let c = Config::parse(
+        "[profile.n]\nextends = \"code\"\n[profile.n.network]\nmode = \"allow\"\nallow_domains = [\"pypi.org\", \"*.pythonhosted.org:443\"]\nallow_cidrs = [\"127.0.0.1/32\"]\nhosts = { \"pypi.test\" = \"127.0.0.1\" }\n",
+        None,
+    )
+    .unwrap();
+    let n = &c.profile("n").unwrap().network;
+    assert_eq!(n.mode, crate::network::NetworkMode::Allow);
+    assert_eq!(n.allow_domains[1].ports, [443]);
+    assert_eq!(n.hosts["pypi.test"].to_string(), "127.0.0.1");
+    let e = err("[profile.n.network]\nmode = \"open\"\n");
+    assert_eq!(
+        (e.line, e.key.as_str()),
+        (Some(2), "profile.n.network.mode")
+    );
+    let e = err("[profile.n.network]\nallow_domains = [\"ok.org\",\n  \"1.2.3.4\"]\n");
+    assert_eq!(e.line, Some(3));
+    let e = err("[profile.n.network]\nallow_cidrs = [\"10.0.0.1/8\"]\n");
+    assert!(e.message.contains("host bits"));
+    let e = err("[profile.n.network]\nhosts = { \"a.test\" = \"nope\" }\n");
+    assert_eq!(e.key, "profile.n.network.hosts.a.test");
+    let e = err("[profile.n.network]\ndeny_domains = [\"bad.test:8080\"]\n");
+    assert_eq!(
+        (e.line, e.key.as_str()),
+        (Some(2), "profile.n.network.deny_domains")
+    );
+    assert!(e.message.contains("every port"), "{}", e.message);
+}
+
+#[test]
+fn server_section() {
+    let hash = "a".repeat(64);
+    let c = Config::parse(
+        &format!("[server]\nlisten = \"127.0.0.1:9000\"\nmax_concurrent = 2\ncode_mode = true\n[[server.tenant]]\nname = \"acme\"\ntoken_sha256 = \"{hash}\"\nprofiles = [\"code\"]\n"),
+        None,
+    )
+    .unwrap();
+    assert_eq!(c.server.listen.port(), 9000);
+    assert_eq!(
+        c.server.tenants[0].max_concurrent, 2,
+        "inherits the global cap"
+    );
+    assert!(c.server.code_mode);
+    let e = err("[server]\nlisten = \"nowhere\"\n");
+    assert_eq!((e.line, e.key.as_str()), (Some(2), "server.listen"));
+    let e = err("[[server.tenant]]\nname = \"a\"\ntoken_sha256 = \"plaintext-token\"\nprofiles = [\"code\"]\n");
+    assert_eq!(e.key, "server.tenant.token_sha256");
+    let e = err(&format!(
+        "[[server.tenant]]\nname = \"a\"\ntoken_sha256 = \"{hash}\"\nprofiles = [\"nope\"]\n"
+    ));
+    assert!(e.message.contains("unknown profile"), "{e}");
+    let e = err("[server]\nbogus = 1\n");
+    assert!(e.message.contains("bogus"), "{e}");
+}
+
+#[test]
+fn server_paths_must_be_absolute() {
+    for field in ["audit_db", "audit_jsonl", "work_dir"] {
+        for bad in ["relative/x", "x", ""] {
+            let e = err(&format!(
+                "[server]\nlisten = \"127.0.0.1:1\"\n{field} = \"{bad}\"\n"
+            ));
+            assert_eq!(
+                (e.line, e.key.as_str()),
+                (Some(3), format!("server.{field}").as_str()),
+                "{e}"
+            );
+            assert!(e.message.contains("absolute"), "{e}");
+        }
+        let c = Config::parse(&format!("[server]\n{field} = \"/srv/x\"\n"), None).unwrap();
+        let s = &c.server;
+        let got = match field {
+            "audit_db" => s.audit_db.clone(),
+            "audit_jsonl" => s.audit_jsonl.clone().unwrap(),
+            _ => s.work_dir.clone(),
+        };
+        assert_eq!(got, Path::new("/srv/x"));
+    }
+}
+
+#[test]
+fn security_section() {
+    let c = Config::parse("[profile.s]\nextends = \"code\"\n[profile.s.security]\nseccomp = \"strict\"\nlandlock = \"best-effort\"\ntcp_connect = [443]\n", None).unwrap();
+    let s = &c.profile("s").unwrap().security;
+    assert_eq!(s.seccomp, SeccompProfile::Strict);
+    assert_eq!(s.landlock, LandlockMode::BestEffort);
+    assert_eq!(s.tcp_connect, [443]);
+    let e = err("[profile.s.security]\nseccomp = \"off\"\n");
+    assert_eq!(
+        (e.line, e.key.as_str()),
+        (Some(2), "profile.s.security.seccomp")
+    );
+    let e = err("[profile.s.security]\ntcp_bind = [80, 70000]\n");
+    assert_eq!(e.line, Some(2));
+}
+
+#[test]
+fn hostnames_are_checked() {
+    assert_eq!(validate_hostname("sandbox-1.local"), Ok(()));
+    for bad in ["", "-x", "bad host", "a_b", &"a".repeat(64)] {
+        let e = validate_hostname(bad).unwrap_err();
+        assert_eq!(e.hostname, bad);
+        assert!(e.to_string().contains("1 to 63"), "{e}");
+    }
+    let e = err("[profile.a]\nhostname = \"-x\"\n");
+    assert_eq!((e.line, e.key.as_str()), (Some(2), "profile.a.hostname"));
+    assert!(e.message.contains("`-x` is invalid"), "{e}");
+}
+
+#[test]
+fn extends_cycle_is_an_error() {
+    let e = err("[profile.a]\nextends = \"b\"\n[profile.b]\nextends = \"a\"\n");
+    assert!(e.message.contains("cycle"), "{e}");
+}
