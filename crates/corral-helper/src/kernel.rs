@@ -28,6 +28,11 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use corral_sys::exec::ExecArgs;
 use corral_sys::{fd, mount, net, ns, process, signal, Errno, SysResult};
 
+#[cfg(test)]
+pub(crate) mod fake;
+#[cfg(test)]
+mod tests;
+
 /// The directory a path-relative call resolves against: the working
 /// directory (`AT_FDCWD`) or an open directory.
 pub(crate) enum At<'a, F> {
