@@ -5,12 +5,14 @@ use std::os::fd::{AsRawFd, OwnedFd};
 
 use corral_sys::exec::ExecArgs;
 use corral_sys::process::{self, Fork, WaitStatus};
-use corral_sys::{fd, mount, net, ns, signal};
+use corral_sys::{fd, signal, Errno};
 
+use crate::kernel::{Kernel, Sys};
 use crate::plan::{Rlimit, SandboxPlan};
 use crate::protocol::{FailureKind, HelperMessage};
-use crate::{rootfs, Control};
-use crate::{EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND};
+use crate::rootfs;
+use crate::{Control, Failure, StepError};
+use crate::{EXIT_CORRAL_ERROR, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND};
 
 /// Runs as PID 1: builds the sandbox, starts the program, then reaps,
 /// forwards signals and, when the program ends, kills whatever it left
@@ -29,32 +31,8 @@ pub(super) fn run(
         process::exit_now(crate::EXIT_CORRAL_ERROR);
     }
     drop(lifeline);
-    if let Err((kind, msg)) = rootfs::build(&plan, prepared) {
+    if let Err((kind, msg)) = setup(&mut Sys, &plan, prepared, &mut ctrl) {
         ctrl.fail(kind, msg);
-    }
-    if let Err(e) = ns::sethostname(&plan.hostname) {
-        ctrl.fail(
-            FailureKind::Setup,
-            format!("sethostname {:?}: {e}", plan.hostname),
-        );
-    }
-    if plan.network != corral_policy::NetworkMode::Host {
-        if let Err(e) = net::loopback_up() {
-            ctrl.fail(FailureKind::Setup, format!("bringing up loopback: {e}"));
-        }
-    }
-    if plan.network == corral_policy::NetworkMode::Allow {
-        // The proxy's sockets must live in this network namespace (a socket
-        // keeps the namespace it was created in) but be served by corral on
-        // the host side: create them here, hand them over, keep no copy.
-        if let Err(msg) = hand_over_listeners(&mut ctrl) {
-            ctrl.fail(FailureKind::Setup, msg);
-        }
-    }
-    // PID 1 holds the plan in memory: nobody in the sandbox may read it
-    // through /proc/1/mem, environ or ptrace.
-    if let Err(e) = process::set_non_dumpable() {
-        ctrl.fail(FailureKind::Privileges, format!("PR_SET_DUMPABLE: {e}"));
     }
     let (program, ctrl) = start_program(&plan, ctrl);
     drop(plan);
@@ -65,6 +43,38 @@ pub(super) fn run(
     reap(program, ctrl, &|| {
         let _ = process::kill(-1, libc::SIGKILL);
     })
+}
+
+/// Init's own steps, in order: the root filesystem, hostname, loopback,
+/// the proxy's listeners (network mode `allow`), non-dumpable. Stops at
+/// the first failure.
+pub(crate) fn setup<K: Kernel>(
+    k: &mut K,
+    plan: &SandboxPlan,
+    prepared: Vec<(usize, K::Fd)>,
+    ctrl: &mut Control,
+) -> Result<(), StepError> {
+    rootfs::build(k, plan, prepared)?;
+    k.sethostname(&plan.hostname).map_err(|e| {
+        (
+            FailureKind::Setup,
+            format!("sethostname {:?}: {e}", plan.hostname),
+        )
+    })?;
+    if plan.network != corral_policy::NetworkMode::Host {
+        k.loopback_up()
+            .map_err(|e| (FailureKind::Setup, format!("bringing up loopback: {e}")))?;
+    }
+    if plan.network == corral_policy::NetworkMode::Allow {
+        // The proxy's sockets must live in this network namespace (a socket
+        // keeps the namespace it was created in) but be served by corral on
+        // the host side: create them here, hand them over, keep no copy.
+        hand_over_listeners(k, ctrl).map_err(|msg| (FailureKind::Setup, msg))?;
+    }
+    // PID 1 holds the plan in memory: nobody in the sandbox may read it
+    // through /proc/1/mem, environ or ptrace (prctl(2), PR_SET_DUMPABLE).
+    k.set_dumpable(false)
+        .map_err(|e| (FailureKind::Privileges, format!("PR_SET_DUMPABLE: {e}")))
 }
 
 /// Prepares the program's last steps (argv/envp, working directory,
@@ -117,97 +127,121 @@ pub(super) struct LastSteps<'a> {
     pub(super) filters: &'a [seccompiler::BpfProgram],
 }
 
-/// The program's own process: final hardening, then execve. Everything here
-/// works on data prepared before the fork; seccomp goes last so every
-/// earlier step may still use the syscalls it denies.
+/// The program's own process: final hardening, then execve. Never returns.
 pub(super) fn exec_program(
     last: LastSteps<'_>,
     ruleset: landlock::RulesetCreated,
     mut ctrl: Control,
 ) -> ! {
-    let step = |ctrl: &mut Control, what: &str, r: Result<(), corral_sys::Errno>| {
-        if let Err(e) = r {
-            ctrl.fail(FailureKind::Privileges, format!("{what}: {e}"));
-        }
-    };
-    // A fresh signal state: the blocked mask would survive execve.
-    step(&mut ctrl, "resetting signals", signal::reset_all());
-    // New session, no controlling terminal: TIOCSTI cannot inject input
-    // into the invoking terminal (CVE-2017-5226).
-    step(&mut ctrl, "setsid", process::setsid());
-    step(
-        &mut ctrl,
-        "PR_SET_PDEATHSIG",
-        process::set_parent_death_signal(libc::SIGKILL),
-    );
-    // Resource limits, while nothing untrusted runs yet (setrlimit(2)).
-    for r in last.rlimits {
-        if let Err(e) = apply_rlimit(r) {
-            ctrl.fail(
-                FailureKind::Privileges,
-                format!("setrlimit {:?} to {}: {e}", r.kind, r.soft),
-            );
-        }
+    let failure = program_steps(&mut Sys, &last, ruleset, &mut ctrl);
+    ctrl.exit_with(failure)
+}
+
+/// The program's steps up to and including `execve`. Everything here works
+/// on data prepared before the fork (no allocation except for a failure's
+/// message and the `layers` report); seccomp goes last so every earlier
+/// step may still use the syscalls it denies. Returns only when something
+/// failed, `execve` included: what to report and the exit status.
+pub(crate) fn program_steps<K: Kernel>(
+    k: &mut K,
+    last: &LastSteps<'_>,
+    ruleset: K::Ruleset,
+    ctrl: &mut Control,
+) -> Failure {
+    if let Err((kind, message)) = harden(k, last, ruleset, ctrl) {
+        return Failure {
+            kind,
+            message,
+            status: EXIT_CORRAL_ERROR,
+        };
     }
-    // Every capability in every set, bounding and ambient included.
-    // (Without a user namespace and as an ordinary user the bounding set
-    // cannot be emptied; no_new_privs below makes it unusable anyway.)
-    step(
-        &mut ctrl,
-        "dropping capabilities",
-        process::drop_all_capabilities().map(drop),
-    );
-    // No execve can grant privileges again (setuid binaries stay inert).
-    step(
-        &mut ctrl,
-        "PR_SET_NO_NEW_PRIVS",
-        process::set_no_new_privs(),
-    );
-    step(&mut ctrl, "chdir to the workspace", mount::chdir(last.cwd));
-    // Landlock: the second filesystem layer (landlock(7)).
-    match crate::landlock::enforce(ruleset, last.landlock_required, last.landlock_full) {
-        Ok(landlock) => ctrl.send(&HelperMessage::Layers { landlock }),
-        Err(msg) => ctrl.fail(FailureKind::Security, msg),
-    }
-    // seccomp last (seccomp(2)): nothing after this but execve.
-    for prog in last.filters {
-        if let Err(e) = seccompiler::apply_filter(prog) {
-            ctrl.fail(
-                FailureKind::Security,
-                format!("installing the seccomp filter: {e}"),
-            );
-        }
-    }
-    let (exec, path) = (last.exec, last.path);
-    let err = exec.exec();
-    let (kind, code) = if err.0 == libc::ENOENT {
+    let err = k.execve(last.exec);
+    let (kind, status) = if err.0 == libc::ENOENT {
         (FailureKind::ExecNotFound, EXIT_NOT_FOUND)
     } else {
         (FailureKind::ExecFailed, EXIT_NOT_EXECUTABLE)
     };
-    ctrl.send(&HelperMessage::Failed {
+    Failure {
         kind,
-        message: format!("cannot execute {path}: {err}"),
-    });
-    process::exit_now(code)
+        message: format!("cannot execute {}: {err}", last.path),
+        status,
+    }
+}
+
+/// Every step of the program's process before `execve`, in order.
+fn harden<K: Kernel>(
+    k: &mut K,
+    last: &LastSteps<'_>,
+    ruleset: K::Ruleset,
+    ctrl: &mut Control,
+) -> Result<(), StepError> {
+    let privileges =
+        |what: &'static str| move |e: Errno| (FailureKind::Privileges, format!("{what}: {e}"));
+    // A fresh signal state: the blocked mask would survive execve.
+    k.reset_signals().map_err(privileges("resetting signals"))?;
+    // New session, no controlling terminal: TIOCSTI cannot inject input
+    // into the invoking terminal (CVE-2017-5226).
+    k.setsid().map_err(privileges("setsid"))?;
+    k.set_parent_death_signal(libc::SIGKILL)
+        .map_err(privileges("PR_SET_PDEATHSIG"))?;
+    // Resource limits, while nothing untrusted runs yet (setrlimit(2)).
+    for r in last.rlimits {
+        apply_rlimit(k, r).map_err(|e| {
+            (
+                FailureKind::Privileges,
+                format!("setrlimit {:?} to {}: {e}", r.kind, r.soft),
+            )
+        })?;
+    }
+    // Every capability in every set, bounding and ambient included
+    // (capabilities(7)). (Without a user namespace and as an ordinary user
+    // the bounding set cannot be emptied; no_new_privs below makes it
+    // unusable anyway.)
+    k.drop_capabilities()
+        .map_err(privileges("dropping capabilities"))?;
+    // No execve can grant privileges again (setuid binaries stay inert);
+    // also what lets an unprivileged process enforce Landlock and seccomp.
+    k.set_no_new_privs()
+        .map_err(privileges("PR_SET_NO_NEW_PRIVS"))?;
+    k.chdir(last.cwd)
+        .map_err(privileges("chdir to the workspace"))?;
+    // Landlock: the second filesystem layer (landlock(7)).
+    let status = k.landlock_restrict_self(ruleset).map_err(|e| {
+        (
+            FailureKind::Security,
+            crate::landlock::err("restrict_self", e),
+        )
+    })?;
+    let landlock = crate::landlock::outcome(status, last.landlock_required, last.landlock_full)
+        .map_err(|msg| (FailureKind::Security, msg))?;
+    ctrl.send(&HelperMessage::Layers { landlock });
+    // seccomp last (seccomp(2)): nothing after this but execve.
+    for prog in last.filters {
+        k.seccomp_install(prog).map_err(|e| {
+            (
+                FailureKind::Security,
+                format!("installing the seccomp filter: {e}"),
+            )
+        })?;
+    }
+    Ok(())
 }
 
 /// Sets one rlimit. A value above the inherited hard limit is clamped to
 /// it: raising a hard limit needs CAP_SYS_RESOURCE in the initial user
 /// namespace, which the sandbox never has.
-fn apply_rlimit(r: &Rlimit) -> Result<(), corral_sys::Errno> {
+fn apply_rlimit<K: Kernel>(k: &mut K, r: &Rlimit) -> Result<(), Errno> {
     let resource = crate::plan::rlimit_resource(r.kind);
-    let (_, hard_now) = process::get_rlimit(resource)?;
-    process::set_rlimit(resource, r.soft.min(hard_now), r.hard.min(hard_now))
+    let (_, hard_now) = k.get_rlimit(resource)?;
+    k.set_rlimit(resource, r.soft.min(hard_now), r.hard.min(hard_now))
 }
 
 /// Binds the proxy listeners on this namespace's loopback and sends them to
 /// the parent.
-fn hand_over_listeners(ctrl: &mut Control) -> Result<(), String> {
+fn hand_over_listeners<K: Kernel>(k: &mut K, ctrl: &mut Control) -> Result<(), String> {
     use crate::plan::{HTTP_PROXY_PORT, SOCKS_PROXY_PORT};
-    use std::os::fd::AsRawFd;
-    let bind = |port: u16| {
-        std::net::TcpListener::bind(("127.0.0.1", port))
+    let mut bind = |port: u16| {
+        k.listen_loopback(port)
             .map_err(|e| format!("binding the proxy port {port} in the sandbox: {e}"))
     };
     let http = bind(HTTP_PROXY_PORT)?;

@@ -10,9 +10,11 @@ use std::path::Path;
 
 use landlock::{
     Access, AccessFs, AccessNet, BitFlags, NetPort, PathBeneath, PathFd, Ruleset, RulesetAttr,
-    RulesetCreated, RulesetCreatedAttr, RulesetStatus, Scope, ABI,
+    RulesetCreated, RulesetCreatedAttr, Scope, ABI,
 };
 use serde::{Deserialize, Serialize};
+
+use crate::kernel::{Enforcement, LandlockStatus};
 
 /// The ABI corral writes its rules for; older kernels get the subset they
 /// support (the result reports which ABI was in force).
@@ -55,7 +57,7 @@ pub struct LandlockOutcome {
     pub status: String,
 }
 
-fn err(what: &str, e: impl std::fmt::Display) -> String {
+pub(crate) fn err(what: &str, e: impl std::fmt::Display) -> String {
     format!("landlock: {what}: {e}")
 }
 
@@ -128,29 +130,27 @@ pub fn prepare(plan: &LandlockPlan) -> Result<RulesetCreated, String> {
     Ok(ruleset)
 }
 
-/// Enforces the ruleset on the calling process (the program, before exec).
-/// Fails when `required` and the kernel enforced nothing.
-pub fn enforce(
-    ruleset: RulesetCreated,
+/// Judges what `landlock_restrict_self` achieved (the program, before
+/// exec) against the plan. Fails when `required` and the kernel enforced
+/// nothing, or when `require_full` and it enforced less than everything.
+pub(crate) fn outcome(
+    status: LandlockStatus,
     required: bool,
     require_full: bool,
 ) -> Result<LandlockOutcome, String> {
-    let status = ruleset
-        .restrict_self()
-        .map_err(|e| err("restrict_self", e))?;
-    let abi = corral_sys::probe::landlock_abi().unwrap_or(0);
-    let label = match status.ruleset {
-        RulesetStatus::FullyEnforced => "fully_enforced",
-        RulesetStatus::PartiallyEnforced => "partially_enforced",
-        _ => "not_enforced",
+    let abi = status.abi;
+    let label = match status.enforced {
+        Enforcement::Full => "fully_enforced",
+        Enforcement::Partial => "partially_enforced",
+        Enforcement::None => "not_enforced",
     };
-    if required && status.ruleset == RulesetStatus::NotEnforced {
+    if required && status.enforced == Enforcement::None {
         return Err(format!(
             "landlock is required but this kernel enforces none of it (ABI {abi}); boot with Landlock \
              enabled (lsm=...,landlock) or set security.landlock = \"best-effort\" to accept a weaker sandbox"
         ));
     }
-    if require_full && status.ruleset != RulesetStatus::FullyEnforced {
+    if require_full && status.enforced != Enforcement::Full {
         return Err(format!(
             "running without namespaces needs Landlock ABI 6 or later fully enforced (this kernel: ABI {abi}, {label}): \
              it is the only filesystem layer and its signal scoping the only barrier to your other processes"

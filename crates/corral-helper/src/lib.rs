@@ -20,6 +20,11 @@
 //!   status [`EXIT_CORRAL_ERROR`]; nothing degrades silently.
 //! - **Seccomp last.** The program's process installs the seccomp filters
 //!   as its very last step before `execve`, after Landlock.
+//! - **Kernel steps go through one trait.** Each system call of the
+//!   sequence is a method of `kernel::Kernel`, and each process's sequence
+//!   is a function generic over it (`helper_steps`, `init::setup`,
+//!   `init::program_steps`), so unit tests check the order on a recording
+//!   fake without root. Forks stay outside those functions.
 //! - **Input is the plan.** [`SandboxPlan`] is decided by the launcher; the
 //!   helper never reads policy or configuration itself.
 //!
@@ -38,6 +43,7 @@
 
 mod filters;
 mod init;
+mod kernel;
 mod landlock;
 mod plan;
 mod protocol;
@@ -78,6 +84,11 @@ use std::os::fd::{AsFd, OwnedFd};
 use corral_sys::process::{self, Fork, WaitStatus};
 use corral_sys::{fd, mount, ns, signal, Errno};
 
+use kernel::{Kernel, Sys};
+
+/// A failed step: which kind, and a message naming the path and errno.
+pub(crate) type StepError = (FailureKind, String);
+
 /// The control socket, shared by the helper, init and the program's
 /// pre-exec child (each writes whole messages).
 pub(crate) struct Control(File);
@@ -101,6 +112,27 @@ impl Control {
         self.send(&HelperMessage::Failed { kind, message });
         process::exit_now(EXIT_CORRAL_ERROR)
     }
+
+    /// Reports `failure` and exits with its status.
+    pub(crate) fn exit_with(&mut self, failure: Failure) -> ! {
+        self.send(&HelperMessage::Failed {
+            kind: failure.kind,
+            message: failure.message,
+        });
+        process::exit_now(failure.status)
+    }
+}
+
+/// Why a process of the sandbox stopped short of its goal: the stage and
+/// message it reports to corral, and the status it exits with.
+#[derive(Debug)]
+pub(crate) struct Failure {
+    /// The stage.
+    pub(crate) kind: FailureKind,
+    /// What failed, with paths and the errno name.
+    pub(crate) message: String,
+    /// The exit status ([`EXIT_CORRAL_ERROR`], or 126/127 for `execve`).
+    pub(crate) status: i32,
 }
 
 /// Entry point of `corral __sandbox-helper`. Never returns.
@@ -174,92 +206,13 @@ fn read_plan(ctrl: &mut File) -> Result<SandboxPlan, String> {
 }
 
 fn run(plan: SandboxPlan, mut ctrl: Control) -> ! {
-    // 1. Nothing inherited beyond stdio and the control socket reaches the
-    //    sandbox (close_range(2)).
-    if let Err(e) = fd::close_from(4) {
-        ctrl.fail(FailureKind::Setup, format!("close_range: {e}"));
-    }
-    // 2. corral started as root: become the unprivileged sandbox identity
-    //    before anything else, so even a kernel bug in namespace set-up
-    //    runs as an ordinary user (the program must never be host root).
-    let id = plan.identity;
-    // Reduced mode as root: empty the bounding set while we still hold
-    // CAP_SETPCAP (there is no user namespace to do it in later).
-    if plan.reduced.is_some() && id.drop_from_root {
-        if let Err(e) = process::drop_bounding_set() {
-            ctrl.fail(
-                FailureKind::Privileges,
-                format!("emptying the bounding set: {e}"),
-            );
-        }
-    }
-    // Still root: clone the workdir as an idmapped mount now (it needs
-    // CAP_SYS_ADMIN over the host filesystem), attach it later inside.
-    let prepared = match prepare_idmapped(&plan) {
-        Ok(p) => p,
-        Err(msg) => ctrl.fail(FailureKind::Mount, msg),
+    let prepared = match helper_steps(&mut Sys, &plan, |_| prepare_idmapped(&plan)) {
+        Err((kind, msg)) => ctrl.fail(kind, msg),
+        Ok(Next::ParentGone) => process::exit_now(EXIT_CORRAL_ERROR),
+        // Reduced mode (explicitly asked for): no namespaces at all.
+        Ok(Next::Reduced(_)) => reduced::run(plan, ctrl),
+        Ok(Next::Namespaces(prepared)) => prepared,
     };
-    if id.drop_from_root {
-        if let Err(e) = process::become_user(id.uid, id.gid) {
-            ctrl.fail(
-                FailureKind::Identity,
-                format!("switching to uid {} gid {}: {e}", id.uid, id.gid),
-            );
-        }
-        if let Err(e) = process::set_dumpable() {
-            ctrl.fail(
-                FailureKind::Identity,
-                format!("PR_SET_DUMPABLE after the uid change: {e}"),
-            );
-        }
-    }
-    // 3. Die with corral (set after the uid change, which clears it), and
-    //    bail out if corral already died before we got here.
-    if process::set_parent_death_signal(libc::SIGKILL).is_err()
-        || process::getppid() != plan.parent_pid
-    {
-        process::exit_now(EXIT_CORRAL_ERROR);
-    }
-    // Reduced mode (explicitly asked for): no namespaces at all.
-    if plan.reduced.is_some() {
-        reduced::run(plan, ctrl)
-    }
-    // 4. The user namespace first, on its own, so its absence gets its own
-    //    diagnosis (Ubuntu 24.04's AppArmor restriction, sysctls).
-    if let Err(e) = ns::unshare(ns::CLONE_NEWUSER) {
-        ctrl.fail(FailureKind::UserNamespace, userns_hint(e));
-    }
-    if let Err(e) = write_id_maps(id.uid, id.gid) {
-        ctrl.fail(
-            FailureKind::UserNamespace,
-            format!("writing uid/gid maps: {e}"),
-        );
-    }
-    // 5. Every other namespace, owned by the new user namespace.
-    // Network mode `host` keeps the host's network namespace (explicit,
-    // and reported loudly by the caller).
-    let net = if plan.network == corral_policy::NetworkMode::Host {
-        0
-    } else {
-        ns::CLONE_NEWNET
-    };
-    let flags = ns::CLONE_NEWNS
-        | ns::CLONE_NEWPID
-        | ns::CLONE_NEWIPC
-        | ns::CLONE_NEWUTS
-        | net
-        | ns::CLONE_NEWCGROUP;
-    if let Err(e) = ns::unshare(flags) {
-        ctrl.fail(
-            FailureKind::Namespace,
-            format!("unshare(mount, pid, ipc, uts, net, cgroup): {e}"),
-        );
-    }
-    // 6. Signals are taken synchronously from here on (sigwaitinfo), never
-    //    in handlers.
-    if let Err(e) = signal::block_all() {
-        ctrl.fail(FailureKind::Setup, format!("blocking signals: {e}"));
-    }
     // A lifeline: init checks, after arming its own death signal, that we
     // are still alive (its getppid() is 0 across the pid namespace).
     let (lifeline_read, lifeline_write) = match fd::pipe() {
@@ -284,6 +237,107 @@ fn run(plan: SandboxPlan, mut ctrl: Control) -> ! {
             supervise(init_pid, lifeline_write)
         }
     }
+}
+
+/// Where the helper goes once its own steps are done.
+#[derive(Debug)]
+pub(crate) enum Next<P> {
+    /// corral died before the death signal was armed: exit quietly.
+    ParentGone,
+    /// Reduced mode: no namespaces; `P` is what `prepare` returned.
+    Reduced(P),
+    /// The namespaces exist and signals are blocked: fork init.
+    Namespaces(P),
+}
+
+/// The helper's own steps, in order, up to the fork of init. `prepare`
+/// clones the idmapped binds while still root (it forks, so it is not a
+/// kernel step); its error is a mount failure. Stops at the first failure.
+pub(crate) fn helper_steps<K: Kernel, P>(
+    k: &mut K,
+    plan: &SandboxPlan,
+    prepare: impl FnOnce(&mut K) -> Result<P, String>,
+) -> Result<Next<P>, StepError> {
+    // 1. Nothing inherited beyond stdio and the control socket reaches the
+    //    sandbox (close_range(2)).
+    k.close_from(4)
+        .map_err(|e| (FailureKind::Setup, format!("close_range: {e}")))?;
+    // 2. corral started as root: become the unprivileged sandbox identity
+    //    before anything else, so even a kernel bug in namespace set-up
+    //    runs as an ordinary user (the program must never be host root).
+    let id = plan.identity;
+    // Reduced mode as root: empty the bounding set while we still hold
+    // CAP_SETPCAP (there is no user namespace to do it in later).
+    if plan.reduced.is_some() && id.drop_from_root {
+        k.drop_bounding_set().map_err(|e| {
+            (
+                FailureKind::Privileges,
+                format!("emptying the bounding set: {e}"),
+            )
+        })?;
+    }
+    // Still root: clone the workdir as an idmapped mount now (it needs
+    // CAP_SYS_ADMIN over the host filesystem), attach it later inside.
+    let prepared = prepare(k).map_err(|msg| (FailureKind::Mount, msg))?;
+    if id.drop_from_root {
+        k.become_user(id.uid, id.gid).map_err(|e| {
+            (
+                FailureKind::Identity,
+                format!("switching to uid {} gid {}: {e}", id.uid, id.gid),
+            )
+        })?;
+        // The uid change made us non-dumpable, which makes our own
+        // /proc/self/uid_map root-owned (prctl(2), PR_SET_DUMPABLE).
+        k.set_dumpable(true).map_err(|e| {
+            (
+                FailureKind::Identity,
+                format!("PR_SET_DUMPABLE after the uid change: {e}"),
+            )
+        })?;
+    }
+    // 3. Die with corral (set after the uid change, which clears it), and
+    //    bail out if corral already died before we got here.
+    if k.set_parent_death_signal(libc::SIGKILL).is_err() || k.getppid() != plan.parent_pid {
+        return Ok(Next::ParentGone);
+    }
+    if plan.reduced.is_some() {
+        return Ok(Next::Reduced(prepared));
+    }
+    // 4. The user namespace first, on its own, so its absence gets its own
+    //    diagnosis (Ubuntu 24.04's AppArmor restriction, sysctls).
+    k.unshare(ns::CLONE_NEWUSER)
+        .map_err(|e| (FailureKind::UserNamespace, userns_hint(e)))?;
+    write_id_maps(k, id.uid, id.gid).map_err(|e| {
+        (
+            FailureKind::UserNamespace,
+            format!("writing uid/gid maps: {e}"),
+        )
+    })?;
+    // 5. Every other namespace, owned by the new user namespace.
+    // Network mode `host` keeps the host's network namespace (explicit,
+    // and reported loudly by the caller).
+    let net = if plan.network == corral_policy::NetworkMode::Host {
+        0
+    } else {
+        ns::CLONE_NEWNET
+    };
+    let flags = ns::CLONE_NEWNS
+        | ns::CLONE_NEWPID
+        | ns::CLONE_NEWIPC
+        | ns::CLONE_NEWUTS
+        | net
+        | ns::CLONE_NEWCGROUP;
+    k.unshare(flags).map_err(|e| {
+        (
+            FailureKind::Namespace,
+            format!("unshare(mount, pid, ipc, uts, net, cgroup): {e}"),
+        )
+    })?;
+    // 6. Signals are taken synchronously from here on (sigwaitinfo), never
+    //    in handlers.
+    k.block_signals()
+        .map_err(|e| (FailureKind::Setup, format!("blocking signals: {e}")))?;
+    Ok(Next::Namespaces(prepared))
 }
 
 /// The helper's last job: forward signals to init and leave with init's
@@ -387,12 +441,12 @@ fn idmap_userns(uid_map: &str, gid_map: &str) -> Result<OwnedFd, String> {
     }
 }
 
-fn write_id_maps(uid: u32, gid: u32) -> std::io::Result<()> {
+fn write_id_maps<K: Kernel>(k: &mut K, uid: u32, gid: u32) -> std::io::Result<()> {
     // setgroups must be denied before an unprivileged gid_map write
     // (user_namespaces(7), CVE-2014-8989).
-    std::fs::write("/proc/self/setgroups", "deny")?;
-    std::fs::write("/proc/self/uid_map", format!("{uid} {uid} 1\n"))?;
-    std::fs::write("/proc/self/gid_map", format!("{gid} {gid} 1\n"))?;
+    k.write_proc_file("/proc/self/setgroups", "deny")?;
+    k.write_proc_file("/proc/self/uid_map", &format!("{uid} {uid} 1\n"))?;
+    k.write_proc_file("/proc/self/gid_map", &format!("{gid} {gid} 1\n"))?;
     Ok(())
 }
 

@@ -6,30 +6,38 @@
 //! subreaper, so daemons the program leaves behind are re-parented to it
 //! and killed, without a pid namespace.
 
+use corral_sys::fd;
 use corral_sys::process;
-use corral_sys::{fd, signal};
 
 use crate::init::{reap, start_program};
+use crate::kernel::{Kernel, Sys};
 use crate::plan::SandboxPlan;
 use crate::protocol::FailureKind;
-use crate::Control;
+use crate::{Control, StepError};
 
 /// Runs the program in reduced mode and supervises it. Never returns.
 pub(super) fn run(plan: SandboxPlan, mut ctrl: Control) -> ! {
-    if let Err(e) = process::set_child_subreaper() {
-        ctrl.fail(FailureKind::Setup, format!("PR_SET_CHILD_SUBREAPER: {e}"));
-    }
-    if let Err(e) = signal::block_all() {
-        ctrl.fail(FailureKind::Setup, format!("blocking signals: {e}"));
-    }
-    // The helper holds the plan: nothing may read its memory.
-    if let Err(e) = process::set_non_dumpable() {
-        ctrl.fail(FailureKind::Privileges, format!("PR_SET_DUMPABLE: {e}"));
+    if let Err((kind, msg)) = setup(&mut Sys) {
+        ctrl.fail(kind, msg);
     }
     let (program, ctrl) = start_program(&plan, ctrl);
     drop(plan);
     fd::stdio_to_devnull();
     reap(program, ctrl, &kill_children)
+}
+
+/// The helper's own steps in reduced mode, in order; stops at the first
+/// failure.
+pub(crate) fn setup<K: Kernel>(k: &mut K) -> Result<(), StepError> {
+    // Orphans come back to us to be killed (prctl(2),
+    // PR_SET_CHILD_SUBREAPER): there is no pid namespace.
+    k.set_child_subreaper()
+        .map_err(|e| (FailureKind::Setup, format!("PR_SET_CHILD_SUBREAPER: {e}")))?;
+    k.block_signals()
+        .map_err(|e| (FailureKind::Setup, format!("blocking signals: {e}")))?;
+    // The helper holds the plan: nothing may read its memory.
+    k.set_dumpable(false)
+        .map_err(|e| (FailureKind::Privileges, format!("PR_SET_DUMPABLE: {e}")))
 }
 
 /// SIGKILLs every child of this process (direct children and the orphans

@@ -15,18 +15,14 @@
 //! on the host.
 
 use std::ffi::CString;
-use std::fs::File;
-use std::io::Write;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 
 use corral_sys::mount::{self as m, AT_RECURSIVE};
 use corral_sys::Errno;
 
+use crate::kernel::{At, Kernel, StatError};
 use crate::plan::{MountOp, SandboxPlan};
 use crate::protocol::FailureKind;
-
-/// A failed step: which kind, and a message naming the path and errno.
-pub(super) type StepError = (FailureKind, String);
+use crate::StepError;
 
 fn cstr(s: &str) -> Result<CString, StepError> {
     CString::new(s).map_err(|_| {
@@ -41,21 +37,32 @@ fn mount_err(what: String) -> impl FnOnce(Errno) -> StepError {
     move |e| (FailureKind::Mount, format!("{what}: {e}"))
 }
 
-const MS_FLAGS_TMPFS: libc::c_ulong = libc::MS_NOSUID | libc::MS_NODEV;
+/// `stat` names the path in its message; a failed `dup` does not.
+fn stat_err(what: &str) -> impl FnOnce(StatError) -> StepError + '_ {
+    move |e| match e {
+        StatError::Dup(e) => (FailureKind::Mount, format!("dup: {e}")),
+        StatError::Stat(e) => (FailureKind::Mount, format!("stat {what}: {e}")),
+    }
+}
+
+const MS_FLAGS_TMPFS: u64 = libc::MS_NOSUID | libc::MS_NODEV;
 const RESOLVE_STRICT: u64 = m::RESOLVE_BENEATH | m::RESOLVE_NO_SYMLINKS | m::RESOLVE_NO_MAGICLINKS;
 
 /// Builds the root and pivots into it. On return the process's root is the
 /// sandbox root, its cwd is `/`, and the host filesystem is unreachable.
-pub(super) fn build(
+/// `prepared` holds the trees the helper cloned (idmapped) before dropping
+/// root, by index in `plan.mounts`.
+pub(super) fn build<K: Kernel>(
+    k: &mut K,
     plan: &SandboxPlan,
-    mut prepared: Vec<(usize, OwnedFd)>,
+    mut prepared: Vec<(usize, K::Fd)>,
 ) -> Result<(), StepError> {
     // Nothing we mount may propagate back to the host (mount_namespaces(7)).
-    m::mount(None, c"/", None, libc::MS_REC | libc::MS_PRIVATE, None)
+    k.mount(None, c"/", None, libc::MS_REC | libc::MS_PRIVATE, None)
         .map_err(mount_err("making / private".into()))?;
     // Scratch root: a tiny tmpfs on /tmp, then pivot into it so the host
     // root sits at /oldroot and the sandbox root is built at /newroot.
-    m::mount(
+    k.mount(
         Some(c"tmpfs"),
         c"/tmp",
         Some(c"tmpfs"),
@@ -63,25 +70,23 @@ pub(super) fn build(
         Some(c"mode=0755,size=64k"),
     )
     .map_err(mount_err("mounting the scratch tmpfs".into()))?;
-    m::chdir(c"/tmp").map_err(mount_err("chdir /tmp".into()))?;
+    k.chdir(c"/tmp").map_err(mount_err("chdir /tmp".into()))?;
     for dir in [c"newroot", c"oldroot", c"empty-dir"] {
-        m::mkdirat(libc::AT_FDCWD, dir, 0o755).map_err(mount_err(format!("mkdir {dir:?}")))?;
+        k.mkdir_at(At::Cwd, dir, 0o755)
+            .map_err(mount_err(format!("mkdir {dir:?}")))?;
     }
-    m::pivot_root(c".", c"oldroot")
+    k.pivot_root(c".", c"oldroot")
         .map_err(mount_err("pivot_root into the scratch tmpfs".into()))?;
-    m::chdir(c"/").map_err(mount_err("chdir /".into()))?;
+    k.chdir(c"/").map_err(mount_err("chdir /".into()))?;
     // Empty, mode-000 stand-ins bound over denied paths.
-    std::fs::set_permissions(
-        "/empty-dir",
-        std::os::unix::fs::PermissionsExt::from_mode(0o000),
-    )
-    .map_err(|e| (FailureKind::Mount, format!("chmod /empty-dir: {e}")))?;
-    m::create_file_at(libc::AT_FDCWD, c"/empty-file", 0o000)
+    k.chmod("/empty-dir", 0o000)
+        .map_err(|e| (FailureKind::Mount, format!("chmod /empty-dir: {e}")))?;
+    k.create_file_at(At::Cwd, c"/empty-file", 0o000)
         .map_err(mount_err("creating /empty-file".into()))?;
 
     let root_size =
         CString::new("mode=0755,size=1m").map_err(|_| (FailureKind::Mount, String::new()))?;
-    m::mount(
+    k.mount(
         Some(c"tmpfs"),
         c"/newroot",
         Some(c"tmpfs"),
@@ -89,40 +94,30 @@ pub(super) fn build(
         Some(&root_size),
     )
     .map_err(mount_err("mounting the root tmpfs".into()))?;
-    let oldroot = m::openat2(
-        libc::AT_FDCWD,
-        c"/oldroot",
-        libc::O_PATH | libc::O_DIRECTORY,
-        0,
-        0,
-    )
-    .map_err(mount_err("opening /oldroot".into()))?;
-    let newroot = m::openat2(
-        libc::AT_FDCWD,
-        c"/newroot",
-        libc::O_PATH | libc::O_DIRECTORY,
-        0,
-        0,
-    )
-    .map_err(mount_err("opening /newroot".into()))?;
+    let oldroot = k
+        .open_at(At::Cwd, c"/oldroot", libc::O_PATH | libc::O_DIRECTORY, 0)
+        .map_err(mount_err("opening /oldroot".into()))?;
+    let newroot = k
+        .open_at(At::Cwd, c"/newroot", libc::O_PATH | libc::O_DIRECTORY, 0)
+        .map_err(mount_err("opening /newroot".into()))?;
 
     for file in &plan.files {
-        write_file(&newroot, file.path.relative(), file.contents.as_bytes())?;
+        write_file(k, &newroot, file.path.relative(), file.contents.as_bytes())?;
     }
     for (i, op) in plan.mounts.iter().enumerate() {
         match prepared.iter().position(|(j, _)| *j == i) {
-            Some(k) => {
-                let (_, tree) = prepared.swap_remove(k);
-                attach_prepared(&newroot, tree, op)?;
+            Some(at) => {
+                let (_, tree) = prepared.swap_remove(at);
+                attach_prepared(k, &newroot, tree, op)?;
             }
-            None => apply(&oldroot, &newroot, op)?,
+            None => apply(k, &oldroot, &newroot, op)?,
         }
     }
-    mount_tmp(&newroot, plan)?;
-    mount_dev(&newroot, plan)?;
+    mount_tmp(k, &newroot, plan)?;
+    mount_dev(k, &newroot, plan)?;
     // procfs of the new pid namespace; nosuid/nodev/noexec as everywhere.
-    ensure_target(&newroot, "proc", true)?;
-    m::mount(
+    ensure_target(k, &newroot, "proc", true)?;
+    k.mount(
         Some(c"proc"),
         c"/newroot/proc",
         Some(c"proc"),
@@ -131,22 +126,25 @@ pub(super) fn build(
     )
     .map_err(mount_err("mounting /proc".into()))?;
     for path in &plan.deny {
-        deny(&newroot, path.relative())?;
+        deny(k, &newroot, path.relative())?;
     }
     drop(oldroot);
     drop(newroot);
     // Detach the host root, then make /newroot the root (pivot_root(".",
     // ".") stacks the old root on the new one; the lazy unmount drops it).
-    m::umount2(c"/oldroot", libc::MNT_DETACH)
+    k.umount(c"/oldroot", libc::MNT_DETACH)
         .map_err(mount_err("detaching the host root".into()))?;
-    m::chdir(c"/newroot").map_err(mount_err("chdir /newroot".into()))?;
-    m::pivot_root(c".", c".").map_err(mount_err("pivot_root into the sandbox root".into()))?;
-    m::umount2(c".", libc::MNT_DETACH).map_err(mount_err("detaching the scratch root".into()))?;
-    m::chdir(c"/").map_err(mount_err("chdir /".into()))?;
+    k.chdir(c"/newroot")
+        .map_err(mount_err("chdir /newroot".into()))?;
+    k.pivot_root(c".", c".")
+        .map_err(mount_err("pivot_root into the sandbox root".into()))?;
+    k.umount(c".", libc::MNT_DETACH)
+        .map_err(mount_err("detaching the scratch root".into()))?;
+    k.chdir(c"/").map_err(mount_err("chdir /".into()))?;
     // The root itself is read-only: the program writes only to /workspace,
     // /tmp and read-write binds.
-    m::mount_setattr(
-        libc::AT_FDCWD,
+    k.mount_setattr(
+        At::Cwd,
         c"/",
         0,
         m::MOUNT_ATTR_RDONLY | m::MOUNT_ATTR_NOSUID | m::MOUNT_ATTR_NODEV,
@@ -158,109 +156,124 @@ pub(super) fn build(
 
 /// Opens (creating if needed) `rel` below `root` as an `O_PATH` fd,
 /// walking one component at a time and refusing symlinks anywhere.
-fn ensure_target(root: &OwnedFd, rel: &str, dir: bool) -> Result<OwnedFd, StepError> {
+fn ensure_target<K: Kernel>(
+    k: &mut K,
+    root: &K::Fd,
+    rel: &str,
+    dir: bool,
+) -> Result<K::Fd, StepError> {
     let parts: Vec<&str> = rel.split('/').filter(|p| !p.is_empty()).collect();
-    let mut cur = m::openat2(
-        root.as_raw_fd(),
-        c".",
-        libc::O_PATH | libc::O_DIRECTORY,
-        0,
-        RESOLVE_STRICT,
-    )
-    .map_err(mount_err(format!("opening the root for /{rel}")))?;
+    let mut cur = k
+        .open_at(
+            At::Fd(root),
+            c".",
+            libc::O_PATH | libc::O_DIRECTORY,
+            RESOLVE_STRICT,
+        )
+        .map_err(mount_err(format!("opening the root for /{rel}")))?;
     for (i, part) in parts.iter().enumerate() {
         let last = i + 1 == parts.len();
         let name = cstr(part)?;
         let want_dir = !last || dir;
         if want_dir {
-            match m::mkdirat(cur.as_raw_fd(), &name, 0o755) {
+            match k.mkdir_at(At::Fd(&cur), &name, 0o755) {
                 Ok(()) => {}
                 Err(e) if e.0 == libc::EEXIST => {}
                 Err(e) => return Err(mount_err(format!("creating mount point /{rel}"))(e)),
             }
         } else {
-            match m::create_file_at(cur.as_raw_fd(), &name, 0o644) {
+            match k.create_file_at(At::Fd(&cur), &name, 0o644) {
                 Ok(_) => {}
                 Err(e) if e.0 == libc::EEXIST => {}
                 Err(e) => return Err(mount_err(format!("creating mount point /{rel}"))(e)),
             }
         }
         let flags = libc::O_PATH | if want_dir { libc::O_DIRECTORY } else { 0 };
-        cur = m::openat2(cur.as_raw_fd(), &name, flags, 0, RESOLVE_STRICT).map_err(|e| {
-            let why = if e.0 == libc::ELOOP {
-                " (a symlink is in the way; corral never mounts through symlinks)"
-            } else {
-                ""
-            };
-            (
-                FailureKind::Mount,
-                format!("opening mount point /{rel}: {e}{why}"),
-            )
-        })?;
+        cur = k
+            .open_at(At::Fd(&cur), &name, flags, RESOLVE_STRICT)
+            .map_err(|e| {
+                let why = if e.0 == libc::ELOOP {
+                    " (a symlink is in the way; corral never mounts through symlinks)"
+                } else {
+                    ""
+                };
+                (
+                    FailureKind::Mount,
+                    format!("opening mount point /{rel}: {e}{why}"),
+                )
+            })?;
     }
     Ok(cur)
 }
 
 /// Splits `rel` into its parent's fd and the last component.
-fn parent_of(root: &OwnedFd, rel: &str) -> Result<(OwnedFd, CString), StepError> {
+fn parent_of<K: Kernel>(k: &mut K, root: &K::Fd, rel: &str) -> Result<(K::Fd, CString), StepError> {
     let (parent, leaf) = rel.rsplit_once('/').unwrap_or(("", rel));
-    Ok((ensure_target(root, parent, true)?, cstr(leaf)?))
+    Ok((ensure_target(k, root, parent, true)?, cstr(leaf)?))
 }
 
-fn write_file(root: &OwnedFd, rel: &str, contents: &[u8]) -> Result<(), StepError> {
-    let (parent, leaf) = parent_of(root, rel)?;
-    let fd = m::create_file_at(parent.as_raw_fd(), &leaf, 0o644)
+fn write_file<K: Kernel>(
+    k: &mut K,
+    root: &K::Fd,
+    rel: &str,
+    contents: &[u8],
+) -> Result<(), StepError> {
+    let (parent, leaf) = parent_of(k, root, rel)?;
+    let fd = k
+        .create_file_at(At::Fd(&parent), &leaf, 0o644)
         .map_err(mount_err(format!("creating /{rel}")))?;
-    File::from(fd)
-        .write_all(contents)
+    k.write_all(fd, contents)
         .map_err(|e| (FailureKind::Mount, format!("writing /{rel}: {e}")))
 }
 
 /// Clones the host tree at `source` (resolved inside the host root) and
 /// attaches it at `dest` with `attrs` set on every mount of the tree.
-fn bind(
-    oldroot: &OwnedFd,
-    newroot: &OwnedFd,
+fn bind<K: Kernel>(
+    k: &mut K,
+    oldroot: &K::Fd,
+    newroot: &K::Fd,
     source: &str,
     dest: &str,
     attrs: u64,
 ) -> Result<(), StepError> {
     let src_rel = cstr(source.trim_start_matches('/'))?;
-    let src = m::openat2(
-        oldroot.as_raw_fd(),
-        &src_rel,
-        libc::O_PATH,
-        0,
-        m::RESOLVE_IN_ROOT | m::RESOLVE_NO_MAGICLINKS,
-    )
-    .map_err(mount_err(format!("opening bind source {source}")))?;
-    let is_dir = File::from(
-        src.try_clone()
-            .map_err(|e| (FailureKind::Mount, format!("dup: {e}")))?,
-    )
-    .metadata()
-    .map_err(|e| (FailureKind::Mount, format!("stat {source}: {e}")))?
-    .is_dir();
-    let tree = m::open_tree(
-        src.as_raw_fd(),
-        c"",
-        m::OPEN_TREE_CLONE | m::OPEN_TREE_CLOEXEC | AT_RECURSIVE | libc::AT_EMPTY_PATH as u32,
-    )
-    .map_err(mount_err(format!("cloning mount tree of {source}")))?;
-    m::mount_setattr(
-        tree.as_raw_fd(),
+    let src = k
+        .open_at(
+            At::Fd(oldroot),
+            &src_rel,
+            libc::O_PATH,
+            m::RESOLVE_IN_ROOT | m::RESOLVE_NO_MAGICLINKS,
+        )
+        .map_err(mount_err(format!("opening bind source {source}")))?;
+    let is_dir = k.is_dir(&src).map_err(stat_err(source))?;
+    let tree = k
+        .open_tree(
+            At::Fd(&src),
+            c"",
+            m::OPEN_TREE_CLONE | m::OPEN_TREE_CLOEXEC | AT_RECURSIVE | libc::AT_EMPTY_PATH as u32,
+        )
+        .map_err(mount_err(format!("cloning mount tree of {source}")))?;
+    // The attributes are set on the detached clone, before it is attached:
+    // the bind is never visible in the new root without them.
+    k.mount_setattr(
+        At::Fd(&tree),
         c"",
         libc::AT_EMPTY_PATH as u32 | AT_RECURSIVE,
         attrs,
         0,
     )
     .map_err(mount_err(format!("setting attributes on {source}")))?;
-    let target = ensure_target(newroot, dest, is_dir)?;
-    m::move_mount_fds(tree.as_fd(), target.as_fd())
+    let target = ensure_target(k, newroot, dest, is_dir)?;
+    k.move_mount(&tree, &target)
         .map_err(mount_err(format!("attaching {source} at /{dest}")))
 }
 
-fn apply(oldroot: &OwnedFd, newroot: &OwnedFd, op: &MountOp) -> Result<(), StepError> {
+fn apply<K: Kernel>(
+    k: &mut K,
+    oldroot: &K::Fd,
+    newroot: &K::Fd,
+    op: &MountOp,
+) -> Result<(), StepError> {
     match op {
         MountOp::Bind {
             source,
@@ -272,18 +285,18 @@ fn apply(oldroot: &OwnedFd, newroot: &OwnedFd, op: &MountOp) -> Result<(), StepE
             if !writable {
                 attrs |= m::MOUNT_ATTR_RDONLY;
             }
-            bind(oldroot, newroot, source, dest.relative(), attrs)
+            bind(k, oldroot, newroot, source, dest.relative(), attrs)
         }
         MountOp::Symlink { target, dest } => {
-            let (parent, leaf) = parent_of(newroot, dest.relative())?;
-            m::symlinkat(&cstr(target)?, parent.as_raw_fd(), &leaf)
+            let (parent, leaf) = parent_of(k, newroot, dest.relative())?;
+            k.symlink_at(&cstr(target)?, At::Fd(&parent), &leaf)
                 .map_err(mount_err(format!("creating symlink {dest} -> {target}")))
         }
         MountOp::Tmpfs { dest, size, mode } => {
-            ensure_target(newroot, dest.relative(), true)?;
+            ensure_target(k, newroot, dest.relative(), true)?;
             let path = cstr(&format!("/newroot/{}", dest.relative()))?;
             let data = cstr(&format!("mode={mode:o},size={size}"))?;
-            m::mount(
+            k.mount(
                 Some(c"tmpfs"),
                 &path,
                 Some(c"tmpfs"),
@@ -297,30 +310,35 @@ fn apply(oldroot: &OwnedFd, newroot: &OwnedFd, op: &MountOp) -> Result<(), StepE
 
 /// Attaches a tree the helper prepared before dropping root (an idmapped
 /// workdir) at the op's destination.
-fn attach_prepared(newroot: &OwnedFd, tree: OwnedFd, op: &MountOp) -> Result<(), StepError> {
+fn attach_prepared<K: Kernel>(
+    k: &mut K,
+    newroot: &K::Fd,
+    tree: K::Fd,
+    op: &MountOp,
+) -> Result<(), StepError> {
     let MountOp::Bind { source, dest, .. } = op else {
         return Err((
             FailureKind::Mount,
             format!("prepared tree for a non-bind step at {}", op.dest()),
         ));
     };
-    m::mount_setattr(
-        tree.as_raw_fd(),
+    k.mount_setattr(
+        At::Fd(&tree),
         c"",
         libc::AT_EMPTY_PATH as u32,
         m::MOUNT_ATTR_NOSUID | m::MOUNT_ATTR_NODEV,
         0,
     )
     .map_err(mount_err(format!("setting attributes on {source}")))?;
-    let target = ensure_target(newroot, dest.relative(), true)?;
-    m::move_mount_fds(tree.as_fd(), target.as_fd())
+    let target = ensure_target(k, newroot, dest.relative(), true)?;
+    k.move_mount(&tree, &target)
         .map_err(mount_err(format!("attaching idmapped {source} at {dest}")))
 }
 
-fn mount_tmp(newroot: &OwnedFd, plan: &SandboxPlan) -> Result<(), StepError> {
-    ensure_target(newroot, "tmp", true)?;
+fn mount_tmp<K: Kernel>(k: &mut K, newroot: &K::Fd, plan: &SandboxPlan) -> Result<(), StepError> {
+    ensure_target(k, newroot, "tmp", true)?;
     let data = cstr(&format!("mode=1777,size={}", plan.tmp_size))?;
-    m::mount(
+    k.mount(
         Some(c"tmpfs"),
         c"/newroot/tmp",
         Some(c"tmpfs"),
@@ -333,9 +351,9 @@ fn mount_tmp(newroot: &OwnedFd, plan: &SandboxPlan) -> Result<(), StepError> {
 /// A minimal `/dev`: the five harmless character devices bound from the
 /// host, the usual symlinks, `/dev/shm`, and `/dev/pts` only when asked.
 /// No `/dev/tty`, no disks, no `/dev/mem`.
-fn mount_dev(newroot: &OwnedFd, plan: &SandboxPlan) -> Result<(), StepError> {
-    ensure_target(newroot, "dev", true)?;
-    m::mount(
+fn mount_dev<K: Kernel>(k: &mut K, newroot: &K::Fd, plan: &SandboxPlan) -> Result<(), StepError> {
+    ensure_target(k, newroot, "dev", true)?;
+    k.mount(
         Some(c"tmpfs"),
         c"/newroot/dev",
         Some(c"tmpfs"),
@@ -343,16 +361,12 @@ fn mount_dev(newroot: &OwnedFd, plan: &SandboxPlan) -> Result<(), StepError> {
         Some(c"mode=0755,size=64k"),
     )
     .map_err(mount_err("mounting /dev".into()))?;
-    let oldroot = m::openat2(
-        libc::AT_FDCWD,
-        c"/oldroot",
-        libc::O_PATH | libc::O_DIRECTORY,
-        0,
-        0,
-    )
-    .map_err(mount_err("opening /oldroot".into()))?;
+    let oldroot = k
+        .open_at(At::Cwd, c"/oldroot", libc::O_PATH | libc::O_DIRECTORY, 0)
+        .map_err(mount_err("opening /oldroot".into()))?;
     for dev in ["null", "zero", "full", "random", "urandom"] {
         bind(
+            k,
             &oldroot,
             newroot,
             &format!("/dev/{dev}"),
@@ -360,19 +374,19 @@ fn mount_dev(newroot: &OwnedFd, plan: &SandboxPlan) -> Result<(), StepError> {
             m::MOUNT_ATTR_NOSUID | m::MOUNT_ATTR_NOEXEC,
         )?;
     }
-    let dev = ensure_target(newroot, "dev", true)?;
+    let dev = ensure_target(k, newroot, "dev", true)?;
     for (name, target) in [
         (c"fd", c"/proc/self/fd"),
         (c"stdin", c"/proc/self/fd/0"),
         (c"stdout", c"/proc/self/fd/1"),
         (c"stderr", c"/proc/self/fd/2"),
     ] {
-        m::symlinkat(target, dev.as_raw_fd(), name)
+        k.symlink_at(target, At::Fd(&dev), name)
             .map_err(mount_err(format!("creating /dev/{name:?}")))?;
     }
-    ensure_target(newroot, "dev/shm", true)?;
+    ensure_target(k, newroot, "dev/shm", true)?;
     let shm = cstr(&format!("mode=1777,size={}", plan.tmp_size))?;
-    m::mount(
+    k.mount(
         Some(c"tmpfs"),
         c"/newroot/dev/shm",
         Some(c"tmpfs"),
@@ -381,8 +395,8 @@ fn mount_dev(newroot: &OwnedFd, plan: &SandboxPlan) -> Result<(), StepError> {
     )
     .map_err(mount_err("mounting /dev/shm".into()))?;
     if plan.dev_pts {
-        ensure_target(newroot, "dev/pts", true)?;
-        m::mount(
+        ensure_target(k, newroot, "dev/pts", true)?;
+        k.mount(
             Some(c"devpts"),
             c"/newroot/dev/pts",
             Some(c"devpts"),
@@ -390,12 +404,12 @@ fn mount_dev(newroot: &OwnedFd, plan: &SandboxPlan) -> Result<(), StepError> {
             Some(c"newinstance,ptmxmode=0666,mode=620"),
         )
         .map_err(mount_err("mounting /dev/pts".into()))?;
-        m::symlinkat(c"pts/ptmx", dev.as_raw_fd(), c"ptmx")
+        k.symlink_at(c"pts/ptmx", At::Fd(&dev), c"ptmx")
             .map_err(mount_err("creating /dev/ptmx".into()))?;
     }
     // Nothing else can be created in /dev.
-    m::mount_setattr(
-        dev.as_raw_fd(),
+    k.mount_setattr(
+        At::Fd(&dev),
         c"",
         libc::AT_EMPTY_PATH as u32,
         m::MOUNT_ATTR_RDONLY,
@@ -406,45 +420,35 @@ fn mount_dev(newroot: &OwnedFd, plan: &SandboxPlan) -> Result<(), StepError> {
 
 /// Hides `rel` behind an empty, mode-000, read-only stand-in. A path that
 /// does not exist is left alone.
-fn deny(newroot: &OwnedFd, rel: &str) -> Result<(), StepError> {
+fn deny<K: Kernel>(k: &mut K, newroot: &K::Fd, rel: &str) -> Result<(), StepError> {
     let path = cstr(rel)?;
-    let target = match m::openat2(
-        newroot.as_raw_fd(),
+    let target = match k.open_at(
+        At::Fd(newroot),
         &path,
         libc::O_PATH,
-        0,
         m::RESOLVE_IN_ROOT | m::RESOLVE_NO_SYMLINKS,
     ) {
         Ok(fd) => fd,
         Err(e) if e.0 == libc::ENOENT => return Ok(()),
         Err(e) => return Err(mount_err(format!("opening denied path /{rel}"))(e)),
     };
-    let is_dir = File::from(
-        target
-            .try_clone()
-            .map_err(|e| (FailureKind::Mount, format!("dup: {e}")))?,
-    )
-    .metadata()
-    .map_err(|e| (FailureKind::Mount, format!("stat /{rel}: {e}")))?
-    .is_dir();
+    let is_dir = k.is_dir(&target).map_err(stat_err(&format!("/{rel}")))?;
     let standin = if is_dir {
         c"/empty-dir"
     } else {
         c"/empty-file"
     };
-    let tree = m::open_tree(
-        libc::AT_FDCWD,
-        standin,
-        m::OPEN_TREE_CLONE | m::OPEN_TREE_CLOEXEC,
-    )
-    .map_err(mount_err(format!("cloning stand-in for /{rel}")))?;
-    m::mount_setattr(
-        tree.as_raw_fd(),
+    let tree = k
+        .open_tree(At::Cwd, standin, m::OPEN_TREE_CLONE | m::OPEN_TREE_CLOEXEC)
+        .map_err(mount_err(format!("cloning stand-in for /{rel}")))?;
+    k.mount_setattr(
+        At::Fd(&tree),
         c"",
         libc::AT_EMPTY_PATH as u32,
         m::MOUNT_ATTR_RDONLY | m::MOUNT_ATTR_NOSUID | m::MOUNT_ATTR_NODEV | m::MOUNT_ATTR_NOEXEC,
         0,
     )
     .map_err(mount_err(format!("sealing stand-in for /{rel}")))?;
-    m::move_mount_fds(tree.as_fd(), target.as_fd()).map_err(mount_err(format!("hiding /{rel}")))
+    k.move_mount(&tree, &target)
+        .map_err(mount_err(format!("hiding /{rel}")))
 }

@@ -1,0 +1,1102 @@
+//! The hardening order of the helper, init and the program's process,
+//! asserted on the recording fake: no root, no namespaces, no forks.
+
+use std::ffi::CString;
+use std::fs::File;
+use std::os::fd::AsRawFd;
+
+use corral_policy::{NetworkMode, SandboxPath, SeccompProfile};
+use corral_sys::exec::ExecArgs;
+use corral_sys::mount as m;
+use corral_sys::ns;
+
+use super::fake::{Fake, FakeFd, Step};
+use super::Enforcement;
+use crate::init::{self, LastSteps};
+use crate::plan::{
+    GeneratedFile, MountOp, ReducedPlan, Rlimit, RlimitKind, SandboxIdentity, SandboxPlan,
+    SecurityPlan,
+};
+use crate::protocol::{FailureKind, HelperMessage};
+use crate::{helper_steps, reduced, rootfs, Control, Failure, Next};
+use crate::{CompiledFilters, Insn, LandlockPlan};
+
+const PARENT: i32 = 4242;
+const STRICT: u64 = m::RESOLVE_BENEATH | m::RESOLVE_NO_SYMLINKS | m::RESOLVE_NO_MAGICLINKS;
+const EMPTY_PATH: u32 = libc::AT_EMPTY_PATH as u32;
+
+fn path(s: &str) -> SandboxPath {
+    SandboxPath::new(s).unwrap()
+}
+
+fn bind(source: &str, dest: &str, writable: bool) -> MountOp {
+    MountOp::Bind {
+        source: source.into(),
+        dest: path(dest),
+        writable,
+        idmap_from: None,
+    }
+}
+
+/// A small plan with every kind of mount step, a denied directory, a
+/// denied file, a denied path that does not exist, two rlimits and two
+/// seccomp programs of different lengths.
+fn plan() -> SandboxPlan {
+    let insn = Insn {
+        code: 0x06,
+        jt: 0,
+        jf: 0,
+        k: 0x7fff_0000,
+    };
+    SandboxPlan {
+        parent_pid: PARENT,
+        identity: SandboxIdentity {
+            uid: 1000,
+            gid: 1001,
+            drop_from_root: false,
+        },
+        hostname: "corral".into(),
+        tmp_size: 1 << 20,
+        dev_pts: true,
+        mounts: vec![
+            bind("/usr", "/usr", false),
+            MountOp::Symlink {
+                target: "usr/bin".into(),
+                dest: path("/bin"),
+            },
+            bind("/etc/ssl", "/etc/ssl", false),
+            bind("/home/me/data", "/data", true),
+            MountOp::Tmpfs {
+                dest: path("/workspace"),
+                size: 8 << 20,
+                mode: 0o755,
+            },
+        ],
+        deny: vec![
+            path("/usr/share/secrets"),
+            path("/etc/ssl/private.key"),
+            path("/nowhere"),
+        ],
+        files: vec![GeneratedFile {
+            path: path("/etc/passwd"),
+            contents: "me:x:1000:1001::/workspace:/bin/sh\n".into(),
+        }],
+        cwd: path("/workspace"),
+        exec_path: "/bin/true".into(),
+        argv: vec!["true".into()],
+        env: vec!["PATH=/usr/bin:/bin".into()],
+        rlimits: vec![
+            Rlimit {
+                kind: RlimitKind::Core,
+                soft: 0,
+                hard: 0,
+            },
+            Rlimit {
+                kind: RlimitKind::OpenFiles,
+                soft: 1024,
+                hard: 1024,
+            },
+        ],
+        security: SecurityPlan {
+            seccomp_profile: SeccompProfile::Default,
+            filters: CompiledFilters {
+                programs: vec![vec![insn; 3], vec![insn; 2]],
+            },
+            landlock: LandlockPlan {
+                required: true,
+                ..LandlockPlan::default()
+            },
+        },
+        reduced: None,
+        network: NetworkMode::None,
+    }
+}
+
+/// A fake that knows the plan's denied file is a file and its missing
+/// path is missing.
+fn fake() -> Fake {
+    let mut k = Fake::new(PARENT);
+    k.file("/newroot/etc/ssl/private.key");
+    k.fail(
+        libc::ENOENT,
+        |s| matches!(s, Step::Open { path, .. } if path == "/newroot/nowhere"),
+    );
+    k
+}
+
+/// A control socket whose messages the test can read after the sender is
+/// dropped.
+fn control() -> (Control, File) {
+    let (a, b) = corral_sys::fd::seqpacket_pair().unwrap();
+    (Control(File::from(a)), File::from(b))
+}
+
+/// Every message sent on `peer`, with how many descriptors each carried
+/// (the sending side must be closed).
+fn messages(peer: File) -> Vec<(HelperMessage, usize)> {
+    let mut out = Vec::new();
+    let mut buf = vec![0u8; 64 << 10];
+    loop {
+        let (n, fds) = corral_sys::fd::recv_with_fds(peer.as_raw_fd(), &mut buf).unwrap();
+        if n == 0 {
+            return out;
+        }
+        out.push((serde_json::from_slice(&buf[..n]).unwrap(), fds.len()));
+    }
+}
+
+fn build(k: &mut Fake, plan: &SandboxPlan) -> Result<(), crate::StepError> {
+    rootfs::build(k, plan, Vec::new())
+}
+
+fn pos(steps: &[Step], what: impl Fn(&Step) -> bool) -> usize {
+    steps
+        .iter()
+        .position(what)
+        .unwrap_or_else(|| panic!("no such step in {steps:#?}"))
+}
+
+fn rpos(steps: &[Step], what: impl Fn(&Step) -> bool) -> usize {
+    steps
+        .iter()
+        .rposition(what)
+        .unwrap_or_else(|| panic!("no such step in {steps:#?}"))
+}
+
+/// Whether the step puts something into the sandbox's new root.
+fn mounts_into_newroot(s: &Step) -> bool {
+    match s {
+        Step::Mount { target, .. } => target.starts_with("/newroot"),
+        Step::MoveMount { to, .. } => to.starts_with("/newroot"),
+        _ => false,
+    }
+}
+
+/// The index of the move that attaches something at `to`, with the tree's
+/// `OpenTree` and `SetAttr` indices and those steps.
+fn attach_of(steps: &[Step], to: &str) -> (usize, usize, usize) {
+    let moved = pos(
+        steps,
+        |s| matches!(s, Step::MoveMount { to: t, .. } if t == to),
+    );
+    let Step::MoveMount { from, .. } = &steps[moved] else {
+        unreachable!()
+    };
+    let opened = pos(
+        steps,
+        |s| matches!(s, Step::OpenTree { tree, .. } if tree == from),
+    );
+    let set = pos(
+        steps,
+        |s| matches!(s, Step::SetAttr { path, .. } if path == from),
+    );
+    (opened, set, moved)
+}
+
+// The root filesystem.
+
+#[test]
+fn every_bind_gets_its_attributes_before_it_is_attached() {
+    let plan = plan();
+    let mut k = fake();
+    build(&mut k, &plan).unwrap();
+    let s = &k.steps;
+    let nosuid_nodev = m::MOUNT_ATTR_NOSUID | m::MOUNT_ATTR_NODEV;
+    let binds = [
+        ("/usr", "/usr", nosuid_nodev | m::MOUNT_ATTR_RDONLY),
+        ("/etc/ssl", "/etc/ssl", nosuid_nodev | m::MOUNT_ATTR_RDONLY),
+        ("/home/me/data", "/data", nosuid_nodev),
+        (
+            "/dev/null",
+            "/dev/null",
+            m::MOUNT_ATTR_NOSUID | m::MOUNT_ATTR_NOEXEC,
+        ),
+        (
+            "/dev/urandom",
+            "/dev/urandom",
+            m::MOUNT_ATTR_NOSUID | m::MOUNT_ATTR_NOEXEC,
+        ),
+    ];
+    for (source, dest, attrs) in binds {
+        let (opened, set, moved) = attach_of(s, &format!("/newroot{dest}"));
+        assert_eq!(
+            s[opened],
+            Step::OpenTree {
+                path: format!("/oldroot{source}"),
+                flags: m::OPEN_TREE_CLONE | m::OPEN_TREE_CLOEXEC | m::AT_RECURSIVE | EMPTY_PATH,
+                tree: format!("tree{}:/oldroot{source}", tree_number(&s[opened])),
+            },
+            "{source} is cloned with its submounts"
+        );
+        let Step::SetAttr {
+            flags,
+            set: bits,
+            clear,
+            ..
+        } = &s[set]
+        else {
+            unreachable!()
+        };
+        assert_eq!(
+            (*flags, *bits, *clear),
+            (EMPTY_PATH | m::AT_RECURSIVE, attrs, 0),
+            "attributes of {source}, on every mount of the clone"
+        );
+        assert!(opened < set && set < moved, "{source}: clone, seal, attach");
+    }
+}
+
+fn tree_number(s: &Step) -> usize {
+    let Step::OpenTree { tree, .. } = s else {
+        unreachable!()
+    };
+    tree["tree".len()..tree.find(':').unwrap()].parse().unwrap()
+}
+
+#[test]
+fn bind_sources_resolve_in_the_host_root_and_targets_never_follow_symlinks() {
+    let plan = plan();
+    let mut k = fake();
+    build(&mut k, &plan).unwrap();
+    let deny_opens: Vec<String> = plan
+        .deny
+        .iter()
+        .map(|d| format!("/newroot{}", d.as_str()))
+        .collect();
+    let mut targets = 0;
+    for s in &k.steps {
+        let Step::Open { path, resolve, .. } = s else {
+            continue;
+        };
+        if path.starts_with("/oldroot/") {
+            assert_eq!(
+                *resolve,
+                m::RESOLVE_IN_ROOT | m::RESOLVE_NO_MAGICLINKS,
+                "{path}"
+            );
+        } else if deny_opens.contains(path) {
+            assert_eq!(
+                *resolve,
+                m::RESOLVE_IN_ROOT | m::RESOLVE_NO_SYMLINKS,
+                "{path}"
+            );
+        } else if path.starts_with("/newroot/") || (path == "/newroot" && *resolve != 0) {
+            assert_eq!(*resolve, STRICT, "{path}");
+            targets += 1;
+        }
+    }
+    assert!(targets > 10, "mount targets were opened: {targets}");
+}
+
+#[test]
+fn tmpfs_mounts_have_their_sizes_modes_and_flags() {
+    let plan = plan();
+    let mut k = fake();
+    build(&mut k, &plan).unwrap();
+    let tmpfs: Vec<(String, u64, String)> = k
+        .steps
+        .iter()
+        .filter_map(|s| match s {
+            Step::Mount {
+                fstype: Some(t),
+                target,
+                flags,
+                data: Some(data),
+                ..
+            } if t == "tmpfs" => Some((target.clone(), *flags, data.clone())),
+            _ => None,
+        })
+        .collect();
+    let nosuid_nodev = libc::MS_NOSUID | libc::MS_NODEV;
+    let expected = [
+        ("/tmp", nosuid_nodev, "mode=0755,size=64k"),
+        ("/newroot", nosuid_nodev, "mode=0755,size=1m"),
+        ("/newroot/workspace", nosuid_nodev, "mode=755,size=8388608"),
+        ("/newroot/tmp", nosuid_nodev, "mode=1777,size=1048576"),
+        (
+            "/newroot/dev",
+            libc::MS_NOSUID | libc::MS_NOEXEC,
+            "mode=0755,size=64k",
+        ),
+        ("/newroot/dev/shm", nosuid_nodev, "mode=1777,size=1048576"),
+    ]
+    .map(|(t, f, d)| (t.to_string(), f, d.to_string()));
+    assert_eq!(tmpfs, expected);
+    // The other filesystems: nothing propagates to the host, /proc and
+    // /dev/pts are nosuid and noexec.
+    let others: Vec<&Step> = k
+        .steps
+        .iter()
+        .filter(|s| matches!(s, Step::Mount { fstype, .. } if fstype.as_deref() != Some("tmpfs")))
+        .collect();
+    assert_eq!(
+        others,
+        [
+            &Step::Mount {
+                source: None,
+                target: "/".into(),
+                fstype: None,
+                flags: libc::MS_REC | libc::MS_PRIVATE,
+                data: None,
+            },
+            &Step::Mount {
+                source: Some("devpts".into()),
+                target: "/newroot/dev/pts".into(),
+                fstype: Some("devpts".into()),
+                flags: libc::MS_NOSUID | libc::MS_NOEXEC,
+                data: Some("newinstance,ptmxmode=0666,mode=620".into()),
+            },
+            &Step::Mount {
+                source: Some("proc".into()),
+                target: "/newroot/proc".into(),
+                fstype: Some("proc".into()),
+                flags: libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                data: None,
+            },
+        ]
+    );
+    assert_eq!(k.steps[0], *others[0], "/ is made private first");
+}
+
+#[test]
+fn dev_is_made_read_only_after_everything_in_it() {
+    let plan = plan();
+    let mut k = fake();
+    build(&mut k, &plan).unwrap();
+    let sealed = pos(&k.steps, |s| {
+        *s == Step::SetAttr {
+            path: "/newroot/dev".into(),
+            flags: EMPTY_PATH,
+            set: m::MOUNT_ATTR_RDONLY,
+            clear: 0,
+        }
+    });
+    let last_in_dev = rpos(&k.steps, |s| match s {
+        Step::Mount { target, .. } => target.starts_with("/newroot/dev"),
+        Step::MoveMount { to, .. } => to.starts_with("/newroot/dev"),
+        Step::Symlink { path, .. } => path.starts_with("/newroot/dev"),
+        _ => false,
+    });
+    assert!(last_in_dev < sealed);
+}
+
+#[test]
+fn denied_paths_are_hidden_after_every_other_mount() {
+    let plan = plan();
+    let mut k = fake();
+    build(&mut k, &plan).unwrap();
+    let s = &k.steps;
+    let sealed =
+        m::MOUNT_ATTR_RDONLY | m::MOUNT_ATTR_NOSUID | m::MOUNT_ATTR_NODEV | m::MOUNT_ATTR_NOEXEC;
+    let mut hides = Vec::new();
+    for (denied, standin) in [
+        ("/newroot/usr/share/secrets", "/empty-dir"),
+        ("/newroot/etc/ssl/private.key", "/empty-file"),
+    ] {
+        let (opened, set, moved) = attach_of(s, denied);
+        let Step::OpenTree { path, flags, .. } = &s[opened] else {
+            unreachable!()
+        };
+        assert_eq!(
+            (path.as_str(), *flags),
+            (standin, m::OPEN_TREE_CLONE | m::OPEN_TREE_CLOEXEC),
+            "{denied}"
+        );
+        let Step::SetAttr {
+            flags, set: bits, ..
+        } = &s[set]
+        else {
+            unreachable!()
+        };
+        assert_eq!((*flags, *bits), (EMPTY_PATH, sealed), "{denied}");
+        assert!(opened < set && set < moved, "{denied}: clone, seal, hide");
+        hides.push(moved);
+    }
+    // A denied path that does not exist is looked up and left alone.
+    assert!(s
+        .iter()
+        .any(|s| matches!(s, Step::Open { path, .. } if path == "/newroot/nowhere")));
+    assert!(!s
+        .iter()
+        .any(|s| matches!(s, Step::MoveMount { to, .. } if to == "/newroot/nowhere")));
+    let first_hide = *hides.iter().min().unwrap();
+    let last_other = rpos(s, |st| {
+        mounts_into_newroot(st)
+            && !matches!(st, Step::MoveMount { to, .. } if to.starts_with("/newroot/usr/share/secrets") || to.starts_with("/newroot/etc/ssl/private.key"))
+    });
+    assert!(
+        last_other < first_hide,
+        "every mount (step {last_other}) comes before the first hidden path (step {first_hide})"
+    );
+    let proc = pos(
+        s,
+        |st| matches!(st, Step::Mount { target, .. } if target == "/newroot/proc"),
+    );
+    assert!(proc < first_hide, "/proc is mounted before the denials");
+}
+
+#[test]
+fn pivot_root_comes_after_every_mount_and_the_host_root_is_detached() {
+    let plan = plan();
+    let mut k = fake();
+    build(&mut k, &plan).unwrap();
+    let s = &k.steps;
+    let detach = pos(s, |st| {
+        *st == Step::Umount {
+            target: "/oldroot".into(),
+            flags: libc::MNT_DETACH,
+        }
+    });
+    assert_eq!(
+        &s[detach..],
+        [
+            Step::Umount {
+                target: "/oldroot".into(),
+                flags: libc::MNT_DETACH,
+            },
+            Step::Chdir("/newroot".into()),
+            Step::PivotRoot {
+                new_root: ".".into(),
+                put_old: ".".into(),
+            },
+            Step::Umount {
+                target: ".".into(),
+                flags: libc::MNT_DETACH,
+            },
+            Step::Chdir("/".into()),
+            Step::SetAttr {
+                path: "/".into(),
+                flags: 0,
+                set: m::MOUNT_ATTR_RDONLY | m::MOUNT_ATTR_NOSUID | m::MOUNT_ATTR_NODEV,
+                clear: 0,
+            },
+        ],
+        "detach the host root, pivot, drop the scratch root, seal /"
+    );
+    let last_mount = rpos(s, mounts_into_newroot);
+    assert!(last_mount < detach);
+    // The first pivot parks the host root in the scratch tmpfs.
+    let scratch = pos(
+        s,
+        |st| matches!(st, Step::Mount { target, .. } if target == "/tmp"),
+    );
+    let park = pos(s, |st| {
+        *st == Step::PivotRoot {
+            new_root: ".".into(),
+            put_old: "oldroot".into(),
+        }
+    });
+    assert!(
+        scratch < park
+            && park
+                < pos(
+                    s,
+                    |st| matches!(st, Step::Mount { target, .. } if target == "/newroot")
+                )
+    );
+}
+
+#[test]
+fn generated_files_and_symlinks_are_created_in_the_new_root() {
+    let plan = plan();
+    let mut k = fake();
+    build(&mut k, &plan).unwrap();
+    let created = pos(&k.steps, |s| {
+        *s == Step::CreateFile {
+            path: "/newroot/etc/passwd".into(),
+            mode: 0o644,
+        }
+    });
+    assert_eq!(
+        k.steps[created + 1],
+        Step::WriteAll {
+            path: "/newroot/etc/passwd".into(),
+            contents: plan.files[0].contents.as_bytes().to_vec(),
+        }
+    );
+    assert!(k.steps.contains(&Step::Symlink {
+        target: "usr/bin".into(),
+        path: "/newroot/bin".into(),
+    }));
+}
+
+#[test]
+fn an_idmapped_tree_is_attached_nosuid_nodev_without_a_second_clone() {
+    let plan = plan();
+    let mut k = fake();
+    let prepared = vec![(3, FakeFd("prepared:/home/me/data".into()))];
+    rootfs::build(&mut k, &plan, prepared).unwrap();
+    let s = &k.steps;
+    assert!(!s
+        .iter()
+        .any(|st| matches!(st, Step::OpenTree { path, .. } if path == "/oldroot/home/me/data")));
+    let set = pos(s, |st| {
+        *st == Step::SetAttr {
+            path: "prepared:/home/me/data".into(),
+            flags: EMPTY_PATH,
+            set: m::MOUNT_ATTR_NOSUID | m::MOUNT_ATTR_NODEV,
+            clear: 0,
+        }
+    });
+    let moved = pos(s, |st| {
+        *st == Step::MoveMount {
+            from: "prepared:/home/me/data".into(),
+            to: "/newroot/data".into(),
+        }
+    });
+    assert!(set < moved);
+}
+
+/// Runs `run` once on a fake to learn its steps, then once per distinct
+/// step with that step failing: the record must stop right at it.
+fn assert_each_failure_stops_everything_after_it<T>(
+    setup: impl Fn() -> Fake,
+    run: impl Fn(&mut Fake) -> Result<T, (FailureKind, String)>,
+    skip: impl Fn(&Step) -> bool,
+    kind_of: impl Fn(&Step) -> FailureKind,
+) -> usize {
+    let mut k = setup();
+    assert!(run(&mut k).is_ok(), "the unfailed run succeeds");
+    let all = k.steps;
+    let mut tried = 0;
+    for (i, step) in all.iter().enumerate() {
+        if skip(step) || all[..i].contains(step) {
+            continue;
+        }
+        let mut k = setup();
+        k.fail_step(libc::EPERM, step.clone());
+        let Err((kind, message)) = run(&mut k) else {
+            panic!("failing {step:?} did not fail the run");
+        };
+        assert_eq!(k.steps, all[..=i], "nothing after the failed {step:?}");
+        assert_eq!(kind, kind_of(step), "{step:?}: {message}");
+        // Errno and io::Error name it differently; both say this.
+        assert!(
+            message.contains("Operation not permitted"),
+            "{step:?}: {message}"
+        );
+        tried += 1;
+    }
+    tried
+}
+
+#[test]
+fn any_failing_step_stops_init_there() {
+    let plan = plan();
+    let tried = assert_each_failure_stops_everything_after_it(
+        fake,
+        |k| {
+            let (mut ctrl, _peer) = control();
+            init::setup(k, &plan, Vec::new(), &mut ctrl)
+        },
+        // The missing denied path already fails (ENOENT, skipped).
+        |s| matches!(s, Step::Open { path, .. } if path == "/newroot/nowhere"),
+        |s| match s {
+            Step::Sethostname(_) | Step::LoopbackUp => FailureKind::Setup,
+            Step::SetDumpable(false) => FailureKind::Privileges,
+            _ => FailureKind::Mount,
+        },
+    );
+    assert!(tried > 50, "{tried} steps failed one by one");
+}
+
+// Init.
+
+#[test]
+fn init_builds_the_root_then_hostname_loopback_and_non_dumpable() {
+    let plan = plan();
+    let mut k = fake();
+    let (mut ctrl, peer) = control();
+    init::setup(&mut k, &plan, Vec::new(), &mut ctrl).unwrap();
+    drop(ctrl);
+    let n = k.steps.len();
+    assert_eq!(
+        k.steps[n - 4..],
+        [
+            Step::SetAttr {
+                path: "/".into(),
+                flags: 0,
+                set: m::MOUNT_ATTR_RDONLY | m::MOUNT_ATTR_NOSUID | m::MOUNT_ATTR_NODEV,
+                clear: 0,
+            },
+            Step::Sethostname("corral".into()),
+            Step::LoopbackUp,
+            Step::SetDumpable(false),
+        ]
+    );
+    assert!(
+        messages(peer).is_empty(),
+        "network `none` hands nothing over"
+    );
+}
+
+#[test]
+fn init_in_network_mode_host_leaves_loopback_alone() {
+    let mut plan = plan();
+    plan.network = NetworkMode::Host;
+    let mut k = fake();
+    let (mut ctrl, _peer) = control();
+    init::setup(&mut k, &plan, Vec::new(), &mut ctrl).unwrap();
+    assert!(!k.steps.contains(&Step::LoopbackUp));
+    assert_eq!(k.steps.last(), Some(&Step::SetDumpable(false)));
+}
+
+#[test]
+fn init_in_network_mode_allow_hands_over_the_listeners_before_non_dumpable() {
+    let mut plan = plan();
+    plan.network = NetworkMode::Allow;
+    let mut k = fake();
+    let (mut ctrl, peer) = control();
+    init::setup(&mut k, &plan, Vec::new(), &mut ctrl).unwrap();
+    drop(ctrl);
+    let n = k.steps.len();
+    assert_eq!(
+        k.steps[n - 4..],
+        [
+            Step::LoopbackUp,
+            Step::ListenLoopback(crate::HTTP_PROXY_PORT),
+            Step::ListenLoopback(crate::SOCKS_PROXY_PORT),
+            Step::SetDumpable(false),
+        ]
+    );
+    assert_eq!(
+        messages(peer),
+        [(
+            HelperMessage::Listeners {
+                http_port: crate::HTTP_PROXY_PORT,
+                socks_port: crate::SOCKS_PROXY_PORT,
+            },
+            2
+        )]
+    );
+}
+
+// The program's process.
+
+/// Runs the program's steps for `plan` on `k`; returns the failure (a fake
+/// `execve` always returns) and the messages sent.
+fn program(k: &mut Fake, plan: &SandboxPlan) -> (Failure, Vec<(HelperMessage, usize)>) {
+    let exec = ExecArgs::new(&plan.exec_path, &plan.argv, &plan.env).unwrap();
+    let cwd = CString::new(plan.cwd.as_str()).unwrap();
+    let filters = plan.security.filters.to_bpf();
+    let last = LastSteps {
+        exec: &exec,
+        cwd: &cwd,
+        path: &plan.exec_path,
+        rlimits: &plan.rlimits,
+        landlock_required: plan.security.landlock.required,
+        landlock_full: plan.security.landlock.require_full,
+        filters: &filters,
+    };
+    let (mut ctrl, peer) = control();
+    let failure = init::program_steps(k, &last, (), &mut ctrl);
+    drop(ctrl);
+    (failure, messages(peer))
+}
+
+fn landlock_layers(status: &str, abi: i32) -> (HelperMessage, usize) {
+    (
+        HelperMessage::Layers {
+            landlock: crate::LandlockOutcome {
+                abi,
+                status: status.into(),
+            },
+        },
+        0,
+    )
+}
+
+#[test]
+fn program_steps_follow_the_hardening_order() {
+    let plan = plan();
+    let mut k = fake();
+    let (_, sent) = program(&mut k, &plan);
+    let s = &k.steps;
+    assert_eq!(
+        *s,
+        [
+            Step::ResetSignals,
+            Step::Setsid,
+            Step::ParentDeathSignal(libc::SIGKILL),
+            Step::GetRlimit(libc::RLIMIT_CORE),
+            Step::SetRlimit {
+                resource: libc::RLIMIT_CORE,
+                soft: 0,
+                hard: 0,
+            },
+            Step::GetRlimit(libc::RLIMIT_NOFILE),
+            Step::SetRlimit {
+                resource: libc::RLIMIT_NOFILE,
+                soft: 1024,
+                hard: 1024,
+            },
+            Step::DropCapabilities,
+            Step::NoNewPrivs,
+            Step::Chdir("/workspace".into()),
+            Step::LandlockRestrictSelf,
+            Step::SeccompInstall { instructions: 3 },
+            Step::SeccompInstall { instructions: 2 },
+            Step::Execve,
+        ]
+    );
+    // The same order, rule by rule (so a failure names the broken rule).
+    let at = |step: Step| pos(s, |x| *x == step);
+    let last_rlimit = rpos(s, |x| matches!(x, Step::SetRlimit { .. }));
+    let caps = at(Step::DropCapabilities);
+    let nnp = at(Step::NoNewPrivs);
+    let landlock = at(Step::LandlockRestrictSelf);
+    let first_seccomp = pos(s, |x| matches!(x, Step::SeccompInstall { .. }));
+    assert!(last_rlimit < caps, "rlimits before the capability drop");
+    assert!(caps < nnp, "capabilities dropped before no_new_privs");
+    assert!(nnp < landlock, "no_new_privs before Landlock");
+    assert!(landlock < first_seccomp, "Landlock before seccomp");
+    assert_eq!(sent, [landlock_layers("fully_enforced", 6)]);
+}
+
+#[test]
+fn nothing_but_execve_follows_the_seccomp_install() {
+    let plan = plan();
+    let mut k = fake();
+    let (failure, _) = program(&mut k, &plan);
+    let last_seccomp = rpos(&k.steps, |x| matches!(x, Step::SeccompInstall { .. }));
+    assert_eq!(k.steps[last_seccomp + 1..], [Step::Execve]);
+    let first_seccomp = pos(&k.steps, |x| matches!(x, Step::SeccompInstall { .. }));
+    assert!(k.steps[first_seccomp..last_seccomp]
+        .iter()
+        .all(|x| matches!(x, Step::SeccompInstall { .. })));
+    // The fake's execve "returned" errno 0: reported as an exec failure.
+    assert_eq!(failure.kind, FailureKind::ExecFailed);
+}
+
+#[test]
+fn rlimits_above_the_inherited_hard_limit_are_lowered_to_it() {
+    let plan = plan();
+    let mut k = fake();
+    k.hard_limit = 512;
+    program(&mut k, &plan);
+    assert!(k.steps.contains(&Step::SetRlimit {
+        resource: libc::RLIMIT_NOFILE,
+        soft: 512,
+        hard: 512,
+    }));
+}
+
+#[test]
+fn no_new_privs_failing_stops_before_landlock() {
+    let plan = plan();
+    let mut k = fake();
+    k.fail_step(libc::EPERM, Step::NoNewPrivs);
+    let (failure, sent) = program(&mut k, &plan);
+    assert_eq!(k.steps.last(), Some(&Step::NoNewPrivs));
+    assert!(!k.steps.contains(&Step::LandlockRestrictSelf));
+    assert_eq!(failure.kind, FailureKind::Privileges);
+    assert_eq!(failure.status, crate::EXIT_CORRAL_ERROR);
+    assert!(
+        failure.message.starts_with("PR_SET_NO_NEW_PRIVS: EPERM"),
+        "{}",
+        failure.message
+    );
+    assert!(sent.is_empty(), "no layers reported: {sent:?}");
+}
+
+#[test]
+fn required_landlock_that_enforces_nothing_fails_closed() {
+    let plan = plan();
+    let mut k = fake();
+    k.landlock = Enforcement::None;
+    let (failure, sent) = program(&mut k, &plan);
+    assert_eq!(k.steps.last(), Some(&Step::LandlockRestrictSelf));
+    assert_eq!(failure.kind, FailureKind::Security);
+    assert!(
+        failure.message.contains("landlock is required"),
+        "{}",
+        failure.message
+    );
+    assert!(sent.is_empty(), "no layers reported: {sent:?}");
+}
+
+#[test]
+fn best_effort_landlock_that_enforces_nothing_goes_on_and_says_so() {
+    let mut plan = plan();
+    plan.security.landlock.required = false;
+    let mut k = fake();
+    k.landlock = Enforcement::None;
+    let (_, sent) = program(&mut k, &plan);
+    assert_eq!(k.steps.last(), Some(&Step::Execve));
+    assert_eq!(sent, [landlock_layers("not_enforced", 0)]);
+}
+
+#[test]
+fn reduced_mode_needs_landlock_fully_enforced() {
+    let mut plan = plan();
+    plan.security.landlock.require_full = true;
+    let mut k = fake();
+    k.landlock = Enforcement::Partial;
+    let (failure, _) = program(&mut k, &plan);
+    assert_eq!(k.steps.last(), Some(&Step::LandlockRestrictSelf));
+    assert_eq!(failure.kind, FailureKind::Security);
+    assert!(
+        failure.message.contains("partially_enforced"),
+        "{}",
+        failure.message
+    );
+}
+
+#[test]
+fn execve_errors_are_reported_by_kind() {
+    let plan = plan();
+    for (errno, kind, status) in [
+        (
+            libc::ENOENT,
+            FailureKind::ExecNotFound,
+            crate::EXIT_NOT_FOUND,
+        ),
+        (
+            libc::EACCES,
+            FailureKind::ExecFailed,
+            crate::EXIT_NOT_EXECUTABLE,
+        ),
+    ] {
+        let mut k = fake();
+        k.fail_step(errno, Step::Execve);
+        let (failure, _) = program(&mut k, &plan);
+        assert_eq!((failure.kind, failure.status), (kind, status));
+        assert!(
+            failure.message.starts_with("cannot execute /bin/true: "),
+            "{}",
+            failure.message
+        );
+    }
+}
+
+#[test]
+fn any_failing_program_step_stops_everything_after_it() {
+    let plan = plan();
+    let tried = assert_each_failure_stops_everything_after_it(
+        fake,
+        |k| {
+            let (failure, _) = program(k, &plan);
+            // Reaching execve is the success of this run.
+            if k.steps.last() == Some(&Step::Execve) {
+                Ok(())
+            } else {
+                Err((failure.kind, failure.message))
+            }
+        },
+        |s| *s == Step::Execve,
+        |s| match s {
+            Step::LandlockRestrictSelf | Step::SeccompInstall { .. } => FailureKind::Security,
+            _ => FailureKind::Privileges,
+        },
+    );
+    assert_eq!(tried, 13);
+}
+
+// The helper.
+
+#[test]
+fn helper_steps_create_the_user_namespace_first_then_the_others() {
+    let plan = plan();
+    let mut k = fake();
+    let next = helper_steps(&mut k, &plan, |k| {
+        k.mark("prepare idmapped binds");
+        Ok(())
+    })
+    .unwrap();
+    assert!(matches!(next, Next::Namespaces(())));
+    assert_eq!(
+        k.steps,
+        [
+            Step::CloseFrom(4),
+            Step::Mark("prepare idmapped binds"),
+            Step::ParentDeathSignal(libc::SIGKILL),
+            Step::Getppid,
+            Step::Unshare(ns::CLONE_NEWUSER),
+            Step::WriteProcFile {
+                path: "/proc/self/setgroups".into(),
+                contents: "deny".into(),
+            },
+            Step::WriteProcFile {
+                path: "/proc/self/uid_map".into(),
+                contents: "1000 1000 1\n".into(),
+            },
+            Step::WriteProcFile {
+                path: "/proc/self/gid_map".into(),
+                contents: "1001 1001 1\n".into(),
+            },
+            Step::Unshare(
+                ns::CLONE_NEWNS
+                    | ns::CLONE_NEWPID
+                    | ns::CLONE_NEWIPC
+                    | ns::CLONE_NEWUTS
+                    | ns::CLONE_NEWNET
+                    | ns::CLONE_NEWCGROUP
+            ),
+            Step::BlockSignals,
+        ]
+    );
+}
+
+#[test]
+fn helper_as_root_becomes_the_sandbox_user_before_any_namespace() {
+    let mut plan = plan();
+    plan.identity.drop_from_root = true;
+    let mut k = fake();
+    helper_steps(&mut k, &plan, |k| {
+        k.mark("prepare idmapped binds");
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(
+        k.steps[..6],
+        [
+            Step::CloseFrom(4),
+            Step::Mark("prepare idmapped binds"),
+            Step::BecomeUser {
+                uid: 1000,
+                gid: 1001,
+            },
+            Step::SetDumpable(true),
+            Step::ParentDeathSignal(libc::SIGKILL),
+            Step::Getppid,
+        ],
+        "idmapped clones while root, then the uid change, then PDEATHSIG (which it clears)"
+    );
+    assert!(!k.steps.contains(&Step::DropBoundingSet));
+}
+
+#[test]
+fn helper_in_network_mode_host_keeps_the_host_network_namespace() {
+    let mut plan = plan();
+    plan.network = NetworkMode::Host;
+    let mut k = fake();
+    helper_steps(&mut k, &plan, |_| Ok(())).unwrap();
+    let flags = k
+        .steps
+        .iter()
+        .filter_map(|s| match s {
+            Step::Unshare(f) if *f != ns::CLONE_NEWUSER => Some(*f),
+            _ => None,
+        })
+        .collect::<Vec<_>>();
+    assert_eq!(flags.len(), 1);
+    assert_eq!(flags[0] & ns::CLONE_NEWNET, 0);
+    assert_ne!(flags[0] & ns::CLONE_NEWNS, 0);
+}
+
+#[test]
+fn helper_without_user_namespaces_says_so_and_stops() {
+    let plan = plan();
+    let mut k = fake();
+    k.fail_step(libc::EPERM, Step::Unshare(ns::CLONE_NEWUSER));
+    let Err((kind, message)) = helper_steps(&mut k, &plan, |_| Ok(())) else {
+        panic!("unshare failed but the helper went on");
+    };
+    assert_eq!(kind, FailureKind::UserNamespace);
+    assert!(message.contains("corral doctor"), "{message}");
+    assert_eq!(k.steps.last(), Some(&Step::Unshare(ns::CLONE_NEWUSER)));
+}
+
+#[test]
+fn helper_whose_parent_is_gone_stops_quietly_before_any_namespace() {
+    let plan = plan();
+    let mut k = Fake::new(1);
+    let next = helper_steps(&mut k, &plan, |_| Ok(())).unwrap();
+    assert!(matches!(next, Next::ParentGone));
+    assert_eq!(k.steps.last(), Some(&Step::Getppid));
+}
+
+#[test]
+fn helper_stops_when_idmapped_preparation_fails() {
+    let mut plan = plan();
+    plan.identity.drop_from_root = true;
+    let mut k = fake();
+    let Err((kind, message)) = helper_steps(&mut k, &plan, |_| {
+        Err::<(), _>("idmapping /x: EINVAL".into())
+    }) else {
+        panic!("preparation failed but the helper went on");
+    };
+    assert_eq!(
+        (kind, message.as_str()),
+        (FailureKind::Mount, "idmapping /x: EINVAL")
+    );
+    assert_eq!(
+        k.steps,
+        [Step::CloseFrom(4)],
+        "still root: nothing else ran"
+    );
+}
+
+#[test]
+fn any_failing_helper_step_stops_everything_after_it() {
+    let mut plan = plan();
+    plan.identity.drop_from_root = true;
+    let tried = assert_each_failure_stops_everything_after_it(
+        fake,
+        |k| helper_steps(k, &plan, |_| Ok(())).map(drop),
+        // PDEATHSIG failing is the quiet exit, tested on its own.
+        |s| matches!(s, Step::ParentDeathSignal(_) | Step::Getppid),
+        |s| match s {
+            Step::BecomeUser { .. } | Step::SetDumpable(_) => FailureKind::Identity,
+            Step::Unshare(f) if *f == ns::CLONE_NEWUSER => FailureKind::UserNamespace,
+            Step::WriteProcFile { .. } => FailureKind::UserNamespace,
+            Step::Unshare(_) => FailureKind::Namespace,
+            _ => FailureKind::Setup,
+        },
+    );
+    assert_eq!(tried, 9);
+}
+
+#[test]
+fn helper_failing_pdeathsig_stops_quietly() {
+    let plan = plan();
+    let mut k = fake();
+    k.fail_step(libc::EINVAL, Step::ParentDeathSignal(libc::SIGKILL));
+    let next = helper_steps(&mut k, &plan, |_| Ok(())).unwrap();
+    assert!(matches!(next, Next::ParentGone));
+    assert_eq!(
+        k.steps.last(),
+        Some(&Step::ParentDeathSignal(libc::SIGKILL))
+    );
+}
+
+#[test]
+fn reduced_mode_as_root_empties_the_bounding_set_and_creates_no_namespace() {
+    let mut plan = plan();
+    plan.identity.drop_from_root = true;
+    plan.reduced = Some(ReducedPlan {
+        workdir: "/home/me/project".into(),
+    });
+    let mut k = fake();
+    let next = helper_steps(&mut k, &plan, |k| {
+        k.mark("prepare idmapped binds");
+        Ok(())
+    })
+    .unwrap();
+    assert!(matches!(next, Next::Reduced(())));
+    assert_eq!(
+        k.steps,
+        [
+            Step::CloseFrom(4),
+            Step::DropBoundingSet,
+            Step::Mark("prepare idmapped binds"),
+            Step::BecomeUser {
+                uid: 1000,
+                gid: 1001,
+            },
+            Step::SetDumpable(true),
+            Step::ParentDeathSignal(libc::SIGKILL),
+            Step::Getppid,
+        ]
+    );
+    let mut k = fake();
+    reduced::setup(&mut k).unwrap();
+    assert_eq!(
+        k.steps,
+        [
+            Step::ChildSubreaper,
+            Step::BlockSignals,
+            Step::SetDumpable(false)
+        ]
+    );
+}
