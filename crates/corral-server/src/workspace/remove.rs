@@ -43,6 +43,14 @@ impl Workspace {
     /// is removed from its parent, after checking that the host path still
     /// names the very directory this workspace holds open.
     pub fn remove(self) -> Result<(), WorkspaceError> {
+        self.delete()
+    }
+
+    /// What [`remove`](Workspace::remove) does, for an owner that cannot
+    /// give the workspace away (one deleted when its last user drops it).
+    /// The directory is gone afterwards; the descriptor stays open until
+    /// the `Workspace` is dropped.
+    pub fn delete(&self) -> Result<(), WorkspaceError> {
         let shown_path = shown(&self.path.to_string_lossy());
         let io = |op: &'static str, e: Errno| WorkspaceError::Io {
             path: shown_path.clone(),

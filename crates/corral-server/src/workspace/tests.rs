@@ -67,7 +67,7 @@ fn mkfifo(path: &Path) {
 }
 
 fn code<T: std::fmt::Debug>(r: Result<T, WorkspaceError>) -> &'static str {
-    r.unwrap_err().code()
+    r.unwrap_err().code().as_str()
 }
 
 #[test]
@@ -89,7 +89,8 @@ fn workspace_create_is_private_and_unique() {
     assert_eq!(
         Workspace::create(&s.top.join("missing"), None)
             .unwrap_err()
-            .code(),
+            .code()
+            .as_str(),
         "io"
     );
 }
@@ -184,7 +185,7 @@ fn workspace_refuses_bad_paths() {
     // Over-long paths and names: refused, and the message stays short.
     let long = "a/".repeat(3000);
     let err = ws.write_file(&long, b"x", &LIMITS).unwrap_err();
-    assert_eq!(err.code(), "path.invalid");
+    assert_eq!(err.code().as_str(), "path.invalid");
     assert!(err.to_string().len() < 400);
     assert_eq!(
         code(ws.write_file(&"n".repeat(256), b"x", &LIMITS)),
@@ -355,9 +356,13 @@ fn workspace_fifo_and_socket_refused_without_blocking() {
     let ws2 = std::sync::Arc::clone(&ws);
     let started = Instant::now();
     std::thread::spawn(move || {
-        let read = ws2.read_file("pipe", 100).map_err(|e| e.code());
-        let write = ws2.write_file("pipe", b"x", &LIMITS).map_err(|e| e.code());
-        let collected = ws2.collect("output", 10, 100).map_err(|e| e.code());
+        let read = ws2.read_file("pipe", 100).map_err(|e| e.code().as_str());
+        let write = ws2
+            .write_file("pipe", b"x", &LIMITS)
+            .map_err(|e| e.code().as_str());
+        let collected = ws2
+            .collect("output", 10, 100)
+            .map_err(|e| e.code().as_str());
         let _ = tx.send((read, write, collected));
     });
     let (read, write, collected) = rx
@@ -391,7 +396,7 @@ fn workspace_size_caps() {
         reserved: DEFAULT_RESERVED,
     };
     let err = ws.write_file("big", &[b'x'; 61], &limits).unwrap_err();
-    assert_eq!((err.code(), err.path()), ("file.too_large", "big"));
+    assert_eq!((err.code().as_str(), err.path()), ("file.too_large", "big"));
     ws.write_file("a", &[b'a'; 60], &limits).unwrap();
     // 60 + 60 > 100.
     assert_eq!(
@@ -577,7 +582,7 @@ fn workspace_remove_refuses_a_swapped_path() {
     std::fs::write(path.join("keep"), b"not the workspace").unwrap();
     // Operations follow the directory, not the path.
     assert_eq!(ws.read_file("f", 10).unwrap(), b"x");
-    assert_eq!(ws.remove().unwrap_err().code(), "path.invalid");
+    assert_eq!(ws.remove().unwrap_err().code().as_str(), "path.invalid");
     assert_eq!(
         std::fs::read(path.join("keep")).unwrap(),
         b"not the workspace"
@@ -672,7 +677,7 @@ fn workspace_error_codes_are_distinct() {
             source: std::io::Error::from_raw_os_error(libc::EIO),
         },
     ];
-    let mut codes: Vec<_> = all.iter().map(WorkspaceError::code).collect();
+    let mut codes: Vec<_> = all.iter().map(|e| e.code().as_str()).collect();
     codes.sort();
     codes.dedup();
     assert_eq!(codes.len(), all.len());
