@@ -11,7 +11,6 @@ use serde::Serialize;
 
 use crate::audit::AuditError;
 use crate::exec::ExecutionResponse;
-use crate::logging::LogError;
 use crate::workspace::WorkspaceError;
 
 /// Why the server could not start, or stopped serving.
@@ -93,9 +92,6 @@ pub enum ServerError {
     /// The MCP session over stdio failed.
     #[error("MCP over stdio: {0}")]
     Stdio(#[source] Box<dyn std::error::Error + Send + Sync>),
-    /// Logging could not be set up.
-    #[error(transparent)]
-    Log(#[from] LogError),
 }
 
 /// The stable codes of the errors the service answers. [`as_str`] is what

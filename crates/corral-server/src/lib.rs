@@ -35,7 +35,7 @@ use corral_policy::Config;
 
 pub use audit::AuditError;
 pub use error::ServerError;
-pub use logging::{init_logging, LogError, DEFAULT_LOG, LOG_ENV};
+pub use logging::{init_logging, LogError};
 pub use mcp::serve_stdio;
 
 use state::AppState;

@@ -1,4 +1,4 @@
-//! One execution: validated into a profile and a command ([`prepare`]),
+//! One execution: validated into a profile and a command ([`prepare()`]),
 //! run in a workspace, recorded, answered as an [`ExecutionResponse`].
 //!
 //! The HTTP API ([`run`]: a fresh workspace per execution) and MCP

@@ -310,6 +310,23 @@ mod tests {
     }
 
     #[test]
+    fn a_refused_answer_is_its_record_with_status_422() {
+        use axum::response::IntoResponse;
+        let record = refused();
+        let text = serde_json::to_string(&record).unwrap();
+        let e = crate::error::ApiError::Refused(Box::new(record));
+        assert_eq!(
+            (e.status().as_u16(), e.code()),
+            (422, "command.not_allowed")
+        );
+        assert_eq!(e.to_string(), "command `perl` is not allowed");
+        assert_eq!(serde_json::to_string(&e.body()).unwrap(), text);
+        let resp = e.into_response();
+        assert_eq!(resp.status().as_u16(), 422);
+        assert!(resp.headers().get("retry-after").is_none());
+    }
+
+    #[test]
     fn outputs_say_truncated_or_error_never_both() {
         let mut r = refused();
         r.outputs = Some(Outputs {

@@ -129,6 +129,8 @@ async fn blocking<T: Send + 'static>(
 }
 
 impl CorralMcp {
+    /// `run_code`: validates, takes the session's, the tenant's and a
+    /// global slot without waiting, runs in the session's workspace.
     pub(super) async fn run_code_inner(
         &self,
         args: RunCodeArgs,
@@ -205,6 +207,7 @@ impl CorralMcp {
         Ok(run_result(&response))
     }
 
+    /// `write_file`: create or replace a file in the session's workspace.
     pub(super) async fn write_file_inner(
         &self,
         args: WriteFileArgs,
@@ -252,6 +255,7 @@ impl CorralMcp {
         ))
     }
 
+    /// `read_file`: a regular file of the session's workspace.
     pub(super) async fn read_file_inner(
         &self,
         args: ReadFileArgs,
@@ -275,6 +279,8 @@ impl CorralMcp {
         Ok(answer(content.clone(), &value))
     }
 
+    /// `list_files`: a directory of the session's workspace, corral's own
+    /// names left out.
     pub(super) async fn list_files_inner(
         &self,
         args: ListFilesArgs,

@@ -5,6 +5,7 @@ use std::ffi::CString;
 
 use super::{WorkspaceError, MAX_NAME_BYTES, MAX_REL_BYTES};
 
+/// What a path must name.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(super) enum Want {
     /// A file: at least one component, no trailing `/`.
@@ -70,7 +71,7 @@ pub(super) fn check_reserved(
     }
 }
 
-/// Validates `rel` as a file path the way [`Workspace::write_file`] does,
+/// Validates `rel` as a file path the way [`Workspace::write_file`](super::Workspace::write_file) does,
 /// including the reserved-name check, without touching the filesystem.
 /// For API layers that also want reserved names hidden from reads.
 pub fn check_path(rel: &str, reserved: &[&str]) -> Result<(), WorkspaceError> {
@@ -87,10 +88,12 @@ pub(super) fn join(rel: &str, comps: &[&str]) -> Result<CString, WorkspaceError>
     }
 }
 
+/// `bytes` as a C string; a NUL byte makes `rel` invalid.
 pub(super) fn cstring(rel: &str, bytes: &[u8]) -> Result<CString, WorkspaceError> {
     CString::new(bytes).map_err(|_| invalid(rel, "the path contains a NUL byte"))
 }
 
+/// `rel` is malformed, for `reason`.
 pub(super) fn invalid(rel: &str, reason: &'static str) -> WorkspaceError {
     WorkspaceError::Invalid {
         path: shown(rel),
