@@ -58,6 +58,11 @@ enum Cmd {
         /// `run_code` tool.
         #[arg(long)]
         code_mode: bool,
+        /// Log filter for the JSON logs on stderr: a level (error, warn,
+        /// info, debug, trace, off) or directives such as
+        /// `info,corral_server=debug`. Default: $CORRAL_LOG, else info.
+        #[arg(long, value_name = "FILTER")]
+        log_level: Option<String>,
     },
     /// Serve MCP over stdin/stdout (one session; for MCP clients that
     /// start corral themselves).
@@ -68,6 +73,10 @@ enum Cmd {
         /// Enable code mode: the `run_code` tool.
         #[arg(long)]
         code_mode: bool,
+        /// Log filter for the JSON logs on stderr (never stdout): a level
+        /// or directives. Default: $CORRAL_LOG, else info.
+        #[arg(long, value_name = "FILTER")]
+        log_level: Option<String>,
     },
 }
 
@@ -81,10 +90,14 @@ fn main() {
         Ok(cli) => cli,
         Err(e) => std::process::exit(usage_error(e)),
     };
-    if !matches!(cli.command, Cmd::Run(_) | Cmd::Mcp { .. }) {
+    if !matches!(
+        cli.command,
+        Cmd::Run(_) | Cmd::Mcp { .. } | Cmd::Serve { .. }
+    ) {
         // Reports piped into `head` end quietly; `run` handles EPIPE itself
         // so the sandbox's output drain never stops; `mcp` sees EPIPE when
-        // its client goes away and cleans up.
+        // its client goes away and cleans up; `serve` must outlive a closed
+        // stderr (its logs are then dropped).
         corral_sys::signal::default_sigpipe();
     }
     let code = match cli.command {
@@ -101,8 +114,19 @@ fn main() {
             listen,
             max_concurrent,
             code_mode,
-        } => serve(config.as_deref(), listen, max_concurrent, code_mode),
-        Cmd::Mcp { config, code_mode } => mcp(config.as_deref(), code_mode),
+            log_level,
+        } => serve(
+            config.as_deref(),
+            listen,
+            max_concurrent,
+            code_mode,
+            log_level.as_deref(),
+        ),
+        Cmd::Mcp {
+            config,
+            code_mode,
+            log_level,
+        } => mcp(config.as_deref(), code_mode, log_level.as_deref()),
     };
     std::process::exit(code);
 }
@@ -153,7 +177,12 @@ fn serve(
     listen: Option<std::net::SocketAddr>,
     max_concurrent: Option<u32>,
     code_mode: bool,
+    log_level: Option<&str>,
 ) -> i32 {
+    if let Err(e) = corral_server::init_logging(log_level) {
+        say(&e.to_string());
+        return corral_launcher::EXIT_CORRAL_ERROR;
+    }
     let mut config = match load_config(config) {
         Ok(c) => c,
         Err(e) => {
@@ -205,8 +234,12 @@ fn run_async(
 }
 
 /// `corral mcp`: MCP over stdio. stdout carries the protocol and nothing
-/// else; messages go to stderr.
-fn mcp(config: Option<&std::path::Path>, code_mode: bool) -> i32 {
+/// else; messages and logs go to stderr.
+fn mcp(config: Option<&std::path::Path>, code_mode: bool, log_level: Option<&str>) -> i32 {
+    if let Err(e) = corral_server::init_logging(log_level) {
+        say(&e.to_string());
+        return corral_launcher::EXIT_CORRAL_ERROR;
+    }
     let mut config = match load_config(config) {
         Ok(c) => c,
         Err(e) => {
@@ -217,7 +250,7 @@ fn mcp(config: Option<&std::path::Path>, code_mode: bool) -> i32 {
     if code_mode {
         config.server.code_mode = true;
     }
-    run_async(corral_server::mcp::serve_stdio(config))
+    run_async(corral_server::serve_stdio(config))
 }
 
 fn check(file: &std::path::Path) -> i32 {

@@ -12,7 +12,7 @@
 mod common;
 use common::*;
 
-use std::io::Write;
+use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -619,4 +619,93 @@ fn stdio_serves_the_same_tools() {
         assert!(Instant::now() < deadline, "corral mcp left {left:?}");
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+#[test]
+fn stdio_writes_only_json_rpc_to_stdout_and_json_logs_to_stderr() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = serve_config(dir.path(), "");
+    // The most verbose filter: whatever the SDK and corral log must still
+    // stay off stdout.
+    let mut child = corral()
+        .args(["mcp", "--log-level", "trace", "--config"])
+        .arg(&cfg)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let logs = std::thread::spawn(move || {
+        BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+            .collect::<Vec<String>>()
+    });
+    let mut stdin = child.stdin.take().unwrap();
+    let requests = [
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "corral-test", "version": "0"}}}),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+               "params": {"name": "list_files", "arguments": {}}}),
+        json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+               "params": {"name": "read_file", "arguments": {"path": "../x"}}}),
+    ];
+    for r in &requests {
+        writeln!(stdin, "{r}").unwrap();
+    }
+    stdin.flush().unwrap();
+    // Every line on stdout is a JSON-RPC message; wait for the answers to
+    // both calls before closing stdin (which ends the session).
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut answered = std::collections::BTreeSet::new();
+    while answered.len() < 3 {
+        let mut line = String::new();
+        assert!(
+            stdout.read_line(&mut line).unwrap() > 0,
+            "stdout ended early"
+        );
+        let msg: Value = serde_json::from_str(&line)
+            .unwrap_or_else(|e| panic!("stdout carried a non-JSON line ({e}): {line}"));
+        assert_eq!(msg["jsonrpc"], "2.0", "{msg}");
+        if let Some(id) = msg["id"].as_u64() {
+            answered.insert(id);
+        }
+    }
+    drop(stdin);
+    let mut rest = String::new();
+    stdout.read_to_string(&mut rest).unwrap();
+    for line in rest.lines() {
+        let msg: Value = serde_json::from_str(line)
+            .unwrap_or_else(|e| panic!("stdout carried a non-JSON line ({e}): {line}"));
+        assert_eq!(msg["jsonrpc"], "2.0", "{msg}");
+    }
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+    let logs: Vec<Value> = logs
+        .join()
+        .unwrap()
+        .iter()
+        .map(|l| {
+            serde_json::from_str(l).unwrap_or_else(|e| panic!("a log line is not JSON ({e}): {l}"))
+        })
+        .collect();
+    let event = |message: &str, tool: &str| {
+        logs.iter()
+            .find(|e| e["fields"]["message"] == message && e["span"]["tool"] == tool)
+            .unwrap_or_else(|| panic!("no `{message}` of {tool} in {logs:#?}"))
+    };
+    let listed = event("tool call finished", "list_files");
+    assert_eq!(
+        (
+            listed["span"]["name"].as_str(),
+            listed["span"]["tenant"].as_str(),
+            listed["span"]["outcome"].as_str()
+        ),
+        (Some("mcp_tool"), Some("local"), Some("ok")),
+        "{listed}"
+    );
+    let refused = event("tool call refused", "read_file");
+    assert_eq!(refused["span"]["outcome"], "path.traversal", "{refused}");
 }

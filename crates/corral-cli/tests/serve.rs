@@ -6,7 +6,7 @@
 mod common;
 use common::*;
 
-use std::io::Write;
+use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -811,4 +811,221 @@ fn helpers_wait_ahead_in_their_groups_and_leave_with_the_server() {
         );
     }
     assert_eq!(memory_groups(server), Vec::<String>::new());
+}
+
+/// A server whose log lines (stderr after the first line) a thread hands
+/// over as they come, with `env` added to its environment.
+fn start_logged(flags: &[&str], env: &[(&str, &str)]) -> (Server, LogLines) {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = serve_config(dir.path(), "");
+    let mut child = corral()
+        .arg("serve")
+        .arg("--config")
+        .arg(&cfg)
+        .args(["--listen", "127.0.0.1:0"])
+        .args(flags)
+        .envs(env.iter().copied())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    stderr.read_line(&mut line).unwrap();
+    let addr = line.trim().rsplit("http://").next().unwrap().to_string();
+    assert!(
+        line.starts_with("corral: serving on http://127.0.0.1:"),
+        "the first line is still the plain announcement: {line}"
+    );
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in stderr.lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let server = Server {
+        child,
+        addr,
+        dir: Some(dir),
+    };
+    (
+        server,
+        LogLines {
+            rx,
+            seen: Vec::new(),
+        },
+    )
+}
+
+/// The JSON log lines of a server, parsed as they arrive.
+struct LogLines {
+    rx: std::sync::mpsc::Receiver<String>,
+    seen: Vec<serde_json::Value>,
+}
+
+impl LogLines {
+    /// Waits (at most 10 s) for an event whose message is `message` and
+    /// that satisfies `matches`; returns it. Every line must be JSON.
+    fn wait_for(
+        &mut self,
+        message: &str,
+        matches: impl Fn(&serde_json::Value) -> bool,
+    ) -> serde_json::Value {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(v) = self
+                .seen
+                .iter()
+                .find(|v| v["fields"]["message"] == message && matches(v))
+            {
+                return v.clone();
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.rx.recv_timeout(left) {
+                Ok(line) => self.seen.push(
+                    serde_json::from_str(&line)
+                        .unwrap_or_else(|e| panic!("a log line is not JSON ({e}): {line}")),
+                ),
+                Err(_) => panic!("no `{message}` event; saw {:#?}", self.seen),
+            }
+        }
+    }
+
+    /// Everything until the server closes stderr (it exited).
+    fn rest(&mut self) -> &[serde_json::Value] {
+        while let Ok(line) = self.rx.recv_timeout(Duration::from_secs(10)) {
+            self.seen.push(
+                serde_json::from_str(&line)
+                    .unwrap_or_else(|e| panic!("a log line is not JSON ({e}): {line}")),
+            );
+        }
+        &self.seen
+    }
+}
+
+/// Stops a server as SIGTERM does and waits for it.
+fn terminate(s: &mut Server) {
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &s.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let exit = s.child.wait().unwrap();
+    assert_eq!(exit.code(), Some(0), "a graceful stop exits 0");
+}
+
+#[test]
+fn logs_are_json_lines_with_a_span_per_request_and_per_execution() {
+    // The flag wins over the environment.
+    let (mut s, mut logs) = start_logged(&["--log-level", "info"], &[("CORRAL_LOG", "off")]);
+    let (status, v) = post(&s, None, r#"{"command": ["sh", "-c", "echo hi"]}"#);
+    assert_eq!(status, 200, "{v}");
+    let id = v["id"].as_str().unwrap().to_string();
+    let (status, _, _) = http(&s.addr, "GET", "/nope?token=secret", None, None);
+    assert_eq!(status, 404);
+
+    let run = logs.wait_for("execution finished", |e| e["span"]["execution_id"] == id);
+    assert_eq!(run["level"], "INFO");
+    assert_eq!(
+        (
+            run["span"]["name"].as_str(),
+            run["span"]["outcome"].as_str(),
+            run["span"]["exit_code"].as_i64(),
+            run["span"]["tenant"].as_str(),
+            run["span"]["profile"].as_str(),
+        ),
+        (
+            Some("execution"),
+            Some("exited"),
+            Some(0),
+            Some("anonymous"),
+            Some("code")
+        ),
+        "{run}"
+    );
+    assert!(run["span"]["duration_ms"].is_u64(), "{run}");
+    // The execution's span is a child of its request's.
+    let parent = &run["spans"][0];
+    assert_eq!(
+        (parent["name"].as_str(), parent["path"].as_str()),
+        (Some("request"), Some("/v1/executions")),
+        "{run}"
+    );
+    let request_id = parent["request_id"].as_str().unwrap().to_string();
+    assert_eq!(request_id.len(), 16, "{run}");
+
+    let posted = logs.wait_for("request finished", |e| {
+        e["span"]["request_id"] == request_id.as_str()
+    });
+    assert_eq!(
+        (
+            posted["span"]["method"].as_str(),
+            posted["span"]["status"].as_u64(),
+            posted["span"]["tenant"].as_str(),
+        ),
+        (Some("POST"), Some(200), Some("anonymous")),
+        "{posted}"
+    );
+    let missing = logs.wait_for("request finished", |e| e["span"]["path"] == "/nope");
+    assert_eq!(missing["span"]["status"], 404, "{missing}");
+    assert_ne!(missing["span"]["request_id"], request_id.as_str());
+    // The query (which could carry anything) is not logged.
+    assert!(
+        !missing.to_string().contains("secret"),
+        "the query leaked: {missing}"
+    );
+    terminate(&mut s);
+    let all = logs.rest();
+    assert!(
+        all.iter().any(|e| e["fields"]["message"] == "stopped"),
+        "{all:#?}"
+    );
+}
+
+#[test]
+fn the_log_filter_comes_from_corral_log_and_a_bad_one_is_refused() {
+    let (mut s, mut logs) = start_logged(&[], &[("CORRAL_LOG", "warn")]);
+    let (status, v) = post(&s, None, r#"{"command": ["sh", "-c", "true"]}"#);
+    assert_eq!(status, 200, "{v}");
+    terminate(&mut s);
+    let all = logs.rest();
+    assert!(
+        all.iter()
+            .all(|e| e["level"] == "WARN" || e["level"] == "ERROR"),
+        "CORRAL_LOG=warn let more through: {all:#?}"
+    );
+
+    let (_dir, cfg) = config("");
+    let out = corral()
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--log-level",
+            "loud",
+            "--config",
+        ])
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(125));
+    assert!(
+        text(&out.stderr).contains("invalid log filter \"loud\" (from --log-level)"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = corral()
+        .args(["serve", "--listen", "127.0.0.1:0", "--config"])
+        .arg(&cfg)
+        .env("CORRAL_LOG", "info,corral_server=loud")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(125));
+    assert!(
+        text(&out.stderr).contains("(from CORRAL_LOG)"),
+        "{}",
+        text(&out.stderr)
+    );
 }

@@ -8,7 +8,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use rusqlite::{params, Connection, OptionalExtension};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+
+use crate::exec::{ExecutionResponse, RunOutcome};
 
 /// Why the store failed.
 #[derive(Debug, thiserror::Error)]
@@ -32,9 +35,12 @@ pub enum AuditError {
     /// The store's lock was poisoned by a panic elsewhere.
     #[error("audit store lock poisoned")]
     Poisoned,
+    /// The result could not be serialised.
+    #[error("encoding the result: {0}")]
+    Encode(#[source] serde_json::Error),
 }
 
-/// One execution's audit record.
+/// One execution's audit record, as the JSON-lines file has it.
 #[derive(Debug, Clone, Serialize)]
 pub struct AuditRecord {
     /// Execution id.
@@ -52,8 +58,67 @@ pub struct AuditRecord {
     /// End, ms since the epoch.
     pub finished_ms: u64,
     /// The whole result object as returned to the caller (exit, signal,
-    /// timed_out, truncation, OOM, bytes, enforced layers, security events).
-    pub result: serde_json::Value,
+    /// timed_out, truncation, OOM, bytes, enforced layers, security
+    /// events), serialised once.
+    pub result: Box<RawValue>,
+    /// The exit status (an indexed column of its own).
+    #[serde(skip)]
+    pub exit_code: Option<i32>,
+    /// Whether the timeout ended it (a column of its own).
+    #[serde(skip)]
+    pub timed_out: bool,
+    /// Whether the OOM killer acted (a column of its own).
+    #[serde(skip)]
+    pub oom_killed: bool,
+}
+
+impl AuditRecord {
+    /// The record of an answered execution: its answer, serialised here,
+    /// and the columns read from it.
+    pub fn of(
+        response: &ExecutionResponse,
+        code_sha256: String,
+        code: Option<String>,
+        started_ms: u64,
+        finished_ms: u64,
+    ) -> Result<AuditRecord, AuditError> {
+        let (timed_out, oom_killed) = match &response.outcome {
+            RunOutcome::Ran(r) => (r.timed_out, r.oom_killed),
+            RunOutcome::Refused(_) => (false, false),
+        };
+        Ok(AuditRecord {
+            id: response.id.clone(),
+            tenant: response.tenant.clone(),
+            profile: response.profile.clone(),
+            code_sha256,
+            code,
+            started_ms,
+            finished_ms,
+            result: serde_json::value::to_raw_value(response).map_err(AuditError::Encode)?,
+            exit_code: Some(response.exit_code()),
+            timed_out,
+            oom_killed,
+        })
+    }
+}
+
+/// One line of `GET /v1/executions`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ExecutionSummary {
+    /// Execution id.
+    pub id: String,
+    /// Profile name.
+    pub profile: String,
+    /// Start, ms since the epoch.
+    pub started_ms: i64,
+    /// End, ms since the epoch.
+    pub finished_ms: i64,
+    /// The exit status.
+    pub exit_code: Option<i64>,
+    /// Whether the timeout ended it.
+    pub timed_out: bool,
+    /// Whether the OOM killer acted.
+    pub oom_killed: bool,
 }
 
 /// The store.
@@ -144,7 +209,6 @@ impl AuditStore {
 
     /// Stores a record (and appends it to the JSON-lines file).
     pub fn record(&self, rec: &AuditRecord) -> Result<(), AuditError> {
-        let result = serde_json::to_string(&rec.result).unwrap_or_else(|_| "{}".into());
         {
             let db = self.db.lock().map_err(|_| AuditError::Poisoned)?;
             db.execute(
@@ -158,16 +222,16 @@ impl AuditStore {
                     rec.code,
                     rec.started_ms as i64,
                     rec.finished_ms as i64,
-                    rec.result["exit_code"].as_i64(),
-                    rec.result["timed_out"].as_bool().unwrap_or(false),
-                    rec.result["oom_killed"].as_bool().unwrap_or(false),
-                    result,
+                    rec.exit_code,
+                    rec.timed_out,
+                    rec.oom_killed,
+                    rec.result.get(),
                 ],
             )
             .map_err(sqlite(&self.path))?;
         }
         if let Some((file, path)) = &self.jsonl {
-            let line = serde_json::to_string(rec).unwrap_or_else(|_| "{}".into());
+            let line = serde_json::to_string(rec).map_err(AuditError::Encode)?;
             let mut f = file.lock().map_err(|_| AuditError::Poisoned)?;
             writeln!(f, "{line}").map_err(|source| AuditError::Io {
                 path: path.clone(),
@@ -177,8 +241,9 @@ impl AuditStore {
         Ok(())
     }
 
-    /// One record's stored result, if it belongs to `tenant`.
-    pub fn get(&self, tenant: &str, id: &str) -> Result<Option<serde_json::Value>, AuditError> {
+    /// One record's stored result, exactly as it was answered, if it
+    /// belongs to `tenant`.
+    pub fn get(&self, tenant: &str, id: &str) -> Result<Option<Box<RawValue>>, AuditError> {
         let db = self.db.lock().map_err(|_| AuditError::Poisoned)?;
         let row: Option<String> = db
             .query_row(
@@ -188,7 +253,7 @@ impl AuditStore {
             )
             .optional()
             .map_err(sqlite(&self.path))?;
-        Ok(row.and_then(|s| serde_json::from_str(&s).ok()))
+        Ok(row.and_then(|s| RawValue::from_string(s).ok()))
     }
 
     /// A page of `tenant`'s records, newest first, optionally only those
@@ -199,7 +264,7 @@ impl AuditStore {
         profile: Option<&str>,
         limit: u32,
         offset: u32,
-    ) -> Result<Vec<serde_json::Value>, AuditError> {
+    ) -> Result<Vec<ExecutionSummary>, AuditError> {
         let db = self.db.lock().map_err(|_| AuditError::Poisoned)?;
         let mut stmt = db
             .prepare(
@@ -210,15 +275,15 @@ impl AuditStore {
             .map_err(sqlite(&self.path))?;
         let rows = stmt
             .query_map(params![tenant, profile, limit, offset], |r| {
-                Ok(serde_json::json!({
-                    "id": r.get::<_, String>(0)?,
-                    "profile": r.get::<_, String>(1)?,
-                    "started_ms": r.get::<_, i64>(2)?,
-                    "finished_ms": r.get::<_, i64>(3)?,
-                    "exit_code": r.get::<_, Option<i64>>(4)?,
-                    "timed_out": r.get::<_, bool>(5)?,
-                    "oom_killed": r.get::<_, bool>(6)?,
-                }))
+                Ok(ExecutionSummary {
+                    id: r.get(0)?,
+                    profile: r.get(1)?,
+                    started_ms: r.get(2)?,
+                    finished_ms: r.get(3)?,
+                    exit_code: r.get(4)?,
+                    timed_out: r.get(5)?,
+                    oom_killed: r.get(6)?,
+                })
             })
             .map_err(sqlite(&self.path))?;
         rows.collect::<Result<Vec<_>, _>>()
@@ -261,10 +326,15 @@ fn private_file(path: &Path, create: bool) -> std::io::Result<()> {
 /// `finished_ms`) are kept. Nothing is rewritten when nothing is old.
 fn prune_jsonl(path: &Path, cutoff: u64) -> std::io::Result<()> {
     use std::io::{BufRead, BufReader, BufWriter};
+    /// The one field retention looks at; the rest of a line is ignored.
+    #[derive(Deserialize)]
+    struct Finished {
+        finished_ms: Option<u64>,
+    }
     let old = |line: &str| {
-        serde_json::from_str::<serde_json::Value>(line)
+        serde_json::from_str::<Finished>(line)
             .ok()
-            .and_then(|v| v["finished_ms"].as_u64())
+            .and_then(|f| f.finished_ms)
             .is_some_and(|t| t < cutoff)
     };
     let reader = || File::open(path).map(BufReader::new);
@@ -315,36 +385,60 @@ pub fn now_ms() -> u64 {
 mod tests {
     use super::*;
 
+    /// A record whose result is `result` (JSON text).
+    fn record(id: &str, tenant: &str, finished_ms: u64, result: &str) -> AuditRecord {
+        AuditRecord {
+            id: id.into(),
+            tenant: tenant.into(),
+            profile: "code".into(),
+            code_sha256: "00".repeat(32),
+            code: None,
+            started_ms: finished_ms,
+            finished_ms,
+            result: RawValue::from_string(result.into()).unwrap(),
+            exit_code: Some(3),
+            timed_out: false,
+            oom_killed: false,
+        }
+    }
+
     #[test]
     fn records_survive_reopening_and_stay_per_tenant() {
         let dir = tempfile::tempdir().unwrap();
         let db = dir.path().join("audit.db");
         let jsonl = dir.path().join("audit.jsonl");
-        let rec = AuditRecord {
-            id: "e1".into(),
-            tenant: "acme".into(),
-            profile: "code".into(),
-            code_sha256: "00".repeat(32),
-            code: None,
-            started_ms: now_ms(),
-            finished_ms: now_ms(),
-            result: serde_json::json!({"exit_code": 3, "timed_out": false, "oom_killed": false}),
-        };
+        let rec = record("e1", "acme", now_ms(), r#"{"exit_code":3,"stdout":"x"}"#);
         AuditStore::open(&db, Some(&jsonl), 30)
             .unwrap()
             .record(&rec)
             .unwrap();
         let store = AuditStore::open(&db, None, 30).unwrap();
-        assert_eq!(store.get("acme", "e1").unwrap().unwrap()["exit_code"], 3);
+        // The stored result is the answer's text, byte for byte.
+        assert_eq!(
+            store.get("acme", "e1").unwrap().unwrap().get(),
+            r#"{"exit_code":3,"stdout":"x"}"#
+        );
+        let listed = store.list("acme", None, 10, 0).unwrap();
+        assert_eq!(
+            (listed[0].id.as_str(), listed[0].exit_code),
+            ("e1", Some(3))
+        );
         assert!(
             store.get("other", "e1").unwrap().is_none(),
             "tenants never see each other's records"
         );
         assert_eq!(store.list("acme", None, 10, 0).unwrap().len(), 1);
         assert_eq!(store.list("acme", Some("strict"), 10, 0).unwrap().len(), 0);
-        assert!(std::fs::read_to_string(&jsonl)
-            .unwrap()
-            .contains("\"id\":\"e1\""));
+        let line = std::fs::read_to_string(&jsonl).unwrap();
+        let v: serde_json::Value = serde_json::from_str(line.trim()).unwrap();
+        assert_eq!(
+            (v["id"].as_str(), v["result"]["stdout"].as_str()),
+            (Some("e1"), Some("x"))
+        );
+        assert!(
+            v.get("exit_code").is_none(),
+            "columns stay out of the line: {v}"
+        );
     }
 
     #[test]
@@ -352,16 +446,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let db = dir.path().join("audit.db");
         let store = AuditStore::open(&db, None, 1).unwrap();
-        let old = AuditRecord {
-            id: "old".into(),
-            tenant: "t".into(),
-            profile: "code".into(),
-            code_sha256: String::new(),
-            code: None,
-            started_ms: 1,
-            finished_ms: 1,
-            result: serde_json::json!({}),
-        };
+        let old = record("old", "t", 1, "{}");
         store.record(&old).unwrap();
         drop(store);
         let store = AuditStore::open(&db, None, 1).unwrap();
@@ -412,16 +497,7 @@ mod tests {
         let jsonl = dir.path().join("audit.jsonl");
         let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
         let store = AuditStore::open(&db, Some(&jsonl), 30).unwrap();
-        let rec = AuditRecord {
-            id: "e".into(),
-            tenant: "t".into(),
-            profile: "code".into(),
-            code_sha256: String::new(),
-            code: None,
-            started_ms: now_ms(),
-            finished_ms: now_ms(),
-            result: serde_json::json!({}),
-        };
+        let rec = record("e", "t", now_ms(), "{}");
         store.record(&rec).unwrap();
         for p in [
             db.clone(),

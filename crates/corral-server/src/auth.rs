@@ -1,10 +1,14 @@
 //! Bearer-token authentication: the token's SHA-256 is compared with the
 //! tenants' stored hashes (tokens are never stored in clear).
 
-use axum::http::{HeaderMap, StatusCode};
+use std::sync::Arc;
+
+use axum::extract::FromRequestParts;
+use axum::http::request::Parts;
+use axum::http::HeaderMap;
 use sha2::{Digest, Sha256};
 
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorCode};
 use crate::state::{AppState, TenantState};
 
 /// Lower-case hex of SHA-256.
@@ -36,27 +40,39 @@ fn bearer_token(value: &str) -> Option<&str> {
 }
 
 /// The tenant the request authenticates as (the anonymous tenant when the
-/// server has none configured: loopback only, checked at start-up).
-pub fn tenant<'a>(state: &'a AppState, headers: &HeaderMap) -> Result<&'a TenantState, ApiError> {
+/// server has none configured: loopback only, checked at start-up). The
+/// tenant's name is recorded on the current span (the request's).
+pub fn tenant<'a>(
+    state: &'a AppState,
+    headers: &HeaderMap,
+) -> Result<&'a Arc<TenantState>, ApiError> {
+    let found = authenticate(state, headers)?;
+    tracing::Span::current().record("tenant", found.tenant.name.as_str());
+    Ok(found)
+}
+
+fn authenticate<'a>(
+    state: &'a AppState,
+    headers: &HeaderMap,
+) -> Result<&'a Arc<TenantState>, ApiError> {
     if state.anonymous() {
-        return state.tenants.first().ok_or_else(|| {
-            ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "no tenant")
-        });
+        return state
+            .tenants
+            .first()
+            .ok_or_else(|| ApiError::internal("no tenant"));
     }
     let value = headers
         .get("authorization")
         .and_then(|v| v.to_str().ok())
         .ok_or_else(|| {
             ApiError::new(
-                StatusCode::UNAUTHORIZED,
-                "auth.missing",
+                ErrorCode::AuthMissing,
                 "send `Authorization: Bearer <token>`",
             )
         })?;
     let token = bearer_token(value).ok_or_else(|| {
         ApiError::new(
-            StatusCode::UNAUTHORIZED,
-            "auth.invalid",
+            ErrorCode::AuthInvalid,
             "the Authorization header must be `Bearer <token>`",
         )
     })?;
@@ -65,13 +81,22 @@ pub fn tenant<'a>(state: &'a AppState, headers: &HeaderMap) -> Result<&'a Tenant
         .tenants
         .iter()
         .find(|t| same(&t.tenant.token_sha256, &hash))
-        .ok_or_else(|| {
-            ApiError::new(
-                StatusCode::UNAUTHORIZED,
-                "auth.unknown_token",
-                "unknown token",
-            )
-        })
+        .ok_or_else(|| ApiError::new(ErrorCode::AuthUnknownToken, "unknown token"))
+}
+
+/// Extractor: the authenticated tenant of a request, or the 401 answer.
+#[derive(Clone)]
+pub struct Authed(pub Arc<TenantState>);
+
+impl FromRequestParts<Arc<AppState>> for Authed {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &Arc<AppState>,
+    ) -> Result<Authed, ApiError> {
+        tenant(state, &parts.headers).map(|t| Authed(t.clone()))
+    }
 }
 
 #[cfg(test)]

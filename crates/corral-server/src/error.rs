@@ -1,170 +1,509 @@
-//! Errors: start-up errors, and API errors as `{"error": {"code", "message"}}`
-//! with a stable code and the right status.
+//! Errors: why the server could not start ([`ServerError`]), and what an
+//! API caller is answered ([`ApiError`]): `{"error": {"code", "message"}}`
+//! with a stable [`ErrorCode`] and the status that goes with it.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
 
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use serde_json::json;
+use serde::Serialize;
 
-/// Why the server could not start.
+use crate::audit::AuditError;
+use crate::exec::ExecutionResponse;
+use crate::workspace::WorkspaceError;
+
+/// Why the server could not start, or stopped serving.
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
-    /// An unsafe configuration.
-    #[error("{0}")]
-    Unsafe(String),
+    /// Listening beyond loopback without tenants: anyone who can reach the
+    /// port could run code.
+    #[error(
+        "refusing to listen on {0} without authentication: anyone who can reach it could run code. \
+         Add [[server.tenant]] entries (bearer tokens, stored as SHA-256) or listen on 127.0.0.1"
+    )]
+    Unauthenticated(SocketAddr),
     /// The audit store could not be opened.
     #[error("audit store: {0}")]
-    Audit(String),
-    /// Binding or serving failed.
+    Audit(#[from] AuditError),
+    /// `work_dir` could not be resolved.
+    #[error("work_dir {}: {source}", path.display())]
+    WorkDir {
+        /// `server.work_dir` as configured.
+        path: PathBuf,
+        /// Why it could not be resolved.
+        source: std::io::Error,
+    },
+    /// A directory above `work_dir` could not be examined.
+    #[error("{}: {source}", path.display())]
+    Stat {
+        /// The directory.
+        path: PathBuf,
+        /// Why `stat` failed.
+        source: std::io::Error,
+    },
+    /// As root, a directory above `work_dir` does not let the sandbox uid
+    /// through.
+    #[error(
+        "work_dir {}: {} is not traversable by others (mode {mode:o}); sandboxes run as an unprivileged uid \
+         and must reach their workspace below it. Pick a work_dir whose parents all allow `x` for others (e.g. /tmp)",
+        work_dir.display(),
+        dir.display()
+    )]
+    NotTraversable {
+        /// `server.work_dir` as configured.
+        work_dir: PathBuf,
+        /// The directory that blocks.
+        dir: PathBuf,
+        /// Its permission bits.
+        mode: u32,
+    },
+    /// This server's own `corral-serve-<pid>` directory could not be
+    /// created (it must be new).
+    #[error(
+        "creating {}: {source}; corral only works in a directory it creates itself (remove a stale one if it is yours)",
+        path.display()
+    )]
+    OwnDir {
+        /// The directory.
+        path: PathBuf,
+        /// Why `mkdir` failed.
+        source: std::io::Error,
+    },
+    /// The mode of this server's own directory could not be set.
+    #[error("chmod {}: {source}", path.display())]
+    Chmod {
+        /// The directory.
+        path: PathBuf,
+        /// Why `chmod` failed.
+        source: std::io::Error,
+    },
+    /// The listening socket could not be bound.
+    #[error("binding {addr}: {source}")]
+    Bind {
+        /// The address asked for.
+        addr: SocketAddr,
+        /// Why `bind` failed.
+        source: std::io::Error,
+    },
+    /// Serving HTTP failed.
     #[error("{0}")]
-    Io(String),
+    Serve(#[source] std::io::Error),
+    /// The MCP session over stdio failed.
+    #[error("MCP over stdio: {0}")]
+    Stdio(#[source] Box<dyn std::error::Error + Send + Sync>),
 }
 
-/// An error answered to an API caller.
-#[derive(Debug, Clone)]
-pub struct ApiError {
-    /// HTTP status.
-    pub status: StatusCode,
-    /// Stable code, e.g. `auth.missing`, `request.invalid`, `busy`.
-    pub code: String,
-    /// What is wrong and what to do.
-    pub message: String,
-    /// Seconds to wait before retrying (429).
-    pub retry_after: Option<u64>,
-    /// The whole answer, when there is more to it than the error: a refused
-    /// execution answers with its stored record (which has `error` and the
-    /// `id` to look it up with), so the answer and the record agree.
-    pub body: Option<serde_json::Value>,
+/// The stable codes of the errors the service answers. [`as_str`] is what
+/// clients match on; it never changes for a variant.
+///
+/// Refusals of the runtime (`command.not_allowed`, `env.invalid`, …) keep
+/// the launcher's own codes and are not listed here: they travel in the
+/// execution's record (see [`ApiError::Refused`]).
+///
+/// [`as_str`]: ErrorCode::as_str
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorCode {
+    /// `auth.missing`: no `Authorization` header.
+    AuthMissing,
+    /// `auth.invalid`: the header is not `Bearer <token>`.
+    AuthInvalid,
+    /// `auth.unknown_token`: no tenant has this token.
+    AuthUnknownToken,
+    /// `request.malformed`: the body is not JSON of the right shape.
+    RequestMalformed,
+    /// `request.invalid`: a well-formed request that makes no sense.
+    RequestInvalid,
+    /// `language.unknown`: code mode with another language.
+    LanguageUnknown,
+    /// `files.encoding`: an unknown encoding, or content that is not base64.
+    FilesEncoding,
+    /// `path.absolute`: a workspace path starting with `/`.
+    PathAbsolute,
+    /// `path.traversal`: a workspace path with `..`.
+    PathTraversal,
+    /// `path.symlink`: a symlink on a workspace path.
+    PathSymlink,
+    /// `path.reserved`: a workspace path under a reserved name.
+    PathReserved,
+    /// `path.invalid`: an empty, too long or otherwise malformed path.
+    PathInvalid,
+    /// `file.too_large`: a file over its cap.
+    FileTooLarge,
+    /// `file.not_regular`: a directory, FIFO, socket or device.
+    FileNotRegular,
+    /// `file.not_found`: nothing at the path.
+    FileNotFound,
+    /// `workspace.full`: the workspace cap or the filesystem is full.
+    WorkspaceFull,
+    /// `io`: a system error in a workspace.
+    Io,
+    /// `profile.unknown`: a profile the config does not have.
+    ProfileUnknown,
+    /// `profile.forbidden`: a profile the tenant may not use.
+    ProfileForbidden,
+    /// `code_mode.disabled`: `language`/`code` while code mode is off.
+    CodeModeDisabled,
+    /// `session.forbidden`: an MCP session of another tenant.
+    SessionForbidden,
+    /// `not_found`: no such endpoint (or MCP session).
+    NotFound,
+    /// `execution.not_found`: no such execution for this tenant.
+    ExecutionNotFound,
+    /// `limits.invalid`: a limit below `corral run`'s minimum.
+    LimitsInvalid,
+    /// `limits.above_ceiling`: a limit above the profile's.
+    LimitsAboveCeiling,
+    /// `busy`: no free execution slot.
+    Busy,
+    /// `internal`: the service itself failed.
+    Internal,
+    /// `audit`: the audit store failed while reading.
+    Audit,
+    /// `bad_request`: the HTTP layer's 400.
+    BadRequest,
+    /// `unauthorized`: the HTTP layer's 401.
+    Unauthorized,
+    /// `forbidden`: the HTTP layer's 403.
+    Forbidden,
+    /// `method_not_allowed`: a known path with another method.
+    MethodNotAllowed,
+    /// `not_acceptable`: `/mcp` with an `Accept` it cannot satisfy.
+    NotAcceptable,
+    /// `request_timeout`: the HTTP layer's 408.
+    RequestTimeout,
+    /// `conflict`: the HTTP layer's 409.
+    Conflict,
+    /// `length_required`: the HTTP layer's 411.
+    LengthRequired,
+    /// `body_too_large`: the body is over `max_request_bytes`.
+    BodyTooLarge,
+    /// `uri_too_long`: the HTTP layer's 414.
+    UriTooLong,
+    /// `unsupported_media_type`: `/mcp` with another content type.
+    UnsupportedMediaType,
+    /// `unprocessable`: the HTTP layer's 422.
+    Unprocessable,
+    /// `headers_too_large`: the HTTP layer's 431.
+    HeadersTooLarge,
+    /// `not_implemented`: the HTTP layer's 501.
+    NotImplemented,
+    /// `unavailable`: the HTTP layer's 503.
+    Unavailable,
+    /// `http_error`: any other error status of the HTTP layer.
+    HttpError,
+}
+
+impl ErrorCode {
+    /// The code as clients see it.
+    pub fn as_str(self) -> &'static str {
+        use ErrorCode::*;
+        match self {
+            AuthMissing => "auth.missing",
+            AuthInvalid => "auth.invalid",
+            AuthUnknownToken => "auth.unknown_token",
+            RequestMalformed => "request.malformed",
+            RequestInvalid => "request.invalid",
+            LanguageUnknown => "language.unknown",
+            FilesEncoding => "files.encoding",
+            PathAbsolute => "path.absolute",
+            PathTraversal => "path.traversal",
+            PathSymlink => "path.symlink",
+            PathReserved => "path.reserved",
+            PathInvalid => "path.invalid",
+            FileTooLarge => "file.too_large",
+            FileNotRegular => "file.not_regular",
+            FileNotFound => "file.not_found",
+            WorkspaceFull => "workspace.full",
+            Io => "io",
+            ProfileUnknown => "profile.unknown",
+            ProfileForbidden => "profile.forbidden",
+            CodeModeDisabled => "code_mode.disabled",
+            SessionForbidden => "session.forbidden",
+            NotFound => "not_found",
+            ExecutionNotFound => "execution.not_found",
+            LimitsInvalid => "limits.invalid",
+            LimitsAboveCeiling => "limits.above_ceiling",
+            Busy => "busy",
+            Internal => "internal",
+            Audit => "audit",
+            BadRequest => "bad_request",
+            Unauthorized => "unauthorized",
+            Forbidden => "forbidden",
+            MethodNotAllowed => "method_not_allowed",
+            NotAcceptable => "not_acceptable",
+            RequestTimeout => "request_timeout",
+            Conflict => "conflict",
+            LengthRequired => "length_required",
+            BodyTooLarge => "body_too_large",
+            UriTooLong => "uri_too_long",
+            UnsupportedMediaType => "unsupported_media_type",
+            Unprocessable => "unprocessable",
+            HeadersTooLarge => "headers_too_large",
+            NotImplemented => "not_implemented",
+            Unavailable => "unavailable",
+            HttpError => "http_error",
+        }
+    }
+
+    /// The status the service answers this code with.
+    pub fn status(self) -> StatusCode {
+        use ErrorCode::*;
+        match self {
+            AuthMissing | AuthInvalid | AuthUnknownToken | Unauthorized => StatusCode::UNAUTHORIZED,
+            RequestMalformed | RequestInvalid | LanguageUnknown | FilesEncoding | PathAbsolute
+            | PathTraversal | PathSymlink | PathReserved | PathInvalid | FileTooLarge
+            | FileNotRegular | FileNotFound | WorkspaceFull | Io | ProfileUnknown | BadRequest => {
+                StatusCode::BAD_REQUEST
+            }
+            ProfileForbidden | CodeModeDisabled | SessionForbidden | Forbidden => {
+                StatusCode::FORBIDDEN
+            }
+            NotFound | ExecutionNotFound => StatusCode::NOT_FOUND,
+            LimitsInvalid | LimitsAboveCeiling | Unprocessable => StatusCode::UNPROCESSABLE_ENTITY,
+            Busy => StatusCode::TOO_MANY_REQUESTS,
+            MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            NotAcceptable => StatusCode::NOT_ACCEPTABLE,
+            RequestTimeout => StatusCode::REQUEST_TIMEOUT,
+            Conflict => StatusCode::CONFLICT,
+            LengthRequired => StatusCode::LENGTH_REQUIRED,
+            BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            UriTooLong => StatusCode::URI_TOO_LONG,
+            UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            HeadersTooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            NotImplemented => StatusCode::NOT_IMPLEMENTED,
+            Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            Internal | Audit | HttpError => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// The code of an error answered by the HTTP layer itself (axum, hyper,
+    /// the MCP SDK) rather than by a handler of the service.
+    pub fn for_status(status: StatusCode) -> ErrorCode {
+        use ErrorCode::*;
+        match status.as_u16() {
+            400 => BadRequest,
+            401 => Unauthorized,
+            403 => Forbidden,
+            404 => NotFound,
+            405 => MethodNotAllowed,
+            406 => NotAcceptable,
+            408 => RequestTimeout,
+            409 => Conflict,
+            411 => LengthRequired,
+            413 => BodyTooLarge,
+            414 => UriTooLong,
+            415 => UnsupportedMediaType,
+            422 => Unprocessable,
+            429 => Busy,
+            431 => HeadersTooLarge,
+            501 => NotImplemented,
+            503 => Unavailable,
+            s if s >= 500 => Internal,
+            _ => HttpError,
+        }
+    }
+}
+
+impl std::fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for ErrorCode {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+/// An error answered to an API caller (HTTP or MCP).
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// Refused or failed by the service itself.
+    #[error("{message}")]
+    Service {
+        /// The stable code; it also gives the status.
+        code: ErrorCode,
+        /// What is wrong and what to do.
+        message: String,
+    },
+    /// An input file of an execution request that the workspace refused
+    /// (400, with the workspace's code).
+    #[error("files: {0}")]
+    InputFile(#[source] WorkspaceError),
+    /// A file tool's workspace operation refused or failed (MCP).
+    #[error("{0}")]
+    Workspace(#[from] WorkspaceError),
+    /// The audit store failed while reading (500 `audit`).
+    #[error("{0}")]
+    Audit(#[from] AuditError),
+    /// The runtime refused the execution before the sandbox ran (422). The
+    /// refusal was recorded: the answer is the stored record itself, with
+    /// its `error` and the `id` to look it up with.
+    #[error("{}", .0.refusal_message().unwrap_or("the execution was refused"))]
+    Refused(Box<ExecutionResponse>),
 }
 
 impl ApiError {
-    /// An error with a status, code and message.
-    pub fn new(status: StatusCode, code: &str, message: impl Into<String>) -> ApiError {
-        ApiError {
-            status,
-            code: code.into(),
+    /// An error with a stable code and a message.
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> ApiError {
+        ApiError::Service {
+            code,
             message: message.into(),
-            retry_after: None,
-            body: None,
         }
     }
 
-    /// 400 with a code.
-    pub fn bad_request(code: &str, message: impl Into<String>) -> ApiError {
-        ApiError::new(StatusCode::BAD_REQUEST, code, message)
+    /// 500 `internal`.
+    pub fn internal(message: impl Into<String>) -> ApiError {
+        ApiError::new(ErrorCode::Internal, message)
     }
 
-    /// The answer's body: `{"error": {"code", "message"}}`, or the record
-    /// of a refused execution (which has that `error` too).
-    pub fn to_json(&self) -> serde_json::Value {
-        match &self.body {
-            Some(b) => b.clone(),
-            None => json!({"error": {"code": self.code, "message": self.message}}),
+    /// 429 `busy` (answered with `Retry-After`).
+    pub fn busy(message: impl Into<String>) -> ApiError {
+        ApiError::new(ErrorCode::Busy, message)
+    }
+
+    /// The stable code clients match on.
+    pub fn code(&self) -> &str {
+        match self {
+            ApiError::Service { code, .. } => code.as_str(),
+            ApiError::InputFile(e) | ApiError::Workspace(e) => e.code().as_str(),
+            ApiError::Audit(_) => ErrorCode::Audit.as_str(),
+            ApiError::Refused(record) => record.refusal_code().unwrap_or("execution.refused"),
         }
     }
+
+    /// The HTTP status.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ApiError::Service { code, .. } => code.status(),
+            ApiError::InputFile(_) => StatusCode::BAD_REQUEST,
+            ApiError::Workspace(e) => e.code().status(),
+            ApiError::Audit(_) => ErrorCode::Audit.status(),
+            ApiError::Refused(_) => StatusCode::UNPROCESSABLE_ENTITY,
+        }
+    }
+
+    /// Seconds to wait before retrying, for a `busy` answer.
+    pub fn retry_after(&self) -> Option<u64> {
+        matches!(
+            self,
+            ApiError::Service {
+                code: ErrorCode::Busy,
+                ..
+            }
+        )
+        .then_some(1)
+    }
+
+    /// The answer's body: the error object, or for a refused execution its
+    /// record (which has the error object too).
+    pub fn body(&self) -> ErrorBody<'_> {
+        match self {
+            ApiError::Refused(record) => ErrorBody::Record(record),
+            other => ErrorBody::Error {
+                error: ErrorObject {
+                    code: other.code(),
+                    message: other.to_string(),
+                },
+            },
+        }
+    }
+}
+
+/// `{"code", "message"}`.
+#[derive(Debug, Serialize)]
+pub struct ErrorObject<'a> {
+    /// The stable code.
+    pub code: &'a str,
+    /// What is wrong and what to do.
+    pub message: String,
+}
+
+/// The body of an error answer.
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+pub enum ErrorBody<'a> {
+    /// `{"error": {"code", "message"}}`.
+    Error {
+        /// The error.
+        error: ErrorObject<'a>,
+    },
+    /// A refused execution's record: its fields, `error` among them.
+    Record(&'a ExecutionResponse),
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = self.to_json();
-        let mut resp = (self.status, axum::Json(body)).into_response();
-        if let Some(secs) = self.retry_after {
-            if let Ok(v) = HeaderValue::from_str(&secs.to_string()) {
-                resp.headers_mut().insert("retry-after", v);
-            }
+        let mut resp = (self.status(), axum::Json(self.body())).into_response();
+        if let Some(secs) = self.retry_after() {
+            resp.headers_mut()
+                .insert("retry-after", HeaderValue::from(secs));
         }
         resp
     }
 }
 
-/// The stable code of an error answered by the HTTP layer itself (axum,
-/// hyper, the MCP SDK) rather than by a handler of the service.
-pub fn code_for_status(status: StatusCode) -> &'static str {
-    match status.as_u16() {
-        400 => "bad_request",
-        401 => "unauthorized",
-        403 => "forbidden",
-        404 => "not_found",
-        405 => "method_not_allowed",
-        406 => "not_acceptable",
-        408 => "request_timeout",
-        409 => "conflict",
-        411 => "length_required",
-        413 => "body_too_large",
-        414 => "uri_too_long",
-        415 => "unsupported_media_type",
-        422 => "unprocessable",
-        429 => "busy",
-        431 => "headers_too_large",
-        501 => "not_implemented",
-        503 => "unavailable",
-        s if s >= 500 => "internal",
-        _ => "http_error",
-    }
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-/// Largest error body of the HTTP layer kept as the message.
-const MAX_FRAMEWORK_MESSAGE: usize = 4096;
-
-/// Middleware: every error answer has the service's JSON error body. Error
-/// answers the handlers make are JSON already and pass untouched; those of
-/// the framework (413 body too large, 405 wrong method with its `Allow`
-/// header kept, extractor rejections, the MCP SDK's plain-text errors) get
-/// `{"error": {"code", "message"}}` with a code from [`code_for_status`]
-/// and their text, if any, as the message.
-pub async fn json_errors(
-    axum::extract::State(max_body): axum::extract::State<u64>,
-    req: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> Response {
-    let method = req.method().clone();
-    let path = req.uri().path().to_owned();
-    let resp = next.run(req).await;
-    let status = resp.status();
-    if !(status.is_client_error() || status.is_server_error()) {
-        return resp;
-    }
-    let is_json = resp
-        .headers()
-        .get(axum::http::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("application/json"));
-    if is_json {
-        return resp;
-    }
-    let (mut parts, body) = resp.into_parts();
-    let text = axum::body::to_bytes(body, MAX_FRAMEWORK_MESSAGE)
-        .await
-        .map(|b| String::from_utf8_lossy(&b).trim().to_owned())
-        .unwrap_or_default();
-    // The MCP SDK answers a body that is not JSON with 415, though its
-    // content type was right: it is the API's malformed request.
-    let malformed = status == StatusCode::UNSUPPORTED_MEDIA_TYPE
-        && text.starts_with("fail to deserialize request body");
-    let (status, code) = if malformed {
-        (StatusCode::BAD_REQUEST, "request.malformed")
-    } else {
-        (status, code_for_status(status))
-    };
-    parts.status = status;
-    let message = match status {
-        StatusCode::PAYLOAD_TOO_LARGE => format!(
-            "the request body is larger than this server accepts: at most {max_body} bytes (server.max_request_bytes)"
-        ),
-        // (axum adds its `Allow` header outside this layer.)
-        StatusCode::METHOD_NOT_ALLOWED => {
-            format!("{method} is not allowed on {path}; the Allow header lists the methods that are")
+    #[test]
+    fn codes_keep_their_strings_and_statuses() {
+        let cases = [
+            (ErrorCode::AuthMissing, "auth.missing", 401),
+            (ErrorCode::RequestMalformed, "request.malformed", 400),
+            (ErrorCode::ProfileForbidden, "profile.forbidden", 403),
+            (ErrorCode::CodeModeDisabled, "code_mode.disabled", 403),
+            (ErrorCode::ExecutionNotFound, "execution.not_found", 404),
+            (ErrorCode::LimitsAboveCeiling, "limits.above_ceiling", 422),
+            (ErrorCode::Busy, "busy", 429),
+            (ErrorCode::Audit, "audit", 500),
+            (ErrorCode::BodyTooLarge, "body_too_large", 413),
+            (ErrorCode::MethodNotAllowed, "method_not_allowed", 405),
+        ];
+        for (code, text, status) in cases {
+            assert_eq!((code.as_str(), code.status().as_u16()), (text, status));
         }
-        _ if !text.is_empty() => text,
-        _ => status
-            .canonical_reason()
-            .unwrap_or("request failed")
-            .to_owned(),
-    };
-    let body = json!({"error": {"code": code, "message": message}}).to_string();
-    parts.headers.remove(axum::http::header::CONTENT_LENGTH);
-    parts.headers.insert(
-        axum::http::header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    Response::from_parts(parts, axum::body::Body::from(body))
+    }
+
+    #[test]
+    fn framework_statuses_map_to_codes() {
+        let code = |n: u16| {
+            StatusCode::from_u16(n)
+                .map(ErrorCode::for_status)
+                .map(ErrorCode::as_str)
+        };
+        assert_eq!(code(413).ok(), Some("body_too_large"));
+        assert_eq!(code(429).ok(), Some("busy"));
+        assert_eq!(code(502).ok(), Some("internal"));
+        assert_eq!(code(418).ok(), Some("http_error"));
+    }
+
+    #[test]
+    fn an_error_answer_has_the_error_object_and_retry_after_when_busy() {
+        let busy = ApiError::busy("all execution slots are in use");
+        let body = serde_json::to_string(&busy.body()).unwrap_or_default();
+        assert_eq!(
+            body,
+            r#"{"error":{"code":"busy","message":"all execution slots are in use"}}"#
+        );
+        let resp = busy.into_response();
+        assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(
+            resp.headers().get("retry-after").map(|v| v.as_bytes()),
+            Some(&b"1"[..])
+        );
+        let file = ApiError::InputFile(WorkspaceError::Traversal {
+            path: "../x".into(),
+        });
+        assert_eq!(
+            (file.status().as_u16(), file.code()),
+            (400, "path.traversal")
+        );
+        assert!(file.to_string().starts_with("files: "), "{file}");
+        let quiet = ApiError::new(ErrorCode::ProfileForbidden, "no");
+        assert!(quiet.retry_after().is_none());
+    }
 }

@@ -4,19 +4,27 @@
 //! CLI uses: bearer-token tenants, a global concurrency cap and per-tenant
 //! quotas answered with 429 instead of a queue, per-execution workspaces
 //! handled without following links the sandbox planted, and one audit
-//! record per execution in SQLite (plus optional JSON lines).
+//! record per execution in SQLite (plus optional JSON lines). The same
+//! service speaks MCP, at `/mcp` and over stdio ([`serve_stdio`]).
+//!
+//! Inside, requests and answers are typed (`exec::ExecutionRequest`,
+//! `exec::ExecutionResponse`) and serialised once, at the edge; errors are
+//! `error::ApiError` with a stable `error::ErrorCode`. Operational logs are
+//! `tracing` events, JSON lines on stderr ([`init_logging`]).
 //!
 //! The server is multi-threaded, so every sandbox starts from a re-executed
 //! helper (nothing but `dup2` between fork and exec here).
 #![forbid(unsafe_code)]
 
-pub mod api;
-pub mod audit;
-pub mod auth;
-pub mod error;
-pub mod exec;
-pub mod mcp;
-pub mod state;
+mod api;
+mod audit;
+mod auth;
+mod base64;
+mod error;
+mod exec;
+mod logging;
+mod mcp;
+mod state;
 mod warm;
 mod workspace;
 
@@ -25,42 +33,61 @@ use std::sync::Arc;
 
 use corral_policy::Config;
 
+pub use audit::AuditError;
 pub use error::ServerError;
-pub use state::AppState;
+pub use logging::{init_logging, LogError};
+pub use mcp::serve_stdio;
+
+use state::AppState;
 
 /// Checks the configuration for a safe start: listening beyond loopback
 /// without tenants (authentication) is refused.
-pub fn check_startup(config: &Config) -> Result<(), ServerError> {
+fn check_startup(config: &Config) -> Result<(), ServerError> {
     let s = &config.server;
     if !s.listen.ip().is_loopback() && s.tenants.is_empty() {
-        return Err(ServerError::Unsafe(format!(
-            "refusing to listen on {} without authentication: anyone who can reach it could run code. \
-             Add [[server.tenant]] entries (bearer tokens, stored as SHA-256) or listen on 127.0.0.1",
-            s.listen
-        )));
+        return Err(ServerError::Unauthenticated(s.listen));
     }
     Ok(())
 }
 
-/// Serves until SIGINT or SIGTERM.
+/// Serves HTTP (and MCP at `/mcp`) until SIGINT or SIGTERM. Once it
+/// listens, one line goes to stderr, `corral: serving on http://ADDR`,
+/// before any log line.
 pub async fn serve(config: Config) -> Result<(), ServerError> {
     check_startup(&config)?;
     let listen: SocketAddr = config.server.listen;
     let state = Arc::new(AppState::new(config)?);
     let listener = tokio::net::TcpListener::bind(listen)
         .await
-        .map_err(|e| ServerError::Io(format!("binding {listen}: {e}")))?;
-    let local = listener
-        .local_addr()
-        .map_err(|e| ServerError::Io(e.to_string()))?;
+        .map_err(|source| ServerError::Bind {
+            addr: listen,
+            source,
+        })?;
+    let local = listener.local_addr().map_err(ServerError::Serve)?;
     start_warm_helpers(&state.config);
-    eprintln!("corral: serving on http://{local}");
+    announce(local);
+    tracing::info!(
+        listen = %local,
+        work_dir = %state.work_dir.display(),
+        max_concurrent = state.config.server.max_concurrent,
+        tenants = state.tenants.len(),
+        code_mode = state.config.server.code_mode,
+        "serving"
+    );
     let served = axum::serve(listener, api::router(state))
         .with_graceful_shutdown(shutdown_signal())
         .await
-        .map_err(|e| ServerError::Io(e.to_string()));
+        .map_err(ServerError::Serve);
+    tracing::info!("stopped");
     crate::warm::shutdown();
     served
+}
+
+/// The one line scripts and tests wait for (and read the port from). A
+/// stderr that cannot be written is no reason to stop.
+fn announce(local: SocketAddr) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "corral: serving on http://{local}");
 }
 
 /// One sandbox helper started ahead per execution slot, waiting in a
@@ -75,6 +102,7 @@ fn start_warm_helpers(config: &Config) {
     crate::warm::keep_ready(config.server.max_concurrent as usize, template);
 }
 
+/// Resolves on SIGINT or SIGTERM (never, if they cannot be watched).
 async fn shutdown_signal() {
     use tokio::signal::unix::{signal, SignalKind};
     let Ok(mut term) = signal(SignalKind::terminate()) else {

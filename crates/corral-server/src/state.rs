@@ -20,6 +20,16 @@ pub struct TenantState {
     pub slots: Arc<Semaphore>,
 }
 
+impl TenantState {
+    /// A tenant with as many slots as its quota.
+    pub fn new(tenant: Tenant) -> TenantState {
+        TenantState {
+            slots: Arc::new(Semaphore::new(tenant.max_concurrent as usize)),
+            tenant,
+        }
+    }
+}
+
 /// Counters for `/metrics`.
 #[derive(Default)]
 pub struct Metrics {
@@ -42,7 +52,7 @@ pub struct AppState {
     /// Profiles and `[server]`.
     pub config: Config,
     /// Tenants (one anonymous tenant when none is configured).
-    pub tenants: Vec<TenantState>,
+    pub tenants: Vec<Arc<TenantState>>,
     /// Allowlisted commands of every profile, resolved once at start-up.
     pub commands: HashMap<String, CommandTable>,
     /// Executions running at once, all tenants together.
@@ -81,13 +91,9 @@ impl AppState {
         };
         let tenants = tenants
             .into_iter()
-            .map(|t| TenantState {
-                slots: Arc::new(Semaphore::new(t.max_concurrent as usize)),
-                tenant: t,
-            })
+            .map(|t| Arc::new(TenantState::new(t)))
             .collect();
-        let audit = AuditStore::open(&s.audit_db, s.audit_jsonl.as_deref(), s.retention_days)
-            .map_err(|e| ServerError::Audit(e.to_string()))?;
+        let audit = AuditStore::open(&s.audit_db, s.audit_jsonl.as_deref(), s.retention_days)?;
         check_traversable(&s.work_dir)?;
         sweep_stale_work_dirs(&s.work_dir);
         let work_dir = s
@@ -170,19 +176,21 @@ fn check_traversable(work_dir: &std::path::Path) -> Result<(), ServerError> {
     if corral_sys::process::uids().1 != 0 {
         return Ok(());
     }
-    let full = std::fs::canonicalize(work_dir)
-        .map_err(|e| ServerError::Io(format!("work_dir {}: {e}", work_dir.display())))?;
+    let full = std::fs::canonicalize(work_dir).map_err(|source| ServerError::WorkDir {
+        path: work_dir.to_path_buf(),
+        source,
+    })?;
     for dir in full.ancestors() {
-        let meta = std::fs::metadata(dir)
-            .map_err(|e| ServerError::Io(format!("{}: {e}", dir.display())))?;
+        let meta = std::fs::metadata(dir).map_err(|source| ServerError::Stat {
+            path: dir.to_path_buf(),
+            source,
+        })?;
         if meta.mode() & 0o001 == 0 {
-            return Err(ServerError::Unsafe(format!(
-                "work_dir {}: {} is not traversable by others (mode {:o}); sandboxes run as an unprivileged uid \
-                 and must reach their workspace below it. Pick a work_dir whose parents all allow `x` for others (e.g. /tmp)",
-                work_dir.display(),
-                dir.display(),
-                meta.mode() & 0o7777
-            )));
+            return Err(ServerError::NotTraversable {
+                work_dir: work_dir.to_path_buf(),
+                dir: dir.to_path_buf(),
+                mode: meta.mode() & 0o7777,
+            });
         }
     }
     Ok(())
@@ -194,13 +202,18 @@ fn check_traversable(work_dir: &std::path::Path) -> Result<(), ServerError> {
 /// corral chmod or fill a directory of theirs.
 fn create_own_dir(dir: &std::path::Path) -> Result<(), ServerError> {
     use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
-    std::fs::DirBuilder::new().mode(0o711).create(dir).map_err(|e| {
-        ServerError::Unsafe(format!(
-            "creating {}: {e}; corral only works in a directory it creates itself (remove a stale one if it is yours)",
-            dir.display()
-        ))
-    })?;
+    std::fs::DirBuilder::new()
+        .mode(0o711)
+        .create(dir)
+        .map_err(|source| ServerError::OwnDir {
+            path: dir.to_path_buf(),
+            source,
+        })?;
     // The mode as asked, whatever the umask; the directory is ours and new.
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o711))
-        .map_err(|e| ServerError::Io(format!("chmod {}: {e}", dir.display())))
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o711)).map_err(|source| {
+        ServerError::Chmod {
+            path: dir.to_path_buf(),
+            source,
+        }
+    })
 }

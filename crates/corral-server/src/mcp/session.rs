@@ -11,16 +11,15 @@
 use std::ops::Deref;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
+use std::time::Instant;
 
-use crate::workspace::{FileLimits, Workspace, WorkspaceError};
-use axum::http::StatusCode;
 use corral_policy::Profile;
-use serde_json::Value;
 
 use crate::audit::now_ms;
 use crate::error::ApiError;
-use crate::exec::{self, Prepared};
+use crate::exec::{self, ExecutionResponse, Job};
 use crate::state::AppState;
+use crate::workspace::{FileLimits, Workspace, WorkspaceError};
 
 /// Largest code file corral writes for one execution.
 const MAX_CODE_BYTES: u64 = 16 << 20;
@@ -32,14 +31,14 @@ const MAX_CODE_BYTES: u64 = 16 << 20;
 /// even when the session ends first. Removal never follows a link the
 /// sandbox planted (see [`Workspace::remove`]).
 #[derive(Debug)]
-pub struct SessionWorkspace(Option<Workspace>);
+pub struct SessionWorkspace(Workspace);
 
 impl SessionWorkspace {
     /// A fresh workspace under the server's own directory (so a restarted
     /// server sweeps it if this one is killed), owned by the uid the
     /// sandbox of `profile` runs as.
     pub fn create(state: &AppState, profile: &Profile) -> Result<SessionWorkspace, WorkspaceError> {
-        exec::new_workspace(state, profile).map(|ws| SessionWorkspace(Some(ws)))
+        exec::new_workspace(state, profile).map(SessionWorkspace)
     }
 }
 
@@ -47,38 +46,50 @@ impl Deref for SessionWorkspace {
     type Target = Workspace;
 
     fn deref(&self) -> &Workspace {
-        // Only `drop` takes the workspace out.
-        self.0.as_ref().unwrap_or_else(|| unreachable!())
+        &self.0
     }
 }
 
 impl Drop for SessionWorkspace {
     fn drop(&mut self) {
-        if let Some(ws) = self.0.take() {
-            let path = ws.path().display().to_string();
-            if let Err(e) = ws.remove() {
-                eprintln!("corral: session workspace {path} not fully removed: {e}");
-            }
+        if let Err(e) = self.0.delete() {
+            tracing::warn!(
+                workspace = %self.0.path().display(),
+                error = %e,
+                "session workspace not fully removed"
+            );
         }
     }
 }
 
 /// Runs a prepared request in an existing workspace (blocking: call from
-/// `spawn_blocking`). The code file, when there is one, is written under
-/// the reserved `.corral/` name first; then [`exec::execute_in`] runs it,
-/// as it does every HTTP execution. Nothing is collected and the workspace
-/// is left in place. One audit record, as for [`exec::run`].
+/// `spawn_blocking`), inside the job's span. The code file, when there is
+/// one, is written under the reserved `.corral/` name first; then
+/// [`exec::execute_in`] runs it, as it does every HTTP execution. Nothing
+/// is collected and the workspace is left in place. One audit record, as
+/// for [`exec::run`].
 ///
 /// Callers must not run two executions in one workspace at once: both
 /// would write the same code file.
 pub fn run_in_workspace(
     state: &AppState,
-    tenant: &str,
-    id: &str,
-    prepared: Prepared,
+    job: &Job,
     ws: &Workspace,
     cancel: Arc<AtomicBool>,
-) -> Result<Value, ApiError> {
+) -> Result<ExecutionResponse, ApiError> {
+    let _in_span = job.span.enter();
+    let since = Instant::now();
+    let result = run_here(state, job, ws, cancel);
+    job.finish(since, &result);
+    result
+}
+
+fn run_here(
+    state: &AppState,
+    job: &Job,
+    ws: &Workspace,
+    cancel: Arc<AtomicBool>,
+) -> Result<ExecutionResponse, ApiError> {
     let started = now_ms();
     // corral's own file: reserved names are allowed to corral itself.
     let own = FileLimits {
@@ -86,15 +97,14 @@ pub fn run_in_workspace(
         max_workspace_bytes: u64::MAX,
         reserved: &[],
     };
-    if let Some((path, data)) = &prepared.code_file {
+    if let Some((path, data)) = &job.prepared.code_file {
         ws.write_file(path, data, &own).map_err(|e| {
             ApiError::new(
-                StatusCode::CONFLICT,
                 e.code(),
                 format!("writing the code file into the session workspace: {e}"),
             )
         })?;
     }
-    let (body, status) = exec::execute_in(state, tenant, id, &prepared, ws, cancel, None)?;
-    exec::record_and_answer(state, tenant, id, &prepared, started, body, status)
+    let response = exec::execute_in(state, job, ws, cancel, None)?;
+    exec::record(state, job, started, response)
 }

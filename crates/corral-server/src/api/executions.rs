@@ -1,0 +1,261 @@
+//! `/v1/executions`: run one (answered whole, or streamed as server-sent
+//! events), read one back, list them.
+
+use std::borrow::Cow;
+use std::convert::Infallible;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Path, Query, State};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+use tokio::sync::OwnedSemaphorePermit;
+
+use super::Shared;
+use crate::audit::ExecutionSummary;
+use crate::auth::Authed;
+use crate::error::{ApiError, ErrorBody, ErrorCode};
+use crate::exec::{self, CancelOnDrop, ExecutionRequest, ExecutionResponse, Job};
+
+/// Seconds between heartbeat events on a stream.
+const HEARTBEAT_SECS: u64 = 10;
+/// Events queued between the sandbox's output drain and a stream's client.
+const STREAM_QUEUE: usize = 256;
+
+/// A request that passed authentication, validation and the concurrency
+/// check, holding its two slots (the tenant's and the server's).
+struct Admitted {
+    job: Job,
+    slots: (OwnedSemaphorePermit, OwnedSemaphorePermit),
+}
+
+/// Authenticates, parses and validates a request, and takes a tenant and a
+/// global slot; saturated means a structured busy answer, never a queue.
+fn admit(st: &Shared, authed: Result<Authed, ApiError>, body: &[u8]) -> Result<Admitted, ApiError> {
+    let refused = |e: ApiError| {
+        st.metrics.refused.fetch_add(1, Ordering::Relaxed);
+        e
+    };
+    let Authed(t) = authed.map_err(refused)?;
+    let req: ExecutionRequest = serde_json::from_slice(body).map_err(|e| {
+        refused(ApiError::new(
+            ErrorCode::RequestMalformed,
+            format!("invalid JSON body: {e}"),
+        ))
+    })?;
+    let prepared = exec::prepare(st, &t.tenant.profiles, req).map_err(refused)?;
+    let id = exec::new_id()?;
+    let busy = || {
+        st.metrics.busy.fetch_add(1, Ordering::Relaxed);
+        ApiError::busy("all execution slots are in use; retry after the indicated delay")
+    };
+    let tenant_slot = t.slots.clone().try_acquire_owned().map_err(|_| busy())?;
+    let global_slot = st.global.clone().try_acquire_owned().map_err(|_| busy())?;
+    st.metrics.started.fetch_add(1, Ordering::Relaxed);
+    Ok(Admitted {
+        job: Job::new(id, t.tenant.name.clone(), prepared),
+        slots: (tenant_slot, global_slot),
+    })
+}
+
+/// `POST /v1/executions`: runs one execution and answers its result.
+pub(super) async fn create(
+    State(st): State<Shared>,
+    authed: Result<Authed, ApiError>,
+    body: Bytes,
+) -> Result<Json<ExecutionResponse>, ApiError> {
+    let Admitted { job, slots } = admit(&st, authed, &body)?;
+    let cancel = Arc::new(AtomicBool::new(false));
+    // A client that goes away drops this handler: the execution is killed.
+    let mut guard = CancelOnDrop::new(cancel.clone());
+    let state = st.clone();
+    let result = tokio::task::spawn_blocking(move || {
+        let result = exec::run(&state, &job, cancel, None);
+        state.metrics.finished.fetch_add(1, Ordering::Relaxed);
+        drop(slots);
+        result
+    })
+    .await
+    .map_err(|e| ApiError::internal(format!("execution task failed: {e}")))?;
+    guard.disarm();
+    result.map(Json)
+}
+
+/// The `start` event.
+#[derive(Serialize)]
+struct StreamStart<'a> {
+    id: &'a str,
+    tenant: &'a str,
+    profile: &'a str,
+}
+
+/// A `stdout` or `stderr` event.
+#[derive(Serialize)]
+struct StreamChunk<'a> {
+    data: Cow<'a, str>,
+}
+
+/// The `result` event: the answer `POST /v1/executions` would have given
+/// (with its status when that is an error), plus what the stream dropped.
+#[derive(Serialize)]
+struct StreamEnd<'a> {
+    #[serde(flatten)]
+    body: StreamBody<'a>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    status: Option<u16>,
+    stream_dropped_bytes: u64,
+}
+
+#[derive(Serialize)]
+#[serde(untagged)]
+enum StreamBody<'a> {
+    Result(&'a ExecutionResponse),
+    Error(ErrorBody<'a>),
+}
+
+/// An event named `name` whose data is `data` as JSON.
+fn event(name: &'static str, data: &impl Serialize) -> Event {
+    let text = serde_json::to_string(data).unwrap_or_else(|_| "{}".to_owned());
+    Event::default().event(name).data(text)
+}
+
+/// `POST /v1/executions/stream`: the same request, answered as server-sent
+/// events: `start`, `stdout`/`stderr` chunks as they come, `heartbeat`s,
+/// and exactly one `result` (the non-streaming answer) once the whole
+/// sandbox has exited. A client that goes away kills the execution.
+pub(super) async fn stream(
+    State(st): State<Shared>,
+    authed: Result<Authed, ApiError>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let Admitted { job, slots } = admit(&st, authed, &body)?;
+    // (is the final result, event)
+    let (tx, rx) = tokio::sync::mpsc::channel::<(bool, Event)>(STREAM_QUEUE);
+    let start = StreamStart {
+        id: &job.id,
+        tenant: &job.tenant,
+        profile: &job.prepared.profile.name,
+    };
+    let _ = tx.try_send((false, event("start", &start)));
+    // Chunks a slow client cannot take are dropped from the stream (never
+    // from the result, which keeps head and tail); the drain never waits.
+    let dropped = Arc::new(AtomicU64::new(0));
+    let tap_tx = tx.clone();
+    let tap_dropped = dropped.clone();
+    let tap: corral_launcher::OutputTap = Arc::new(move |stream: u8, data: &[u8]| {
+        let name = if stream == 1 { "stdout" } else { "stderr" };
+        let chunk = StreamChunk {
+            data: String::from_utf8_lossy(data),
+        };
+        if tap_tx.try_send((false, event(name, &chunk))).is_err() {
+            tap_dropped.fetch_add(data.len() as u64, Ordering::Relaxed);
+        }
+    });
+    let cancel = Arc::new(AtomicBool::new(false));
+    let guard = CancelOnDrop::new(cancel.clone());
+    let state = st.clone();
+    tokio::task::spawn_blocking(move || {
+        let result = exec::run(&state, &job, cancel, Some(tap));
+        state.metrics.finished.fetch_add(1, Ordering::Relaxed);
+        drop(slots);
+        let stream_dropped_bytes = dropped.load(Ordering::Relaxed);
+        let end = match &result {
+            Ok(r) => StreamEnd {
+                body: StreamBody::Result(r),
+                status: None,
+                stream_dropped_bytes,
+            },
+            // The error object, or for a refusal the whole record (with
+            // `error` and the id), plus the status the non-streaming
+            // endpoint would have answered.
+            Err(e) => StreamEnd {
+                body: StreamBody::Error(e.body()),
+                status: Some(e.status().as_u16()),
+                stream_dropped_bytes,
+            },
+        };
+        // Exactly one result, after the whole tree has exited; waits for
+        // room rather than drop it (fails only if the client left).
+        let _ = tx.blocking_send((true, event("result", &end)));
+    });
+    let events = futures_util::stream::unfold((rx, guard), |(mut rx, mut guard)| async move {
+        let (last, ev) = rx.recv().await?;
+        if last {
+            guard.disarm();
+        }
+        Some((Ok::<_, Infallible>(ev), (rx, guard)))
+    });
+    let keep_alive = KeepAlive::new()
+        .interval(Duration::from_secs(HEARTBEAT_SECS))
+        .event(Event::default().event("heartbeat").data("{}"));
+    Ok(Sse::new(events).keep_alive(keep_alive).into_response())
+}
+
+/// `GET /v1/executions/{id}`: the stored answer, exactly as it was sent.
+pub(super) async fn get(
+    State(st): State<Shared>,
+    Authed(t): Authed,
+    Path(id): Path<String>,
+) -> Result<Json<Box<RawValue>>, ApiError> {
+    let name = t.tenant.name.clone();
+    let state = st.clone();
+    let found = tokio::task::spawn_blocking(move || state.audit.get(&name, &id))
+        .await
+        .map_err(|e| ApiError::internal(e.to_string()))??;
+    // Another tenant's execution is indistinguishable from a missing one.
+    found
+        .map(Json)
+        .ok_or_else(|| ApiError::new(ErrorCode::ExecutionNotFound, "no such execution"))
+}
+
+/// Query of `GET /v1/executions`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ListQuery {
+    limit: Option<u32>,
+    offset: Option<u32>,
+    profile: Option<String>,
+}
+
+/// The answer of `GET /v1/executions`.
+#[derive(Serialize)]
+pub(super) struct ListResponse {
+    items: Vec<ExecutionSummary>,
+    limit: u32,
+    offset: u32,
+}
+
+/// `GET /v1/executions`: a page of the caller's executions, newest first.
+pub(super) async fn list(
+    State(st): State<Shared>,
+    Authed(t): Authed,
+    q: Result<Query<ListQuery>, QueryRejection>,
+) -> Result<Json<ListResponse>, ApiError> {
+    let Query(q) = q.map_err(|e| ApiError::new(ErrorCode::RequestInvalid, e.body_text()))?;
+    let limit = q.limit.unwrap_or(50);
+    if limit == 0 || limit > 500 {
+        return Err(ApiError::new(
+            ErrorCode::RequestInvalid,
+            "limit must be 1-500",
+        ));
+    }
+    let offset = q.offset.unwrap_or(0);
+    let name = t.tenant.name.clone();
+    let state = st.clone();
+    let items = tokio::task::spawn_blocking(move || {
+        state.audit.list(&name, q.profile.as_deref(), limit, offset)
+    })
+    .await
+    .map_err(|e| ApiError::internal(e.to_string()))??;
+    Ok(Json(ListResponse {
+        items,
+        limit,
+        offset,
+    }))
+}

@@ -1,0 +1,382 @@
+//! One execution: validated into a profile and a command ([`prepare()`]),
+//! run in a workspace, recorded, answered as an [`ExecutionResponse`].
+//!
+//! The HTTP API ([`run`]: a fresh workspace per execution) and MCP
+//! (`mcp::session::run_in_workspace`: the session's workspace) share
+//! [`execute_in`] and [`record`]; each execution runs inside its own
+//! `execution` tracing span ([`Job::span`]).
+
+mod prepare;
+mod response;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use corral_launcher::{
+    execute, sandbox_identity, ExecuteOptions, HelperStart, OutputMode, OutputTap, RunRequest,
+};
+use corral_policy::env::EnvRequest;
+use corral_policy::Profile;
+
+pub use prepare::{prepare, prepare_code, ExecutionRequest, Language, Prepared};
+pub use response::{Ceilings, Encoding, ExecutionResponse, Outputs, RunOutcome};
+
+use crate::audit::{now_ms, AuditRecord};
+use crate::auth::sha256_hex;
+use crate::error::ApiError;
+use crate::state::AppState;
+use crate::workspace::{FileLimits, Workspace, WorkspaceError, DEFAULT_RESERVED};
+
+/// Largest input file, and all input files together.
+pub const MAX_INPUT_BYTES: u64 = 16 << 20;
+
+/// An admitted execution: its id, its tenant, what runs, and the tracing
+/// span everything about it is logged in.
+#[derive(Debug)]
+pub struct Job {
+    /// The execution id.
+    pub id: String,
+    /// The tenant's name.
+    pub tenant: String,
+    /// What runs.
+    pub prepared: Prepared,
+    /// The `execution` span (a child of the request's or tool call's).
+    pub span: tracing::Span,
+}
+
+impl Job {
+    /// A job and its span, as a child of the current span: call it where
+    /// the request is handled, before the work moves to a blocking thread.
+    pub fn new(id: String, tenant: String, prepared: Prepared) -> Job {
+        let span = tracing::info_span!(
+            "execution",
+            execution_id = %id,
+            tenant = %tenant,
+            profile = %prepared.profile.name,
+            outcome = tracing::field::Empty,
+            exit_code = tracing::field::Empty,
+            duration_ms = tracing::field::Empty,
+        );
+        Job {
+            id,
+            tenant,
+            prepared,
+            span,
+        }
+    }
+
+    /// Logs the end of the execution in its span: the outcome (the
+    /// result's [`outcome_label`](ExecutionResponse::outcome_label), or
+    /// the error's code), the exit status and the duration.
+    pub fn finish(&self, since: Instant, result: &Result<ExecutionResponse, ApiError>) {
+        let span = &self.span;
+        span.record("duration_ms", since.elapsed().as_millis() as u64);
+        match result {
+            Ok(r) => {
+                span.record("outcome", r.outcome_label());
+                span.record("exit_code", r.exit_code());
+                tracing::info!(parent: span, "execution finished");
+            }
+            Err(ApiError::Refused(r)) => {
+                span.record("outcome", "refused");
+                span.record("exit_code", r.exit_code());
+                tracing::info!(parent: span, code = r.refusal_code().unwrap_or_default(), "execution refused");
+            }
+            Err(e) if e.status().is_server_error() => {
+                span.record("outcome", "error");
+                tracing::error!(parent: span, code = e.code(), error = %e, "execution failed");
+            }
+            Err(e) => {
+                span.record("outcome", "error");
+                tracing::info!(parent: span, code = e.code(), error = %e, "execution refused");
+            }
+        }
+    }
+}
+
+/// Sets the cancellation flag when dropped before [`disarm`] was called:
+/// a handler dropped before its execution finished means the client went
+/// away.
+///
+/// [`disarm`]: CancelOnDrop::disarm
+#[derive(Debug)]
+pub struct CancelOnDrop {
+    flag: Arc<AtomicBool>,
+    armed: bool,
+}
+
+impl CancelOnDrop {
+    /// A guard over `flag`, armed.
+    pub fn new(flag: Arc<AtomicBool>) -> CancelOnDrop {
+        CancelOnDrop { flag, armed: true }
+    }
+
+    /// The execution finished: dropping the guard no longer cancels it.
+    pub fn disarm(&mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        if self.armed {
+            self.flag.store(true, Ordering::Relaxed);
+        }
+    }
+}
+
+/// A fresh random execution id: 12 bytes from the kernel's random source
+/// (`getrandom(2)`), as 24 hex digits. When the kernel cannot give them,
+/// the request fails with 500 `internal`: an id is never made up from
+/// anything guessable.
+pub fn new_id() -> Result<String, ApiError> {
+    id_from(getrandom::fill)
+}
+
+/// An id from the bytes `fill` provides, or the error it reports.
+fn id_from<E: std::fmt::Display>(
+    fill: impl FnOnce(&mut [u8]) -> Result<(), E>,
+) -> Result<String, ApiError> {
+    let mut bytes = [0u8; 12];
+    fill(&mut bytes).map_err(|e| {
+        ApiError::internal(format!(
+            "no execution id: the system's random source failed: {e}"
+        ))
+    })?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// A fresh workspace under the server's own directory, owned by the uid
+/// the sandbox of `profile` runs as (when the server is root).
+pub fn new_workspace(state: &AppState, profile: &Profile) -> Result<Workspace, WorkspaceError> {
+    let identity = sandbox_identity(profile);
+    let owner = identity
+        .drop_from_root
+        .then_some((identity.uid, identity.gid));
+    Workspace::create(&state.work_dir, owner)
+}
+
+/// Runs an HTTP execution (blocking: call from `spawn_blocking`), with
+/// output chunks also handed to `tap` as they arrive.
+///
+/// The execution gets a fresh workspace with the request's files; the
+/// regular files it leaves under `output/` are collected into the result,
+/// then the workspace is removed and the record written.
+pub fn run(
+    state: &AppState,
+    job: &Job,
+    cancel: Arc<AtomicBool>,
+    tap: Option<OutputTap>,
+) -> Result<ExecutionResponse, ApiError> {
+    let _in_span = job.span.enter();
+    let since = Instant::now();
+    let result = run_in_fresh_workspace(state, job, cancel, tap);
+    job.finish(since, &result);
+    result
+}
+
+fn run_in_fresh_workspace(
+    state: &AppState,
+    job: &Job,
+    cancel: Arc<AtomicBool>,
+    tap: Option<OutputTap>,
+) -> Result<ExecutionResponse, ApiError> {
+    let started = now_ms();
+    let prepared = &job.prepared;
+    let ws = new_workspace(state, &prepared.profile)
+        .map_err(|e| ApiError::internal(format!("creating the workspace: {e}")))?;
+    // Callers may not write corral's reserved names; corral writes the code
+    // file there itself.
+    let callers = FileLimits {
+        max_file_bytes: MAX_INPUT_BYTES,
+        max_workspace_bytes: MAX_INPUT_BYTES,
+        reserved: DEFAULT_RESERVED,
+    };
+    let own = FileLimits {
+        reserved: &[],
+        ..callers
+    };
+    let writes = prepared
+        .files
+        .iter()
+        .map(|(p, d)| (p, d, &callers))
+        .chain(prepared.code_file.iter().map(|(p, d)| (p, d, &own)));
+    for (path, data, limits) in writes {
+        if let Err(e) = ws.write_file(path, data, limits) {
+            remove_workspace(ws);
+            return Err(ApiError::InputFile(e));
+        }
+    }
+    let outcome = execute_in(state, job, &ws, cancel, tap).map(|mut response| {
+        response.outputs = Some(Outputs::collect(&ws));
+        response
+    });
+    remove_workspace(ws);
+    record(state, job, started, outcome?)
+}
+
+/// Removes an execution's workspace; a failure is logged (the directory
+/// then stays until the server's own directory is removed).
+fn remove_workspace(ws: Workspace) {
+    let path = ws.path().to_path_buf();
+    if let Err(e) = ws.remove() {
+        tracing::warn!(workspace = %path.display(), error = %e, "workspace not fully removed");
+    }
+}
+
+/// Runs a prepared request in `ws`, which the caller has set up and
+/// removes (blocking: call from `spawn_blocking`). The one place where the
+/// HTTP API ([`run`]) and MCP (`mcp::session::run_in_workspace`) build the
+/// execution: its options, the call to the runtime, the metrics and the
+/// service's fields of the result. A refusal of the runtime is an
+/// `Ok` response with a [`RunOutcome::Refused`] outcome: it is recorded
+/// like any execution, see [`record`]. No outputs are collected here.
+pub fn execute_in(
+    state: &AppState,
+    job: &Job,
+    ws: &Workspace,
+    cancel: Arc<AtomicBool>,
+    tap: Option<OutputTap>,
+) -> Result<ExecutionResponse, ApiError> {
+    let prepared = &job.prepared;
+    let stdin = stdin_file(&state.work_dir, prepared.stdin.as_deref())
+        .map_err(|e| ApiError::internal(format!("preparing stdin: {e}")))?;
+    let request = RunRequest {
+        argv: prepared.argv.clone(),
+        workdir: Some(ws.path().to_path_buf()),
+        env: EnvRequest {
+            pass: Vec::new(),
+            set: prepared.env.clone(),
+        },
+        ..Default::default()
+    };
+    let commands = state
+        .commands
+        .get(&prepared.profile.name)
+        .cloned()
+        .unwrap_or_default();
+    let opts = ExecuteOptions {
+        output: OutputMode::Capture,
+        // This process has threads: the helper is always re-executed.
+        helper: HelperStart::ReExec,
+        forward_signals: false,
+        cancel: Some(cancel.clone()),
+        stdin: Some(Arc::new(stdin)),
+        tap,
+        prestarted: Some(crate::warm::take),
+    };
+    // The server's own environment never reaches a sandbox.
+    let outcome = match execute(
+        &prepared.profile,
+        &commands,
+        &request,
+        &|_| None,
+        opts,
+        &mut |_| {},
+    ) {
+        Ok(done) => {
+            let m = &state.metrics;
+            if done.result.timed_out {
+                m.timed_out.fetch_add(1, Ordering::Relaxed);
+            }
+            if done.result.oom_killed {
+                m.oom_killed.fetch_add(1, Ordering::Relaxed);
+            }
+            RunOutcome::Ran(Box::new(done.result))
+        }
+        Err(refusal) => refusal.into(),
+    };
+    Ok(ExecutionResponse {
+        id: job.id.clone(),
+        tenant: job.tenant.clone(),
+        profile: prepared.profile.name.clone(),
+        limits: Ceilings::of(&prepared.profile),
+        cancelled: cancel.load(Ordering::Relaxed),
+        outcome,
+        outputs: None,
+    })
+}
+
+/// Stores the audit record of a finished execution (its answer is kept
+/// even when storing fails) and turns a refused one into its API error,
+/// whose body is the record.
+pub fn record(
+    state: &AppState,
+    job: &Job,
+    started: u64,
+    response: ExecutionResponse,
+) -> Result<ExecutionResponse, ApiError> {
+    let prepared = &job.prepared;
+    let stored = AuditRecord::of(
+        &response,
+        sha256_hex(prepared.code.as_bytes()),
+        state
+            .config
+            .server
+            .store_code
+            .then(|| prepared.code.clone()),
+        started,
+        now_ms(),
+    )
+    .and_then(|record| state.audit.record(&record));
+    if let Err(e) = stored {
+        // The execution happened; its answer must not be lost either.
+        tracing::error!(execution_id = %job.id, error = %e, "audit record not stored");
+    }
+    match response.outcome {
+        RunOutcome::Refused(_) => Err(ApiError::Refused(Box::new(response))),
+        RunOutcome::Ran(_) => Ok(response),
+    }
+}
+
+/// `/dev/null`, or an unlinked file holding the request's input.
+fn stdin_file(dir: &std::path::Path, data: Option<&[u8]>) -> std::io::Result<std::fs::File> {
+    let Some(data) = data else {
+        return std::fs::File::open("/dev/null");
+    };
+    use std::io::{Seek, Write};
+    let name = new_id().map_err(|e| std::io::Error::other(e.to_string()))?;
+    let path = dir.join(format!(".corral-stdin-{name}"));
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(&path)?;
+    std::fs::remove_file(&path)?;
+    f.write_all(data)?;
+    f.rewind()?;
+    Ok(f)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_id_is_never_made_without_randomness() {
+        let e = id_from(|_| Err("EIO")).unwrap_err();
+        assert_eq!((e.status().as_u16(), e.code()), (500, "internal"));
+        assert!(e.to_string().contains("random"), "{e}");
+        let id = id_from(|b| {
+            b.fill(0xab);
+            Ok::<(), &str>(())
+        })
+        .unwrap();
+        assert_eq!(id, "ab".repeat(12));
+        let (a, b) = (new_id().unwrap(), new_id().unwrap());
+        assert_eq!(a.len(), 24);
+        assert_ne!(a, b);
+    }
+
+    #[test]
+    fn a_dropped_guard_cancels_and_a_disarmed_one_does_not() {
+        let flag = Arc::new(AtomicBool::new(false));
+        let mut guard = CancelOnDrop::new(flag.clone());
+        guard.disarm();
+        drop(guard);
+        assert!(!flag.load(Ordering::Relaxed));
+        drop(CancelOnDrop::new(flag.clone()));
+        assert!(flag.load(Ordering::Relaxed));
+    }
+}

@@ -1,0 +1,147 @@
+//! `/mcp`: MCP over streamable HTTP, behind the API's bearer tokens, each
+//! session bound to the tenant that opened it.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+
+use axum::extract::{Request, State};
+use axum::http::{Method, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::Router;
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
+
+use super::{Caller, CorralMcp, Shared};
+use crate::error::ApiError;
+use crate::state::AppState;
+
+/// `/mcp`: the streamable HTTP MCP endpoint, behind the API's bearer-token
+/// authentication. Generic over the outer router's state; it carries its
+/// own.
+pub fn router<S>(state: Arc<AppState>) -> Router<S>
+where
+    S: Clone + Send + Sync + 'static,
+{
+    let shared = Arc::new(Shared {
+        state: state.clone(),
+        local: None,
+        live: Mutex::default(),
+    });
+    let server = &state.config.server;
+    let mut config = StreamableHttpServerConfig::default().with_max_request_body_bytes(
+        usize::try_from(server.max_request_bytes).unwrap_or(usize::MAX),
+    );
+    if !server.listen.ip().is_loopback() {
+        // The Host check guards unauthenticated loopback servers against
+        // DNS rebinding; beyond loopback every caller has a bearer token
+        // (checked at start-up) and the server's names are not known here.
+        config = config.disable_allowed_hosts();
+    }
+    // Open event streams would keep a graceful shutdown waiting: end the
+    // sessions on the signals that stop the server.
+    if let Ok(rt) = tokio::runtime::Handle::try_current() {
+        let token = config.cancellation_token.clone();
+        rt.spawn(async move {
+            crate::shutdown_signal().await;
+            token.cancel();
+        });
+    }
+    let sessions = Arc::new(LocalSessionManager::default());
+    let service = StreamableHttpService::new(
+        move || Ok(CorralMcp::new(shared.clone())),
+        sessions.clone(),
+        config,
+    );
+    let gate = Arc::new(Gate {
+        state,
+        sessions,
+        owners: Mutex::default(),
+    });
+    Router::new()
+        .route_service("/mcp", service)
+        .layer(middleware::from_fn_with_state(gate, authenticate))
+}
+
+/// What the authentication layer in front of `/mcp` knows.
+struct Gate {
+    state: Arc<AppState>,
+    /// The SDK's sessions, to forget owners of sessions that are gone.
+    sessions: Arc<LocalSessionManager>,
+    /// Which tenant opened each session (by `Mcp-Session-Id`).
+    owners: Mutex<HashMap<String, usize>>,
+}
+
+/// The session header, on requests and on the `initialize` answer.
+const SESSION_HEADER: &str = "mcp-session-id";
+
+/// The API's authentication in front of `/mcp`: 401 with the API's error
+/// body, or the tenant attached to the request for the handler. A session
+/// id opened by another tenant is answered like an unknown one (404), for
+/// every method: posting to it, listening on it, deleting it.
+async fn authenticate(State(gate): State<Arc<Gate>>, mut req: Request, next: Next) -> Response {
+    let st = &gate.state;
+    let index = match crate::auth::tenant(st, req.headers()) {
+        Ok(t) => st.tenants.iter().position(|x| Arc::ptr_eq(x, t)),
+        Err(e) => return e.into_response(),
+    };
+    let Some(caller) = index else {
+        return ApiError::internal("tenant not found").into_response();
+    };
+    let session = req
+        .headers()
+        .get(SESSION_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    if let Some(id) = &session {
+        let owner = gate
+            .owners
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .get(id)
+            .copied();
+        if owner.is_some_and(|o| o != caller) {
+            return (StatusCode::NOT_FOUND, "Not Found: Session not found").into_response();
+        }
+    }
+    req.extensions_mut().insert(Caller(caller));
+    let delete = req.method() == Method::DELETE;
+    let mut resp = next.run(req).await;
+    let status = resp.status();
+    if delete && status == StatusCode::ACCEPTED {
+        // The SDK answers a session's DELETE with 202 once the session is
+        // closed; the Python SDK expects 200 or 204 and logs a failure
+        // otherwise. It is done: say so.
+        *resp.status_mut() = StatusCode::NO_CONTENT;
+    }
+    if let (Some(id), true) = (&session, delete && status.is_success()) {
+        gate.owners
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .remove(id);
+    }
+    let opened = resp
+        .headers()
+        .get(SESSION_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .filter(|_| session.is_none());
+    if let Some(id) = opened {
+        // A new session: remember its tenant, and forget the sessions the
+        // SDK has closed since (idle timeout, end of stream).
+        let live: HashSet<String> = gate
+            .sessions
+            .sessions
+            .read()
+            .await
+            .keys()
+            .map(|k| k.to_string())
+            .collect();
+        let mut owners = gate
+            .owners
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        owners.retain(|k, _| live.contains(k));
+        owners.insert(id.to_owned(), caller);
+    }
+    resp
+}

@@ -1,0 +1,371 @@
+//! The service as an MCP server (the official Rust SDK, `rmcp`): streamable
+//! HTTP at `/mcp` next to the HTTP API ([`http`]), and stdio for
+//! `corral mcp` ([`stdio`]).
+//!
+//! Tools ([`tools`]):
+//!
+//! - `run_code` {language, code, timeout_ms?}: only listed (and only
+//!   callable) when code mode is on. It goes through the same validation
+//!   as `POST /v1/executions` ([`crate::exec::prepare_code`]: profile,
+//!   ceilings, code mode gate), takes a tenant slot and a global slot
+//!   without waiting (saturated: a `busy` tool error, never a queue), and
+//!   is audited like every other execution.
+//! - `write_file` {path, content, encoding?}, `read_file` {path},
+//!   `list_files` {path?}: the session's workspace, through
+//!   [`crate::workspace::Workspace`] (openat2 beneath the workspace, no
+//!   symlinks, reserved `.corral*` names denied, sizes capped). `run_code`
+//!   runs *in* that workspace, so files go both ways.
+//!
+//! Sessions: each MCP session (an `initialize` handshake over HTTP, or one
+//! stdio connection) gets its own workspace, created on first use under the
+//! server's directory and removed when the session ends (a client's
+//! DELETE, the SDK's idle timeout, the stdio pipe closing, shutdown), or by
+//! the next start-up's sweep if the server was killed. The server speaks
+//! the protocol revisions that have sessions (up to 2025-11-25): a
+//! session-less 2026-07-28 client that probes with `server/discover` is told
+//! so and falls back to the `initialize` handshake.
+//!
+//! Authentication on `/mcp` is the HTTP API's: the same bearer tokens, the
+//! same 401 body. A session belongs to the tenant that opened it; requests
+//! carrying its id with another tenant's token are refused. Over stdio there
+//! is no token: the caller is whoever started `corral mcp` (who can read
+//! its config anyway) and acts as the tenant `local`, with every profile.
+
+mod http;
+mod session;
+mod stdio;
+mod tools;
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Instant;
+
+use axum::http::request::Parts;
+use rmcp::handler::server::router::tool::ToolRouter;
+use rmcp::handler::server::wrapper::Parameters;
+use rmcp::model::{
+    CallToolResult, ContentBlock, Implementation, InitializeRequestParams, InitializeResult,
+    ProtocolVersion, ServerCapabilities, ServerConfig,
+};
+use rmcp::service::RequestContext;
+use rmcp::{tool, tool_handler, tool_router, ErrorData, RoleServer, ServerHandler};
+use tracing::Instrument;
+
+pub use http::router;
+pub use stdio::serve_stdio;
+
+use crate::error::{ApiError, ErrorCode};
+use crate::state::{AppState, TenantState};
+use session::SessionWorkspace;
+use tools::{ListFilesArgs, ReadFileArgs, RunCodeArgs, WriteFileArgs};
+
+/// Most sessions with a workspace one tenant may have open at once.
+pub const MAX_SESSIONS_PER_TENANT: usize = 64;
+/// The newest protocol revision served: the last one with sessions, which
+/// the per-session workspace needs.
+const PROTOCOL: ProtocolVersion = ProtocolVersion::LATEST_WITH_INITIALIZE;
+
+/// The authenticated caller of one HTTP request: an index into
+/// [`AppState::tenants`], put into the request's extensions by the
+/// authentication layer in front of `/mcp`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Caller(usize);
+
+/// What every session of one MCP front end shares.
+struct Shared {
+    state: Arc<AppState>,
+    /// The stdio caller's tenant; `None` over HTTP, where tenants come from
+    /// the bearer token.
+    local: Option<Arc<TenantState>>,
+    /// Sessions holding a workspace, per tenant name.
+    live: Mutex<HashMap<String, usize>>,
+}
+
+/// Counts one tenant's session workspace while it exists.
+struct LiveSlot {
+    shared: Arc<Shared>,
+    tenant: String,
+}
+
+impl Drop for LiveSlot {
+    fn drop(&mut self) {
+        let mut live = self
+            .shared
+            .live
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(n) = live.get_mut(&self.tenant) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                live.remove(&self.tenant);
+            }
+        }
+    }
+}
+
+/// One MCP session's own state.
+#[derive(Default)]
+struct Session {
+    /// The tenant that opened the session (HTTP).
+    owner: OnceLock<usize>,
+    /// The workspace, created on first use.
+    workspace: Mutex<Option<(Arc<SessionWorkspace>, LiveSlot)>>,
+    /// `write_file` calls one at a time (the workspace cap is measured
+    /// before each write).
+    writes: tokio::sync::Mutex<()>,
+    /// One execution at a time: they share the workspace (and its code file).
+    running: tokio::sync::Mutex<()>,
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        let taken = self
+            .workspace
+            .get_mut()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .take();
+        let Some(held) = taken else { return };
+        // Removal walks the tree: off the async workers when there are some.
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => {
+                rt.spawn_blocking(move || drop(held));
+            }
+            Err(_) => drop(held),
+        }
+    }
+}
+
+/// The MCP server handler: one per session.
+pub struct CorralMcp {
+    shared: Arc<Shared>,
+    session: Arc<Session>,
+    tool_router: ToolRouter<CorralMcp>,
+}
+
+impl CorralMcp {
+    fn new(shared: Arc<Shared>) -> CorralMcp {
+        let mut tool_router = Self::tool_router();
+        if !shared.state.config.server.code_mode {
+            tool_router.remove_route("run_code");
+        }
+        CorralMcp {
+            shared,
+            session: Arc::default(),
+            tool_router,
+        }
+    }
+
+    /// The tenant making this request, which must be the session's. Its
+    /// name is recorded on the tool call's span.
+    fn tenant(&self, ctx: &RequestContext<RoleServer>) -> Result<&Arc<TenantState>, ApiError> {
+        let found = self.find_tenant(ctx)?;
+        tracing::Span::current().record("tenant", found.tenant.name.as_str());
+        Ok(found)
+    }
+
+    fn find_tenant(&self, ctx: &RequestContext<RoleServer>) -> Result<&Arc<TenantState>, ApiError> {
+        if let Some(local) = &self.shared.local {
+            return Ok(local);
+        }
+        let caller = caller(ctx).ok_or_else(|| {
+            ApiError::new(
+                ErrorCode::AuthMissing,
+                "the request carries no authenticated tenant",
+            )
+        })?;
+        let owner = *self.session.owner.get_or_init(|| caller);
+        if owner != caller {
+            return Err(ApiError::new(
+                ErrorCode::SessionForbidden,
+                "this MCP session belongs to another tenant",
+            ));
+        }
+        self.shared
+            .state
+            .tenants
+            .get(caller)
+            .ok_or_else(|| ApiError::internal("unknown tenant"))
+    }
+
+    /// The session's workspace, created on first use.
+    fn workspace(&self, tenant: &TenantState) -> Result<Arc<SessionWorkspace>, ApiError> {
+        let mut held = self
+            .session
+            .workspace
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some((ws, _)) = held.as_ref() {
+            return Ok(ws.clone());
+        }
+        let shared = &self.shared;
+        let name = &tenant.tenant.name;
+        {
+            let mut live = shared
+                .live
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            let n = live.entry(name.clone()).or_insert(0);
+            if *n >= MAX_SESSIONS_PER_TENANT {
+                return Err(ApiError::busy(format!(
+                    "this tenant already has {MAX_SESSIONS_PER_TENANT} MCP sessions with a workspace; close one (end its session) and retry"
+                )));
+            }
+            *n += 1;
+        }
+        let slot = LiveSlot {
+            shared: shared.clone(),
+            tenant: name.clone(),
+        };
+        let profile_name = tenant
+            .tenant
+            .profiles
+            .first()
+            .map_or(corral_policy::builtin::DEFAULT_PROFILE, String::as_str);
+        let profile = shared
+            .state
+            .config
+            .profile(profile_name)
+            .map_err(|e| ApiError::new(ErrorCode::ProfileUnknown, e.to_string()))?;
+        let ws = SessionWorkspace::create(&shared.state, profile)
+            .map(Arc::new)
+            .map_err(|e| ApiError::internal(format!("creating the session workspace: {e}")))?;
+        *held = Some((ws.clone(), slot));
+        Ok(ws)
+    }
+}
+
+/// Runs one tool call in its `mcp_tool` span and turns its error into a
+/// tool error: `message (code)` as text, the API's error body as
+/// structured content (for a refused execution, the stored record with its
+/// id).
+async fn traced(
+    tool: &'static str,
+    call: impl Future<Output = Result<CallToolResult, ApiError>>,
+) -> Result<CallToolResult, ErrorData> {
+    let span = tracing::info_span!(
+        "mcp_tool",
+        tool,
+        tenant = tracing::field::Empty,
+        outcome = tracing::field::Empty,
+        duration_ms = tracing::field::Empty,
+    );
+    let since = Instant::now();
+    let result = call.instrument(span.clone()).await;
+    // No await below: the span may be entered.
+    let _in_span = span.enter();
+    span.record("duration_ms", since.elapsed().as_millis() as u64);
+    Ok(match result {
+        Ok(done) => {
+            span.record("outcome", "ok");
+            tracing::info!("tool call finished");
+            done
+        }
+        Err(e) => {
+            span.record("outcome", e.code());
+            if e.status().is_server_error() {
+                tracing::error!(error = %e, "tool call failed");
+            } else {
+                tracing::info!(error = %e, "tool call refused");
+            }
+            tool_error(&e)
+        }
+    })
+}
+
+/// The API's error as a tool error.
+fn tool_error(e: &ApiError) -> CallToolResult {
+    let mut r = CallToolResult::error(vec![ContentBlock::text(format!("{e} ({})", e.code()))]);
+    r.structured_content = serde_json::to_value(e.body()).ok();
+    r
+}
+
+/// The caller the authentication layer attached to this HTTP request.
+fn caller(ctx: &RequestContext<RoleServer>) -> Option<usize> {
+    ctx.extensions
+        .get::<Parts>()
+        .and_then(|p| p.extensions.get::<Caller>())
+        .map(|c| c.0)
+}
+
+#[tool_router]
+impl CorralMcp {
+    #[tool(
+        description = "Run a program (python, node or bash) in a fresh sandbox whose working directory is this session's workspace: files written with write_file are there, and files the program writes can be read back with read_file. No network. Returns exit_code, stdout, stderr, timed_out and usage."
+    )]
+    async fn run_code(
+        &self,
+        Parameters(args): Parameters<RunCodeArgs>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
+        traced("run_code", self.run_code_inner(args, ctx)).await
+    }
+
+    #[tool(
+        description = "Write a file into this session's workspace (created or replaced; parent directories are created). Paths are relative; `..`, absolute paths, symbolic links and names starting with .corral are refused; at most 1 MiB per file."
+    )]
+    async fn write_file(
+        &self,
+        Parameters(args): Parameters<WriteFileArgs>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
+        traced("write_file", self.write_file_inner(args, ctx)).await
+    }
+
+    #[tool(
+        description = "Read a regular file from this session's workspace (at most 1 MiB). Symbolic links are never followed. Non-UTF-8 content comes back base64-encoded."
+    )]
+    async fn read_file(
+        &self,
+        Parameters(args): Parameters<ReadFileArgs>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
+        traced("read_file", self.read_file_inner(args, ctx)).await
+    }
+
+    #[tool(
+        description = "List a directory of this session's workspace (default: its top): each entry's name, kind (file, dir, symlink, other) and size."
+    )]
+    async fn list_files(
+        &self,
+        Parameters(args): Parameters<ListFilesArgs>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
+        traced("list_files", self.list_files_inner(args, ctx)).await
+    }
+}
+
+#[tool_handler(router = self.tool_router)]
+impl ServerHandler for CorralMcp {
+    fn get_info(&self) -> ServerConfig {
+        let code = if self.shared.state.config.server.code_mode {
+            "run_code runs python, node or bash in a sandbox whose working directory is the workspace. "
+        } else {
+            ""
+        };
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_protocol_version(PROTOCOL)
+            .with_server_info(Implementation::new("corral", env!("CARGO_PKG_VERSION")))
+            .with_instructions(format!(
+                "corral: a sandbox for code nobody should trust. {code}Each session has its own workspace (write_file, read_file, list_files), deleted when the session ends."
+            ))
+    }
+
+    fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
+        Cow::Borrowed(ProtocolVersion::known_up_to(&PROTOCOL))
+    }
+
+    async fn initialize(
+        &self,
+        request: InitializeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<InitializeResult, ErrorData> {
+        // The session is bound to the tenant that opened it.
+        if let Some(c) = caller(&context) {
+            let _ = self.session.owner.set(c);
+        }
+        context.peer.set_peer_info(request.clone());
+        self.negotiate_initialize(&request)
+    }
+}

@@ -1,0 +1,44 @@
+//! `corral mcp`: one MCP session over stdin and stdout. stdout carries
+//! the protocol only; logs go to stderr.
+
+use std::sync::{Arc, Mutex};
+
+use corral_policy::{Config, Tenant};
+use rmcp::ServiceExt;
+
+use super::{CorralMcp, Shared};
+use crate::error::ServerError;
+use crate::state::{AppState, TenantState};
+
+/// The stdio caller's tenant name.
+const LOCAL_TENANT: &str = "local";
+
+/// `corral mcp`: one MCP session over stdin/stdout until the client closes
+/// it. Nothing else is ever written to stdout.
+pub async fn serve_stdio(config: Config) -> Result<(), ServerError> {
+    let state = Arc::new(AppState::new(config)?);
+    let s = &state.config.server;
+    let local = Arc::new(TenantState::new(Tenant {
+        name: LOCAL_TENANT.into(),
+        token_sha256: String::new(),
+        profiles: crate::state::anonymous_profiles(&state.config),
+        max_concurrent: s.max_concurrent,
+    }));
+    let shared = Arc::new(Shared {
+        state: state.clone(),
+        local: Some(local),
+        live: Mutex::default(),
+    });
+    let running = CorralMcp::new(shared)
+        .serve(rmcp::transport::stdio())
+        .await
+        .map_err(|e| ServerError::Stdio(Box::new(e)))?;
+    crate::start_warm_helpers(&state.config);
+    tracing::info!(work_dir = %state.work_dir.display(), "serving MCP over stdio");
+    let ended = tokio::select! {
+        r = running.waiting() => r.map(drop).map_err(|e| ServerError::Stdio(Box::new(e))),
+        () = crate::shutdown_signal() => Ok(()),
+    };
+    crate::warm::shutdown();
+    ended
+}

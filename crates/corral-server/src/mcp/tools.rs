@@ -1,0 +1,381 @@
+//! The tools' arguments and what they do: `run_code` through the same
+//! typed functions as `POST /v1/executions`, the file tools on the
+//! session's workspace.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use rmcp::model::{CallToolResult, ContentBlock};
+use rmcp::schemars::JsonSchema;
+use rmcp::service::RequestContext;
+use rmcp::RoleServer;
+use serde::{Deserialize, Serialize};
+
+use super::session::run_in_workspace;
+use super::CorralMcp;
+use crate::base64;
+use crate::error::{ApiError, ErrorCode};
+use crate::exec::{self, CancelOnDrop, Encoding, ExecutionResponse, Job, Language, RunOutcome};
+use crate::workspace::{check_path, EntryKind, FileLimits, WorkspaceError, DEFAULT_RESERVED};
+
+/// Largest file `write_file` writes and `read_file` returns.
+pub const MAX_FILE_BYTES: u64 = 1 << 20;
+/// Largest total of regular files in a session workspace that `write_file`
+/// still adds to (what the code wrote counts too).
+pub const MAX_WORKSPACE_BYTES: u64 = 64 << 20;
+/// Most entries `list_files` returns.
+pub const MAX_LIST_ENTRIES: usize = 1000;
+
+/// Arguments of `run_code`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[schemars(crate = "rmcp::schemars")]
+pub struct RunCodeArgs {
+    /// The interpreter: python, node or bash.
+    pub language: Language,
+    /// The program text.
+    pub code: String,
+    /// Wall-clock limit in milliseconds (rounded up to whole seconds; at
+    /// most the profile's ceiling).
+    pub timeout_ms: Option<u64>,
+}
+
+/// How `write_file`'s content is encoded: `utf8` (default) or `base64`.
+#[derive(Debug, Clone, Copy, Default, Deserialize, JsonSchema)]
+#[schemars(crate = "rmcp::schemars")]
+#[serde(rename_all = "lowercase")]
+pub enum ContentEncoding {
+    /// The content is the text itself.
+    #[default]
+    Utf8,
+    /// The content is base64 (binary files).
+    Base64,
+}
+
+/// Arguments of `write_file`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[schemars(crate = "rmcp::schemars")]
+pub struct WriteFileArgs {
+    /// Path relative to the workspace, e.g. `data/input.csv`.
+    pub path: String,
+    /// The file's content.
+    pub content: String,
+    /// How `content` is encoded: utf8 (default) or base64.
+    pub encoding: Option<ContentEncoding>,
+}
+
+/// Arguments of `read_file`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[schemars(crate = "rmcp::schemars")]
+pub struct ReadFileArgs {
+    /// Path relative to the workspace.
+    pub path: String,
+}
+
+/// Arguments of `list_files`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[schemars(crate = "rmcp::schemars")]
+pub struct ListFilesArgs {
+    /// Directory relative to the workspace (default: the workspace itself).
+    pub path: Option<String>,
+}
+
+/// `write_file`'s structured answer.
+#[derive(Serialize)]
+struct Written<'a> {
+    path: &'a str,
+    size_bytes: u64,
+}
+
+/// `read_file`'s structured answer.
+#[derive(Serialize)]
+struct FileRead<'a> {
+    path: &'a str,
+    encoding: Encoding,
+    content: &'a str,
+    size_bytes: u64,
+}
+
+/// `list_files`' structured answer.
+#[derive(Serialize)]
+struct Listed<'a> {
+    path: &'a str,
+    entries: Vec<ListedEntry>,
+    truncated: bool,
+}
+
+/// One entry of `list_files`.
+#[derive(Serialize)]
+struct ListedEntry {
+    name: String,
+    kind: &'static str,
+    size_bytes: u64,
+}
+
+/// A successful tool answer: `text` for people, `value` as structured
+/// content (serialised here, at the protocol's edge).
+fn answer(text: String, value: &impl Serialize) -> CallToolResult {
+    let mut r = CallToolResult::success(vec![ContentBlock::text(text)]);
+    r.structured_content = serde_json::to_value(value).ok();
+    r
+}
+
+/// Runs blocking file work off the async workers.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| ApiError::internal(format!("file task failed: {e}")))
+}
+
+impl CorralMcp {
+    /// `run_code`: validates, takes the session's, the tenant's and a
+    /// global slot without waiting, runs in the session's workspace.
+    pub(super) async fn run_code_inner(
+        &self,
+        args: RunCodeArgs,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ApiError> {
+        let st = &self.shared.state;
+        let t = self.tenant(&ctx)?;
+        let refused = |e: ApiError| {
+            st.metrics.refused.fetch_add(1, Ordering::Relaxed);
+            e
+        };
+        if !st.config.server.code_mode {
+            return Err(refused(ApiError::new(
+                ErrorCode::CodeModeDisabled,
+                "code mode is off on this server",
+            )));
+        }
+        // The validation of `POST /v1/executions`, on the typed arguments.
+        let prepared = exec::prepare_code(
+            st,
+            &t.tenant.profiles,
+            args.language,
+            args.code,
+            args.timeout_ms,
+        )
+        .map_err(refused)?;
+        let ws = self.workspace(t)?;
+        let id = exec::new_id()?;
+        // Saturated: a busy answer, never a queue.
+        let busy = |what: &str| {
+            st.metrics.busy.fetch_add(1, Ordering::Relaxed);
+            ApiError::busy(format!("{what}; retry in a moment (calls are not queued)"))
+        };
+        let session_slot = self
+            .session
+            .running
+            .try_lock()
+            .map_err(|_| busy("this session is already running code"))?;
+        let tenant_slot = t
+            .slots
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| busy("all of this tenant's execution slots are in use"))?;
+        let global_slot = st
+            .global
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| busy("all execution slots are in use"))?;
+        st.metrics.started.fetch_add(1, Ordering::Relaxed);
+        let job = Job::new(id, t.tenant.name.clone(), prepared);
+        let cancel = Arc::new(AtomicBool::new(false));
+        let mut guard = CancelOnDrop::new(cancel.clone());
+        let state = st.clone();
+        let flag = cancel.clone();
+        let mut task = tokio::task::spawn_blocking(move || {
+            let result = run_in_workspace(&state, &job, &ws, flag);
+            state.metrics.finished.fetch_add(1, Ordering::Relaxed);
+            drop((tenant_slot, global_slot));
+            result
+        });
+        let joined = tokio::select! {
+            r = &mut task => r,
+            () = ctx.ct.cancelled() => {
+                // The client cancelled the call: kill the sandbox, then
+                // wait for it to be gone.
+                cancel.store(true, Ordering::Relaxed);
+                task.await
+            }
+        };
+        guard.disarm();
+        drop(session_slot);
+        let response =
+            joined.map_err(|e| ApiError::internal(format!("execution task failed: {e}")))??;
+        Ok(run_result(&response))
+    }
+
+    /// `write_file`: create or replace a file in the session's workspace.
+    pub(super) async fn write_file_inner(
+        &self,
+        args: WriteFileArgs,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ApiError> {
+        let t = self.tenant(&ctx)?;
+        let data = match args.encoding.unwrap_or_default() {
+            ContentEncoding::Utf8 => args.content.into_bytes(),
+            ContentEncoding::Base64 => base64::decode(&args.content).ok_or_else(|| {
+                ApiError::new(
+                    ErrorCode::FilesEncoding,
+                    format!("{:?}: content is not valid base64", args.path),
+                )
+            })?,
+        };
+        // Refused before anything touches the disk (the workspace checks
+        // again, and the kernel is what keeps the host safe).
+        check_path(&args.path, DEFAULT_RESERVED)?;
+        let len = data.len() as u64;
+        if len > MAX_FILE_BYTES {
+            return Err(WorkspaceError::TooLarge {
+                path: args.path,
+                limit_bytes: MAX_FILE_BYTES,
+            }
+            .into());
+        }
+        let ws = self.workspace(t)?;
+        let _one_writer = self.session.writes.lock().await;
+        let path = args.path.clone();
+        blocking(move || {
+            let limits = FileLimits {
+                max_file_bytes: MAX_FILE_BYTES,
+                max_workspace_bytes: MAX_WORKSPACE_BYTES,
+                reserved: DEFAULT_RESERVED,
+            };
+            ws.write_file(&path, &data, &limits)
+        })
+        .await??;
+        Ok(answer(
+            format!("wrote {len} bytes to {}", args.path),
+            &Written {
+                path: &args.path,
+                size_bytes: len,
+            },
+        ))
+    }
+
+    /// `read_file`: a regular file of the session's workspace.
+    pub(super) async fn read_file_inner(
+        &self,
+        args: ReadFileArgs,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ApiError> {
+        let t = self.tenant(&ctx)?;
+        // corral's own files (the code file under `.corral/`) are not the
+        // caller's to read either.
+        check_path(&args.path, DEFAULT_RESERVED)?;
+        let ws = self.workspace(t)?;
+        let path = args.path.clone();
+        let data = blocking(move || ws.read_file(&path, MAX_FILE_BYTES)).await??;
+        let size_bytes = data.len() as u64;
+        let (encoding, content) = Encoding::encode(data);
+        let value = FileRead {
+            path: &args.path,
+            encoding,
+            content: &content,
+            size_bytes,
+        };
+        Ok(answer(content.clone(), &value))
+    }
+
+    /// `list_files`: a directory of the session's workspace, corral's own
+    /// names left out.
+    pub(super) async fn list_files_inner(
+        &self,
+        args: ListFilesArgs,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ApiError> {
+        let t = self.tenant(&ctx)?;
+        let path = args.path.unwrap_or_default();
+        // A reserved first component is refused like a read of it.
+        if let Some(first) = path.split('/').find(|c| !c.is_empty() && *c != ".") {
+            check_path(first, DEFAULT_RESERVED)?;
+        }
+        let top = path.split('/').all(|c| c.is_empty() || c == ".");
+        let ws = self.workspace(t)?;
+        let rel = path.clone();
+        let listing = blocking(move || ws.list(&rel, MAX_LIST_ENTRIES)).await??;
+        let reserved = |name: &str| top && check_path(name, DEFAULT_RESERVED).is_err();
+        let entries: Vec<ListedEntry> = listing
+            .entries
+            .iter()
+            .filter_map(|e| {
+                let name = e.name.to_string_lossy();
+                if reserved(&name) {
+                    return None;
+                }
+                let kind = match e.kind {
+                    EntryKind::File => "file",
+                    EntryKind::Dir => "dir",
+                    EntryKind::Symlink => "symlink",
+                    EntryKind::Other => "other",
+                };
+                Some(ListedEntry {
+                    name: name.into_owned(),
+                    kind,
+                    size_bytes: e.size_bytes,
+                })
+            })
+            .collect();
+        let text = if entries.is_empty() {
+            "(empty)".to_string()
+        } else {
+            entries
+                .iter()
+                .map(|e| {
+                    let suffix = match e.kind {
+                        "dir" => "/",
+                        "symlink" => "@",
+                        _ => "",
+                    };
+                    format!("{}{suffix}\t{}", e.name, e.size_bytes)
+                })
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        let value = Listed {
+            path: &path,
+            entries,
+            truncated: listing.truncated,
+        };
+        Ok(answer(text, &value))
+    }
+}
+
+/// `run_code`'s answer: the result object (as `POST /v1/executions`) as
+/// structured content, and a readable summary as text.
+fn run_result(response: &ExecutionResponse) -> CallToolResult {
+    answer(summary(response), response)
+}
+
+/// `exit_code: 0, timed_out` and both streams, for people.
+fn summary(response: &ExecutionResponse) -> String {
+    let mut head = format!("exit_code: {}", response.exit_code());
+    let RunOutcome::Ran(r) = &response.outcome else {
+        return head;
+    };
+    if let Some(sig) = r.signal {
+        head.push_str(&format!(", signal: {sig}"));
+    }
+    let flags = [
+        ("timed_out", r.timed_out),
+        ("oom_killed", r.oom_killed),
+        ("output_limit_exceeded", r.output_limit_exceeded),
+        ("cancelled", response.cancelled),
+    ];
+    for (flag, set) in flags {
+        if set {
+            head.push_str(&format!(", {flag}"));
+        }
+    }
+    let stream = |name: &str, text: &str, truncated: bool| {
+        let cut = if truncated { " (truncated)" } else { "" };
+        format!("--- {name}{cut} ---\n{text}")
+    };
+    format!(
+        "{head}\n{}\n{}",
+        stream("stdout", &r.stdout, r.stdout_truncated),
+        stream("stderr", &r.stderr, r.stderr_truncated)
+    )
+}
