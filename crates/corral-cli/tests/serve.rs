@@ -1029,3 +1029,29 @@ fn the_log_filter_comes_from_corral_log_and_a_bad_one_is_refused() {
         text(&out.stderr)
     );
 }
+
+#[test]
+fn a_plan_larger_than_a_socket_message_reaches_the_sandbox_whole() {
+    // Ten arguments of 25 KB: a plan of ~250 KB, more than one
+    // SOCK_SEQPACKET message holds (~208 KiB), which the re-executed
+    // helper used to be sent in ("Message too long").
+    let s = start_server("", &[]);
+    let big: Vec<String> = (0..10u8)
+        .map(|i| char::from(b'a' + i).to_string().repeat(25_000))
+        .collect();
+    let mut command = vec![
+        "sh".to_string(),
+        "-c".into(),
+        r#"for a; do printf '%s %s\n' "$(printf %.1s "$a")" "${#a}"; done"#.into(),
+        "sh".into(),
+    ];
+    command.extend(big);
+    let body = serde_json::json!({ "command": command }).to_string();
+    let (status, v) = post(&s, None, &body);
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["exit_code"], 0, "{v}");
+    let expected: String = (0..10u8)
+        .map(|i| format!("{} 25000\n", char::from(b'a' + i)))
+        .collect();
+    assert_eq!(v["stdout"], expected, "{v}");
+}
