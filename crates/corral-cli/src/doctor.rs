@@ -103,7 +103,8 @@ pub fn doctor() -> i32 {
     let (ok, detail) = match RunCgroup::for_limits(&code.limits) {
         Ok(c) => {
             let detail = c
-                .enforced_json()
+                .enforced()
+                .and_then(|e| serde_json::to_string(&e).ok())
                 .map(|v| format!("default limits enforceable: {v}"))
                 .unwrap_or_else(|| "no cgroup limits requested".into());
             c.finish();

@@ -7,7 +7,7 @@ use std::sync::Once;
 
 use corral_policy::Limits;
 
-use corral_cgroup::{CgroupHost, CgroupLimits, SandboxCgroup};
+use corral_cgroup::{CgroupEnforced, CgroupHost, CgroupLimits, SandboxCgroup};
 
 /// What the cgroup measured, read after the sandbox ended.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -120,10 +120,8 @@ impl RunCgroup {
     }
 
     /// The cgroup part of the result's `enforced` field.
-    pub fn enforced_json(&self) -> Option<serde_json::Value> {
-        self.cgroup
-            .as_ref()
-            .and_then(|c| serde_json::to_value(c.enforced()).ok())
+    pub fn enforced(&self) -> Option<CgroupEnforced> {
+        self.cgroup.as_ref().map(SandboxCgroup::enforced)
     }
 
     /// Limits asked for but not enforced.

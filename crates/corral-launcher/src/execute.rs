@@ -287,9 +287,9 @@ fn enforced(
         };
     }
     for r in &plan.rlimits {
-        e.rlimits.insert(rlimit_name(r.kind).into(), r.soft.into());
+        e.rlimits.insert(rlimit_name(r.kind).into(), r.soft);
     }
-    e.cgroup = containment.enforced_json();
+    e.cgroup = containment.enforced();
     e.not_enforced = containment.not_enforced().to_vec();
     // Reported by the program's process itself, just before execve; absent
     // when it never got that far.

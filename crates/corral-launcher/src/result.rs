@@ -21,9 +21,9 @@ pub struct Enforced {
     /// Root filesystem: "pivot_root" into a fresh read-only tmpfs.
     pub root: &'static str,
     /// rlimits set, e.g. `{"open_files": 1024}`.
-    pub rlimits: serde_json::Map<String, serde_json::Value>,
+    pub rlimits: std::collections::BTreeMap<String, u64>,
     /// The cgroup holding the sandbox, when there is one.
-    pub cgroup: Option<serde_json::Value>,
+    pub cgroup: Option<corral_cgroup::CgroupEnforced>,
     /// Limits the policy asked for that this host could not enforce (only
     /// with `allow_unenforced`), e.g. `["memory", "pids"]`.
     pub not_enforced: Vec<String>,
@@ -57,7 +57,7 @@ impl Enforced {
             capabilities_dropped: true,
             no_new_privs: true,
             root: "pivot_root",
-            rlimits: serde_json::Map::new(),
+            rlimits: std::collections::BTreeMap::new(),
             cgroup: None,
             not_enforced: Vec::new(),
             seccomp: None,
