@@ -33,7 +33,8 @@
 //! ```text
 //! corral (parent; may be multi-threaded)
 //!  └─ helper: read plan → [root: become the sandbox uid] → PDEATHSIG
-//!       → unshare(user) → uid/gid maps → unshare(mnt,pid,ipc,uts,net,cgroup)
+//!       → unshare(user) → uid/gid maps → max_user_namespaces 0
+//!       → unshare(mnt,pid,ipc,uts,net,cgroup)
 //!       └─ init (PID 1 of the new pid namespace): build the root
 //!            filesystem → pivot_root → hostname, loopback → non-dumpable
 //!            └─ program: reset signals → setsid → PDEATHSIG → drop every
@@ -313,6 +314,22 @@ pub(crate) fn helper_steps<K: Kernel, P>(
             format!("writing uid/gid maps: {e}"),
         )
     })?;
+    // 4b. No user namespace below this one: a second layer behind seccomp's
+    //    refusal of CLONE_NEWUSER (as bubblewrap's --disable-userns), so a
+    //    filter gap cannot reopen the kernel's largest unprivileged attack
+    //    surface. The limit is per user namespace (user_namespaces(7),
+    //    "/proc/sys/user"): 0 here refuses every nested one with ENOSPC and
+    //    leaves the host's value alone. We hold CAP_SYS_RESOURCE in the new
+    //    namespace, which makes its copy of the sysctl writable.
+    k.write_proc_file(MAX_USER_NAMESPACES, "0").map_err(|e| {
+        (
+            FailureKind::UserNamespace,
+            format!(
+                "setting {MAX_USER_NAMESPACES} to 0 inside the sandbox's user namespace: {e}; \
+                 corral needs it to refuse nested user namespaces"
+            ),
+        )
+    })?;
     // 5. Every other namespace, owned by the new user namespace.
     // Network mode `host` keeps the host's network namespace (explicit,
     // and reported loudly by the caller).
@@ -440,6 +457,9 @@ fn idmap_userns(uid_map: &str, gid_map: &str) -> Result<OwnedFd, String> {
         }
     }
 }
+
+/// The per-user-namespace limit on user namespaces below it.
+pub(crate) const MAX_USER_NAMESPACES: &str = "/proc/sys/user/max_user_namespaces";
 
 fn write_id_maps<K: Kernel>(k: &mut K, uid: u32, gid: u32) -> std::io::Result<()> {
     // setgroups must be denied before an unprivileged gid_map write

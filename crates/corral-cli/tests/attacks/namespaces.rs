@@ -209,6 +209,30 @@ say('unshare -Ur', p.returncode, p.stdout.strip() == '', 'Operation not permitte
 }
 
 #[test]
+fn nested_user_namespaces_are_also_refused_by_the_namespace_limit() {
+    // The second layer behind seccomp (bubblewrap's --disable-userns): the
+    // sandbox's own user namespace allows no user namespace below it, and
+    // the program cannot raise that limit (EPERM: it holds no capability).
+    let host_before = std::fs::read_to_string("/proc/sys/user/max_user_namespaces")
+        .expect("host max_user_namespaces");
+    expect(
+        r#"say('limit', open('/proc/sys/user/max_user_namespaces').read().strip())
+try:
+    open('/proc/sys/user/max_user_namespaces', 'w').write('10')
+    say('raise', 'ok')
+except OSError as e:
+    say('raise', errno.errorcode[e.errno])
+say('limit', open('/proc/sys/user/max_user_namespaces').read().strip())
+"#,
+        "limit 0\nraise EACCES\nlimit 0\n",
+    );
+    let host_after = std::fs::read_to_string("/proc/sys/user/max_user_namespaces")
+        .expect("host max_user_namespaces");
+    assert_eq!(host_before, host_after, "the host's own limit changed");
+    assert_ne!(host_after.trim(), "0");
+}
+
+#[test]
 fn attack_nested_namespaces_of_every_kind_are_refused() {
     if !x86_64("attack_nested_namespaces_of_every_kind_are_refused") {
         return;

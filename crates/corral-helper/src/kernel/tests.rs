@@ -924,6 +924,11 @@ fn helper_steps_create_the_user_namespace_first_then_the_others() {
                 path: "/proc/self/gid_map".into(),
                 contents: "1001 1001 1\n".into(),
             },
+            // No nested user namespace, before any other namespace exists.
+            Step::WriteProcFile {
+                path: "/proc/sys/user/max_user_namespaces".into(),
+                contents: "0".into(),
+            },
             Step::Unshare(
                 ns::CLONE_NEWNS
                     | ns::CLONE_NEWPID
@@ -1044,7 +1049,7 @@ fn any_failing_helper_step_stops_everything_after_it() {
             _ => FailureKind::Setup,
         },
     );
-    assert_eq!(tried, 9);
+    assert_eq!(tried, 10);
 }
 
 #[test]
