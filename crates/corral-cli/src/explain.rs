@@ -35,6 +35,16 @@ pub fn explain(name: Option<&str>, config: Option<&Path>, as_json: bool) -> i32 
             (n.clone(), where_)
         })
         .collect();
+    // What init holds once the program runs, from the filter it installs.
+    let init_layer = format!(
+        "corral's init: reaps, forwards signals, non-dumpable, empty environment; kills the whole tree when the program ends. \
+         Once the program runs it holds no capability (every set empty), has no_new_privs, and a seccomp allowlist: {} (anything else EPERM)",
+        corral_launcher::INIT_SYSCALLS
+            .iter()
+            .map(|(name, _)| *name)
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
     let layers = [
         ("namespaces", match profile.network.mode {
             corral_policy::NetworkMode::Host => "user, mount, pid, ipc, uts, cgroup; NOT net (network mode host)",
@@ -43,7 +53,7 @@ pub fn explain(name: Option<&str>, config: Option<&Path>, as_json: bool) -> i32 
         ("root", "pivot_root into a fresh read-only tmpfs; host root detached"),
         ("privileges", "all capabilities dropped (bounding, ambient, effective, permitted, inheritable), no_new_privs, setsid, die-with-parent, fds beyond 0-2 closed"),
         ("identity", "the invoking user; when corral runs as root, the profile's unprivileged uid/gid"),
-        ("pid 1", "corral's init: reaps, forwards signals, non-dumpable, empty environment; kills the whole tree when the program ends"),
+        ("pid 1", init_layer.as_str()),
         ("seccomp", match profile.security.seccomp {
             corral_policy::SeccompProfile::Default => "default deny-list (rules below), installed last before execve",
             corral_policy::SeccompProfile::Strict => "strict allowlist (rules below), installed last before execve",

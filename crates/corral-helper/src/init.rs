@@ -34,9 +34,14 @@ pub(super) fn run(
     if let Err((kind, msg)) = setup(&mut Sys, &plan, prepared, &mut ctrl) {
         ctrl.fail(kind, msg);
     }
-    let (program, ctrl) = start_program(&plan, ctrl);
+    let (program, mut ctrl) = start_program(&plan, ctrl);
+    let reaper_filters = plan.security.init_filters.to_bpf();
     drop(plan);
     fd::stdio_to_devnull();
+    if let Err((kind, msg)) = harden_reaper(&mut Sys, &reaper_filters) {
+        // Leaving kills the pid namespace, the program with it.
+        ctrl.fail(kind, msg);
+    }
     // The program is gone: so is everything it left running (daemons,
     // double forks). kill(-1) from PID 1 reaches every process of this pid
     // namespace and nothing outside it.
@@ -75,6 +80,40 @@ pub(crate) fn setup<K: Kernel>(
     // through /proc/1/mem, environ or ptrace (prctl(2), PR_SET_DUMPABLE).
     k.set_dumpable(false)
         .map_err(|e| (FailureKind::Privileges, format!("PR_SET_DUMPABLE: {e}")))
+}
+
+/// Init's last steps once the program runs: from here on it only reaps,
+/// forwards signals and reports, so it gives up everything else. Its
+/// capabilities in the sandbox's user namespace would let a program that
+/// reaches it (same uid) act with them; bubblewrap's PID 1 holds none
+/// either. Every capability set is emptied (capabilities(7)), no_new_privs
+/// set (prctl(2)), and a seccomp allowlist of what a reaper needs
+/// installed last (seccomp(2)).
+pub(crate) fn harden_reaper<K: Kernel>(
+    k: &mut K,
+    filters: &[seccompiler::BpfProgram],
+) -> Result<(), StepError> {
+    k.drop_capabilities().map_err(|e| {
+        (
+            FailureKind::Privileges,
+            format!("init: dropping capabilities: {e}"),
+        )
+    })?;
+    k.set_no_new_privs().map_err(|e| {
+        (
+            FailureKind::Privileges,
+            format!("init: PR_SET_NO_NEW_PRIVS: {e}"),
+        )
+    })?;
+    for prog in filters {
+        k.seccomp_install(prog).map_err(|e| {
+            (
+                FailureKind::Security,
+                format!("init: installing the reaper's seccomp filter: {e}"),
+            )
+        })?;
+    }
+    Ok(())
 }
 
 /// Prepares the program's last steps (argv/envp, working directory,

@@ -176,6 +176,10 @@ pub struct SecurityPlan {
     pub seccomp_profile: SeccompProfile,
     /// The compiled filters, installed last.
     pub filters: CompiledFilters,
+    /// The filter init (PID 1) installs once the program runs: only what a
+    /// reaper needs (wait, signals, its report to corral, exit, memory).
+    #[serde(default)]
+    pub init_filters: CompiledFilters,
     /// The Landlock rules.
     pub landlock: LandlockPlan,
 }

@@ -48,7 +48,7 @@ pub use plan::{build_plan, sandbox_identity, PlanError, RunRequest, WORKSPACE};
 pub use reexec::ReadyHelper;
 pub use resolve::{CommandTable, Resolution};
 pub use result::{Enforced, ErrorInfo, RunResult};
-pub use seccomp::{describe as seccomp_rules, RuleAction, RuleDoc};
+pub use seccomp::{describe as seccomp_rules, RuleAction, RuleDoc, INIT_ALLOWED as INIT_SYSCALLS};
 
 /// Runs the sandbox helper in this process: the entry point of
 /// `corral __sandbox-helper` (see [`is_helper_invocation`]). Never returns.

@@ -293,6 +293,8 @@ pub fn build_plan(
             seccomp_profile: profile.security.seccomp,
             filters: crate::seccomp::compile(profile.security.seccomp)
                 .map_err(|e| PlanError::Security(e.to_string()))?,
+            init_filters: crate::seccomp::compile_init()
+                .map_err(|e| PlanError::Security(e.to_string()))?,
             landlock: landlock_plan(profile, &mounts_for_landlock),
         },
         reduced: None,
@@ -389,6 +391,8 @@ fn reduced_plan(
             seccomp_profile: profile.security.seccomp,
             filters: crate::seccomp::compile_reduced(profile.security.seccomp)
                 .map_err(|e| PlanError::Security(e.to_string()))?,
+            // No init in reduced mode: the helper supervises on the host.
+            init_filters: corral_helper::CompiledFilters::default(),
             landlock,
         },
         reduced: Some(ReducedPlan { workdir }),

@@ -494,6 +494,10 @@ fn default_rules() -> Result<BTreeMap<i64, Vec<SeccompRule>>, SeccompError> {
             rule(vec![cond(1, Len::Dword, Op::Eq, TIOCLINUX)?])?,
         ],
     );
+    // prlimit64 on another process: the same uid may otherwise change the
+    // rlimits of init or of any process of the sandbox (prlimit(2) needs no
+    // capability then). Its own (pid 0) stays: that is setrlimit(2).
+    rules.insert(libc::SYS_prlimit64, vec![prlimit_other_process()?]);
     // Socket families outside the list; netlink only for route queries.
     let mut not_allowed = Vec::new();
     for fam in ALLOWED_FAMILIES {
@@ -512,10 +516,20 @@ fn default_rules() -> Result<BTreeMap<i64, Vec<SeccompRule>>, SeccompError> {
     Ok(rules)
 }
 
+/// `prlimit64` whose pid (arg 0) is not 0, the calling process.
+fn prlimit_other_process() -> Result<SeccompRule, SeccompError> {
+    rule(vec![cond(0, Len::Dword, Op::Ne, 0)?])
+}
+
 /// The strict allowlist as seccompiler rules (what matches is allowed).
 fn strict_rules() -> Result<BTreeMap<i64, Vec<SeccompRule>>, SeccompError> {
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> =
         STRICT_ALLOWED.iter().map(|(_, nr)| (*nr, vec![])).collect();
+    // prlimit64 on the calling process only (see `default_rules`).
+    rules.insert(
+        libc::SYS_prlimit64,
+        vec![rule(vec![cond(0, Len::Dword, Op::Eq, 0)?])?],
+    );
     rules.insert(
         libc::SYS_clone,
         vec![rule(vec![cond(0, Len::Qword, Op::MaskedEq(NS_MASK), 0)?])?],
@@ -555,6 +569,40 @@ pub fn compile(profile: SeccompProfile) -> Result<CompiledFilters, SeccompError>
     // seccomp(2) itself is refused, so no filter could follow it.
     Ok(CompiledFilters {
         programs: vec![clone3, main],
+    })
+}
+
+/// What init (PID 1) may still do once the program runs: wait for and
+/// signal the processes of its namespace, take signals synchronously,
+/// report to corral over the control socket, allocate, and exit.
+pub const INIT_ALLOWED: &[(&str, i64)] = &[
+    ("wait4", libc::SYS_wait4),
+    ("waitid", libc::SYS_waitid),
+    ("kill", libc::SYS_kill),
+    ("rt_sigtimedwait", libc::SYS_rt_sigtimedwait),
+    ("rt_sigprocmask", libc::SYS_rt_sigprocmask),
+    ("rt_sigreturn", libc::SYS_rt_sigreturn),
+    ("restart_syscall", libc::SYS_restart_syscall),
+    ("write", libc::SYS_write),
+    ("sendmsg", libc::SYS_sendmsg),
+    ("close", libc::SYS_close),
+    ("brk", libc::SYS_brk),
+    ("mmap", libc::SYS_mmap),
+    ("munmap", libc::SYS_munmap),
+    ("mremap", libc::SYS_mremap),
+    ("madvise", libc::SYS_madvise),
+    ("getpid", libc::SYS_getpid),
+    ("exit", libc::SYS_exit),
+    ("exit_group", libc::SYS_exit_group),
+];
+
+/// The filter init installs as its last step (see [`INIT_ALLOWED`]):
+/// anything else fails with EPERM.
+pub fn compile_init() -> Result<CompiledFilters, SeccompError> {
+    let rules = INIT_ALLOWED.iter().map(|(_, nr)| (*nr, vec![])).collect();
+    let eperm = SeccompAction::Errno(libc::EPERM as u32);
+    Ok(CompiledFilters {
+        programs: vec![compile_one(rules, eperm, SeccompAction::Allow)?],
     })
 }
 
@@ -616,6 +664,12 @@ pub fn describe(profile: SeccompProfile) -> Vec<RuleDoc> {
                 reason: "new namespaces",
             });
             docs.push(RuleDoc {
+                syscall: "prlimit64",
+                when: "pid other than 0 (another process)",
+                action: RuleAction::Eperm,
+                reason: "change the rlimits of init or another process of the same uid",
+            });
+            docs.push(RuleDoc {
                 syscall: "ioctl",
                 when: "TIOCSTI or TIOCLINUX (low 32 bits)",
                 action: RuleAction::Eperm,
@@ -632,7 +686,9 @@ pub fn describe(profile: SeccompProfile) -> Vec<RuleDoc> {
             docs.extend(
                 STRICT_ALLOWED
                     .iter()
-                    .filter(|(n, _)| !matches!(*n, "clone" | "ioctl" | "socket" | "clone3"))
+                    .filter(|(n, _)| {
+                        !matches!(*n, "clone" | "ioctl" | "socket" | "clone3" | "prlimit64")
+                    })
                     .map(|(name, _)| RuleDoc {
                         syscall: name,
                         when: "always",
@@ -651,6 +707,12 @@ pub fn describe(profile: SeccompProfile) -> Vec<RuleDoc> {
                 when: "not TIOCSTI/TIOCLINUX",
                 action: RuleAction::Allow,
                 reason: "terminals and files",
+            });
+            docs.push(RuleDoc {
+                syscall: "prlimit64",
+                when: "pid 0 (the calling process) only",
+                action: RuleAction::Allow,
+                reason: "its own rlimits, never init's or another process's",
             });
             docs.push(RuleDoc {
                 syscall: "socket",

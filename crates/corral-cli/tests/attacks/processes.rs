@@ -38,6 +38,34 @@ say('parent is init', os.getppid())
 }
 
 #[test]
+fn init_holds_nothing_the_program_could_borrow() {
+    // PID 1 runs as the program's uid: whatever it holds, a program that
+    // reaches it could use. prlimit(2) on a same-uid process needs no
+    // capability, so init's rlimits were the program's to change.
+    expect(
+        r#"import resource
+st = dict(l.split(':\t', 1) for l in open('/proc/1/status').read().splitlines() if ':\t' in l)
+for k in ('CapInh', 'CapPrm', 'CapEff', 'CapBnd', 'CapAmb', 'NoNewPrivs', 'Seccomp'):
+    say(k, st[k].strip())
+say('prlimit init', try_(lambda: resource.prlimit(1, resource.RLIMIT_CPU, (1, 1))))
+say('prlimit init read', try_(lambda: resource.prlimit(1, resource.RLIMIT_NOFILE)))
+say('init rlimit', open('/proc/1/limits').read().split('Max cpu time')[1].split()[0])
+say('own setrlimit', try_(lambda: resource.setrlimit(resource.RLIMIT_CORE, (0, 0))))
+say('prlimit self', try_(lambda: resource.prlimit(0, resource.RLIMIT_NOFILE)))
+say('ptrace attach', sc(101, 16, 1, 0, 0))
+say('read init memory', try_(lambda: open('/proc/1/mem', 'rb').read(1)))
+say('init environ', try_(lambda: open('/proc/1/environ', 'rb').read()))
+say('signal init', try_(lambda: os.kill(1, 15)))
+"#,
+        "CapInh 0000000000000000\nCapPrm 0000000000000000\nCapEff 0000000000000000\n\
+CapBnd 0000000000000000\nCapAmb 0000000000000000\nNoNewPrivs 1\nSeccomp 2\n\
+prlimit init EPERM\nprlimit init read EPERM\ninit rlimit unlimited\nown setrlimit ok\n\
+prlimit self ok\nptrace attach EPERM\nread init memory EACCES\ninit environ EACCES\n\
+signal init EPERM\n",
+    );
+}
+
+#[test]
 fn attack_ptrace_traceme_is_refused() {
     if !x86_64("attack_ptrace_traceme_is_refused") {
         return;

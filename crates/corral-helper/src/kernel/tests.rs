@@ -102,6 +102,9 @@ fn plan() -> SandboxPlan {
             filters: CompiledFilters {
                 programs: vec![vec![insn; 3], vec![insn; 2]],
             },
+            init_filters: CompiledFilters {
+                programs: vec![vec![insn; 1]],
+            },
             landlock: LandlockPlan {
                 required: true,
                 ..LandlockPlan::default()
@@ -1104,4 +1107,48 @@ fn reduced_mode_as_root_empties_the_bounding_set_and_creates_no_namespace() {
             Step::SetDumpable(false)
         ]
     );
+}
+
+// Init once the program runs.
+
+/// Two one-instruction "programs" standing for the reaper's filters.
+fn reaper_filters() -> Vec<seccompiler::BpfProgram> {
+    let allow = || seccompiler::sock_filter {
+        code: 0x06,
+        jt: 0,
+        jf: 0,
+        k: 0x7fff_0000,
+    };
+    vec![vec![allow()], vec![allow(), allow()]]
+}
+
+#[test]
+fn init_gives_up_capabilities_then_new_privileges_then_installs_its_filter() {
+    let mut k = fake();
+    init::harden_reaper(&mut k, &reaper_filters()).unwrap();
+    assert_eq!(
+        k.steps,
+        [
+            Step::DropCapabilities,
+            Step::NoNewPrivs,
+            Step::SeccompInstall { instructions: 1 },
+            Step::SeccompInstall { instructions: 2 },
+        ]
+    );
+}
+
+#[test]
+fn init_that_cannot_give_up_its_capabilities_stops_there() {
+    let mut k = fake();
+    k.fail_step(libc::EPERM, Step::DropCapabilities);
+    let (kind, message) = init::harden_reaper(&mut k, &reaper_filters()).unwrap_err();
+    assert_eq!(kind, FailureKind::Privileges);
+    assert!(message.contains("EPERM"), "{message}");
+    assert_eq!(k.steps, [Step::DropCapabilities]);
+
+    let mut k = fake();
+    k.fail_step(libc::EINVAL, Step::NoNewPrivs);
+    let (kind, _) = init::harden_reaper(&mut k, &reaper_filters()).unwrap_err();
+    assert_eq!(kind, FailureKind::Privileges);
+    assert_eq!(k.steps, [Step::DropCapabilities, Step::NoNewPrivs]);
 }
