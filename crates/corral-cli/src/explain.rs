@@ -63,7 +63,8 @@ pub fn explain(name: Option<&str>, config: Option<&Path>, as_json: bool) -> i32 
             corral_policy::LandlockMode::BestEffort => "best effort: same rules where the kernel has Landlock, reported otherwise",
         }),
     ];
-    let seccomp_rules = corral_launcher::seccomp_rules(profile.security.seccomp);
+    let seccomp_rules =
+        corral_launcher::seccomp_rules(profile.security.seccomp, profile.security.unix_sockets);
     if as_json {
         let v = json!({
             "profile": profile,

@@ -234,10 +234,11 @@ fn strict_seccomp_profile_runs_snippets_and_refuses_the_rest() {
     let (v, _) = run_json(&flags, &["sh", "-c", "echo 42 | cat"]);
     assert_eq!(v["stdout"], "42\n", "{v}");
     // What is not on the allowlist fails with EPERM: inet sockets (only
-    // AF_UNIX is allowed), and sync(2), which the default profile allows.
+    // socketpair is allowed, AF_UNIX sockets only with unix_sockets), and
+    // sync(2), which the default profile allows.
     let script = "import socket, ctypes\n\
         try:\n    socket.socket(socket.AF_INET)\n    print('inet ok')\nexcept OSError as e:\n    print('inet', e.errno)\n\
-        socket.socket(socket.AF_UNIX).close()\n\
+        socket.socketpair()[0].close()\n\
         libc = ctypes.CDLL(None, use_errno=True)\n\
         print('sync', libc.syscall(162), ctypes.get_errno())\n";
     let (v, _) = run_json(&flags, &["python3", "-c", script]);

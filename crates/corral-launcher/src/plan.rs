@@ -291,8 +291,11 @@ pub fn build_plan(
         rlimits: rlimits(&profile.limits),
         security: SecurityPlan {
             seccomp_profile: profile.security.seccomp,
-            filters: crate::seccomp::compile(profile.security.seccomp)
-                .map_err(|e| PlanError::Security(e.to_string()))?,
+            filters: crate::seccomp::compile(
+                profile.security.seccomp,
+                profile.security.unix_sockets,
+            )
+            .map_err(|e| PlanError::Security(e.to_string()))?,
             init_filters: crate::seccomp::compile_init()
                 .map_err(|e| PlanError::Security(e.to_string()))?,
             landlock: landlock_plan(profile, &mounts_for_landlock),
@@ -389,8 +392,11 @@ fn reduced_plan(
         rlimits: rlimits(&profile.limits),
         security: SecurityPlan {
             seccomp_profile: profile.security.seccomp,
-            filters: crate::seccomp::compile_reduced(profile.security.seccomp)
-                .map_err(|e| PlanError::Security(e.to_string()))?,
+            filters: crate::seccomp::compile_reduced(
+                profile.security.seccomp,
+                profile.security.unix_sockets,
+            )
+            .map_err(|e| PlanError::Security(e.to_string()))?,
             // No init in reduced mode: the helper supervises on the host.
             init_filters: corral_helper::CompiledFilters::default(),
             landlock,

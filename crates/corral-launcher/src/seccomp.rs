@@ -473,7 +473,7 @@ fn reject_x32(insns: &mut Vec<Insn>) {
 }
 
 /// The default deny-list as seccompiler rules.
-fn default_rules() -> Result<BTreeMap<i64, Vec<SeccompRule>>, SeccompError> {
+fn default_rules(unix_sockets: bool) -> Result<BTreeMap<i64, Vec<SeccompRule>>, SeccompError> {
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> =
         DENIED.iter().map(|(_, nr, _)| (*nr, vec![])).collect();
     // clone with any namespace flag (arg 0 on x86_64 and aarch64).
@@ -503,16 +503,24 @@ fn default_rules() -> Result<BTreeMap<i64, Vec<SeccompRule>>, SeccompError> {
     for fam in ALLOWED_FAMILIES {
         not_allowed.push(cond(0, Len::Dword, Op::Ne, fam)?);
     }
-    rules.insert(
-        libc::SYS_socket,
-        vec![
-            rule(not_allowed)?,
-            rule(vec![
-                cond(0, Len::Dword, Op::Eq, libc::AF_NETLINK as u64)?,
-                cond(2, Len::Dword, Op::Ne, libc::NETLINK_ROUTE as u64)?,
-            ])?,
-        ],
-    );
+    let mut socket_rules = vec![
+        rule(not_allowed)?,
+        rule(vec![
+            cond(0, Len::Dword, Op::Eq, libc::AF_NETLINK as u64)?,
+            cond(2, Len::Dword, Op::Ne, libc::NETLINK_ROUTE as u64)?,
+        ])?,
+    ];
+    // AF_UNIX unless the profile allows it: a read-only bind does not stop
+    // connect(2) to a socket file inside it (an agent's, a bus's).
+    if !unix_sockets {
+        socket_rules.push(rule(vec![cond(
+            0,
+            Len::Dword,
+            Op::Eq,
+            libc::AF_UNIX as u64,
+        )?])?);
+    }
+    rules.insert(libc::SYS_socket, socket_rules);
     Ok(rules)
 }
 
@@ -522,7 +530,7 @@ fn prlimit_other_process() -> Result<SeccompRule, SeccompError> {
 }
 
 /// The strict allowlist as seccompiler rules (what matches is allowed).
-fn strict_rules() -> Result<BTreeMap<i64, Vec<SeccompRule>>, SeccompError> {
+fn strict_rules(unix_sockets: bool) -> Result<BTreeMap<i64, Vec<SeccompRule>>, SeccompError> {
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> =
         STRICT_ALLOWED.iter().map(|(_, nr)| (*nr, vec![])).collect();
     // prlimit64 on the calling process only (see `default_rules`).
@@ -541,24 +549,38 @@ fn strict_rules() -> Result<BTreeMap<i64, Vec<SeccompRule>>, SeccompError> {
             cond(1, Len::Dword, Op::Ne, TIOCLINUX)?,
         ])?],
     );
-    rules.insert(
-        libc::SYS_socket,
-        vec![rule(vec![cond(
-            0,
-            Len::Dword,
-            Op::Eq,
-            libc::AF_UNIX as u64,
-        )?])?],
-    );
+    if unix_sockets {
+        rules.insert(
+            libc::SYS_socket,
+            vec![rule(vec![cond(
+                0,
+                Len::Dword,
+                Op::Eq,
+                libc::AF_UNIX as u64,
+            )?])?],
+        );
+    } else {
+        // No socket(2) at all; socketpair(2) stays in the allowlist.
+        rules.remove(&libc::SYS_socket);
+    }
     Ok(rules)
 }
 
 /// Compiles the filters for `profile`.
-pub fn compile(profile: SeccompProfile) -> Result<CompiledFilters, SeccompError> {
+/// `unix_sockets` lets the program create `AF_UNIX` sockets; refused
+/// otherwise (`socketpair(2)` stays allowed in both profiles).
+pub fn compile(
+    profile: SeccompProfile,
+    unix_sockets: bool,
+) -> Result<CompiledFilters, SeccompError> {
     let eperm = SeccompAction::Errno(libc::EPERM as u32);
     let main = match profile {
-        SeccompProfile::Default => compile_one(default_rules()?, SeccompAction::Allow, eperm)?,
-        SeccompProfile::Strict => compile_one(strict_rules()?, eperm, SeccompAction::Allow)?,
+        SeccompProfile::Default => {
+            compile_one(default_rules(unix_sockets)?, SeccompAction::Allow, eperm)?
+        }
+        SeccompProfile::Strict => {
+            compile_one(strict_rules(unix_sockets)?, eperm, SeccompAction::Allow)?
+        }
     };
     let clone3 = compile_one(
         BTreeMap::from([(libc::SYS_clone3, vec![])]),
@@ -625,8 +647,11 @@ const SYSV_IPC: &[(&str, i64)] = &[
 /// Filters for reduced mode (no namespaces): the profile's filter plus one
 /// refusing socket(2) altogether (there is no network namespace to contain
 /// any family) and SysV IPC (no IPC namespace).
-pub fn compile_reduced(profile: SeccompProfile) -> Result<CompiledFilters, SeccompError> {
-    let mut filters = compile(profile)?;
+pub fn compile_reduced(
+    profile: SeccompProfile,
+    unix_sockets: bool,
+) -> Result<CompiledFilters, SeccompError> {
+    let mut filters = compile(profile, unix_sockets)?;
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> =
         SYSV_IPC.iter().map(|(_, nr)| (*nr, vec![])).collect();
     // Every socket(2): without a network namespace even AF_UNIX would reach
@@ -646,8 +671,9 @@ pub fn compile_reduced(profile: SeccompProfile) -> Result<CompiledFilters, Secco
     Ok(filters)
 }
 
-/// The reviewed rules of `profile`, for `corral explain`.
-pub fn describe(profile: SeccompProfile) -> Vec<RuleDoc> {
+/// The reviewed rules of `profile`, for `corral explain`; `unix_sockets`
+/// as the profile's `security.unix_sockets`.
+pub fn describe(profile: SeccompProfile, unix_sockets: bool) -> Vec<RuleDoc> {
     let mut docs = Vec::new();
     match profile {
         SeccompProfile::Default => {
@@ -681,6 +707,14 @@ pub fn describe(profile: SeccompProfile) -> Vec<RuleDoc> {
                 action: RuleAction::Eperm,
                 reason: "packet sockets, vsock (host bridge), bluetooth, AF_ALG and other attack surface",
             });
+            if !unix_sockets {
+                docs.push(RuleDoc {
+                    syscall: "socket",
+                    when: "AF_UNIX (security.unix_sockets = false)",
+                    action: RuleAction::Eperm,
+                    reason: "connect to a host socket file inside a bind (agents, buses); socketpair stays",
+                });
+            }
         }
         SeccompProfile::Strict => {
             docs.extend(
@@ -714,12 +748,14 @@ pub fn describe(profile: SeccompProfile) -> Vec<RuleDoc> {
                 action: RuleAction::Allow,
                 reason: "its own rlimits, never init's or another process's",
             });
-            docs.push(RuleDoc {
-                syscall: "socket",
-                when: "AF_UNIX only",
-                action: RuleAction::Allow,
-                reason: "local IPC",
-            });
+            if unix_sockets {
+                docs.push(RuleDoc {
+                    syscall: "socket",
+                    when: "AF_UNIX only (security.unix_sockets = true)",
+                    action: RuleAction::Allow,
+                    reason: "local IPC",
+                });
+            }
             docs.push(RuleDoc {
                 syscall: "(everything else)",
                 when: "always",
@@ -750,7 +786,7 @@ mod tests {
     #[test]
     fn both_profiles_compile_with_the_x32_guard() {
         for p in [SeccompProfile::Default, SeccompProfile::Strict] {
-            let f = compile(p).unwrap();
+            let f = compile(p, false).unwrap();
             assert_eq!(f.programs.len(), 2);
             for prog in &f.programs {
                 assert_eq!(
@@ -796,7 +832,7 @@ mod tests {
                 "strict allows {name}"
             );
         }
-        assert!(describe(SeccompProfile::Default)
+        assert!(describe(SeccompProfile::Default, false)
             .iter()
             .any(|d| d.syscall == "clone3" && d.action == RuleAction::Enosys));
     }

@@ -90,6 +90,7 @@ pub fn base(name: &str) -> Profile {
             landlock: LandlockMode::Required,
             tcp_bind: vec![],
             tcp_connect: vec![],
+            unix_sockets: false,
         },
         network: crate::network::NetworkPolicy::default(),
     }

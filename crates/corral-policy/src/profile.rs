@@ -69,6 +69,12 @@ pub struct Security {
     /// TCP ports the program may connect to (Landlock ABI 4+); none by
     /// default, the network namespace having nothing to reach anyway.
     pub tcp_connect: Vec<u16>,
+    /// Whether the program may create `AF_UNIX` sockets with `socket(2)`.
+    /// Off by default: a read-only bind does not stop `connect(2)` to a
+    /// socket file inside it (an ssh or GPG agent, a D-Bus bus, a docker
+    /// socket), so without this the sandbox cannot open one at all.
+    /// `socketpair(2)` stays allowed either way (runtimes use it).
+    pub unix_sockets: bool,
 }
 
 /// The sandbox's filesystem: a fresh read-only root holding only what is

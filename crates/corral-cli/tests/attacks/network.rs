@@ -8,6 +8,16 @@ use crate::support::*;
 use std::io::ErrorKind;
 use std::os::unix::fs::PermissionsExt;
 
+/// A config with a profile `agent` that allows `socket(AF_UNIX)`: the
+/// directory holding it (keep it alive) and its path, for
+/// `--config PATH --profile agent`.
+fn unix_sockets_allowed() -> (tempfile::TempDir, String) {
+    let (dir, cfg) = config(
+        "[profile.agent]\nextends = \"code\"\n[profile.agent.security]\nunix_sockets = true\n",
+    );
+    (dir, cfg.display().to_string())
+}
+
 #[test]
 fn attack_host_abstract_unix_socket_is_invisible() {
     use std::os::linux::net::SocketAddrExt;
@@ -23,7 +33,10 @@ fn attack_host_abstract_unix_socket_is_invisible() {
     let body = format!(
         "s = socket.socket(socket.AF_UNIX)\nsay('connect', try_(lambda: s.connect('\\0{name}')))\n"
     );
-    let (code, out, err) = attack(&[], &body);
+    // With unix sockets allowed, so the layer under test is the network
+    // namespace (by default socket(AF_UNIX) itself is refused).
+    let (_cfg, cfg) = unix_sockets_allowed();
+    let (code, out, err) = attack(&["--config", &cfg, "--profile", "agent"], &body);
     assert_eq!(code, 0, "{err}");
     let e = out.trim().rsplit(' ').next().unwrap_or("");
     assert!(
@@ -51,7 +64,9 @@ fn attack_host_unix_sockets_on_disk_are_unreachable() {
 "#,
         path.display()
     );
-    let (code, out, err) = attack(&[], &body);
+    // With unix sockets allowed: the layer under test is the mount view.
+    let (_cfg, cfg) = unix_sockets_allowed();
+    let (code, out, err) = attack(&["--config", &cfg, "--profile", "agent"], &body);
     assert_eq!(code, 0, "{err}");
     assert_eq!(out, "ENOENT\n".repeat(7));
     match listener.accept() {
@@ -210,4 +225,91 @@ say('connect 8081', try_(lambda: socket.socket().connect(('127.0.0.1', 8081))))
 "#,
         "8080 round trip b'ping'\nbind 8081 EACCES\nconnect 8081 EACCES\n",
     );
+}
+
+/// A listening unix socket on the host (an agent's, a bus's), world
+/// connectable, that counts the connections it accepts.
+struct HostSocketListener {
+    dir: tempfile::TempDir,
+    accepted: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl HostSocketListener {
+    fn start(dir: tempfile::TempDir) -> HostSocketListener {
+        use std::os::unix::fs::PermissionsExt;
+        let path = dir.path().join("agent.sock");
+        let listener = std::os::unix::net::UnixListener::bind(&path).expect("bind agent.sock");
+        std::fs::set_permissions(&path, PermissionsExt::from_mode(0o777)).expect("chmod");
+        listener.set_nonblocking(true).expect("nonblocking");
+        let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let count = accepted.clone();
+        // Bounded: the thread gives up after 60 s whatever happens.
+        std::thread::spawn(move || {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+            while std::time::Instant::now() < deadline {
+                match listener.accept() {
+                    Ok(_) => {
+                        count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    }
+                    Err(_) => std::thread::sleep(std::time::Duration::from_millis(5)),
+                }
+            }
+        });
+        HostSocketListener { dir, accepted }
+    }
+
+    fn accepted(&self) -> usize {
+        // Give a connection that got through time to be counted.
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        self.accepted.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+const CONNECT_AGENT: &str = r#"def connect():
+    s = socket.socket(socket.AF_UNIX)
+    s.connect('/data/agent.sock')
+say('connect', try_(connect))
+say('socketpair', try_(lambda: socket.socketpair()))
+"#;
+
+#[test]
+fn attack_a_host_socket_behind_a_read_only_or_writable_bind_is_unreachable() {
+    for (how, dir) in [("--ro", readable_dir()), ("--rw", workdir())] {
+        let agent = HostSocketListener::start(dir);
+        let bind = format!("{}:/data", agent.dir.path().display());
+        let (code, out, err) = attack(&[how, &bind], CONNECT_AGENT);
+        assert_eq!(code, 0, "{how}: {err}");
+        assert_eq!(out, "connect EPERM\nsocketpair ok\n", "{how}");
+        assert_eq!(agent.accepted(), 0, "{how}: the host listener was reached");
+    }
+}
+
+#[test]
+fn attack_strict_profile_refuses_unix_sockets_too() {
+    let agent = HostSocketListener::start(readable_dir());
+    let (_cfg_dir, cfg) =
+        config("[profile.s]\nextends = \"code\"\n[profile.s.security]\nseccomp = \"strict\"\n");
+    let bind = format!("{}:/data", agent.dir.path().display());
+    let cfg = cfg.display().to_string();
+    let (code, out, err) = attack(
+        &["--config", &cfg, "--profile", "s", "--ro", &bind],
+        CONNECT_AGENT,
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out, "connect EPERM\nsocketpair ok\n");
+    assert_eq!(agent.accepted(), 0);
+}
+
+#[test]
+fn unix_sockets_are_an_explicit_opt_in_that_reaches_the_listener() {
+    // The same setup with `security.unix_sockets = true`: the connection
+    // arrives, so the refusals above are the layer, not a broken test.
+    let agent = HostSocketListener::start(readable_dir());
+    let (_cfg, cfg) = unix_sockets_allowed();
+    let bind = format!("{}:/data", agent.dir.path().display());
+    let flags = ["--config", &cfg, "--profile", "agent", "--ro", &bind];
+    let (code, out, err) = attack(&flags, CONNECT_AGENT);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out, "connect ok\nsocketpair ok\n");
+    assert_eq!(agent.accepted(), 1);
 }

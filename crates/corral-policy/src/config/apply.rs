@@ -301,6 +301,9 @@ fn apply_security(
             }
         };
     }
+    if let Some(allow) = raw.unix_sockets {
+        s.unix_sockets = allow;
+    }
     for (field, list, target) in [
         ("tcp_bind", raw.tcp_bind, &mut s.tcp_bind),
         ("tcp_connect", raw.tcp_connect, &mut s.tcp_connect),

@@ -81,6 +81,7 @@ pub(super) struct RawSecurity {
     pub(super) landlock: Option<Spanned<String>>,
     pub(super) tcp_bind: Option<Vec<Spanned<u16>>>,
     pub(super) tcp_connect: Option<Vec<Spanned<u16>>>,
+    pub(super) unix_sockets: Option<bool>,
 }
 
 /// `[profile.NAME.filesystem]`.
