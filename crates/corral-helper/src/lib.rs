@@ -80,7 +80,8 @@ pub fn kill_tree_signal() -> i32 {
 use std::ffi::CString;
 use std::fs::File;
 use std::io::{Read, Write};
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::unix::fs::MetadataExt;
 
 use corral_sys::process::{self, Fork, WaitStatus};
 use corral_sys::{fd, mount, ns, signal, Errno};
@@ -396,10 +397,36 @@ fn prepare_idmapped(plan: &SandboxPlan) -> Result<Vec<(usize, OwnedFd)>, String>
         )?;
         let path =
             CString::new(source.as_str()).map_err(|_| format!("{source:?} contains a NUL byte"))?;
-        let tree = mount::open_tree(
+        // Opened once, following no symlink (a sandbox may have planted
+        // one on the path since the plan was made), and checked: the tree
+        // cloned and idmapped is the directory whose owner the plan saw.
+        let dir = mount::openat2(
             libc::AT_FDCWD,
             &path,
-            mount::OPEN_TREE_CLONE | mount::OPEN_TREE_CLOEXEC,
+            libc::O_PATH | libc::O_DIRECTORY,
+            0,
+            mount::RESOLVE_NO_SYMLINKS | mount::RESOLVE_NO_MAGICLINKS,
+        )
+        .map_err(|e| {
+            format!("opening {source} for an idmapped mount without following symlinks: {e}")
+        })?;
+        let meta = File::from(
+            dir.try_clone()
+                .map_err(|e| format!("duplicating the fd of {source}: {e}"))?,
+        )
+        .metadata()
+        .map_err(|e| format!("stat of {source}: {e}"))?;
+        if (meta.uid(), meta.gid()) != (*ouid, *ogid) {
+            return Err(format!(
+                "{source} changed owner since the plan was made (now {}:{}, was {ouid}:{ogid}); refusing to idmap it",
+                meta.uid(),
+                meta.gid()
+            ));
+        }
+        let tree = mount::open_tree(
+            dir.as_raw_fd(),
+            c"",
+            mount::OPEN_TREE_CLONE | mount::OPEN_TREE_CLOEXEC | libc::AT_EMPTY_PATH as u32,
         )
         .map_err(|e| format!("cloning {source} for an idmapped mount: {e}"))?;
         mount::idmap_tree(tree.as_fd(), userns.as_fd()).map_err(|e| {

@@ -37,6 +37,14 @@ pub enum MountOp {
         /// by the invoking user is writable without chowning host files.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         idmap_from: Option<(u32, u32)>,
+        /// Resolve `source` without following any symlink
+        /// (`RESOLVE_NO_SYMLINKS`): set for the binds a caller asked for
+        /// (`--ro`, `--rw`, `--workdir`, a profile's binds), whose paths may
+        /// pass through a directory an earlier sandbox could write. The
+        /// planner refuses such a path when it holds a link; this makes the
+        /// kernel refuse one planted after that check.
+        #[serde(default)]
+        no_symlinks: bool,
     },
     /// Create a symlink (recreating a host symlink such as `/bin -> usr/bin`).
     Symlink {

@@ -226,8 +226,9 @@ fn write_file<K: Kernel>(
         .map_err(|e| (FailureKind::Mount, format!("writing /{rel}: {e}")))
 }
 
-/// Clones the host tree at `source` (resolved inside the host root) and
-/// attaches it at `dest` with `attrs` set on every mount of the tree.
+/// Clones the host tree at `source` (resolved inside the host root, and
+/// without following any symlink when `no_symlinks`) and attaches it at
+/// `dest` with `attrs` set on every mount of the tree.
 fn bind<K: Kernel>(
     k: &mut K,
     oldroot: &K::Fd,
@@ -235,15 +236,18 @@ fn bind<K: Kernel>(
     source: &str,
     dest: &str,
     attrs: u64,
+    no_symlinks: bool,
 ) -> Result<(), StepError> {
     let src_rel = cstr(source.trim_start_matches('/'))?;
+    let mut resolve = m::RESOLVE_IN_ROOT | m::RESOLVE_NO_MAGICLINKS;
+    if no_symlinks {
+        // What the planner checked is what is mounted: a link planted
+        // since (by a sandbox that can write a directory on the path) is
+        // refused with ELOOP rather than followed (openat2(2)).
+        resolve |= m::RESOLVE_NO_SYMLINKS;
+    }
     let src = k
-        .open_at(
-            At::Fd(oldroot),
-            &src_rel,
-            libc::O_PATH,
-            m::RESOLVE_IN_ROOT | m::RESOLVE_NO_MAGICLINKS,
-        )
+        .open_at(At::Fd(oldroot), &src_rel, libc::O_PATH, resolve)
         .map_err(mount_err(format!("opening bind source {source}")))?;
     let is_dir = k.is_dir(&src).map_err(stat_err(source))?;
     let tree = k
@@ -279,13 +283,22 @@ fn apply<K: Kernel>(
             source,
             dest,
             writable,
+            no_symlinks,
             ..
         } => {
             let mut attrs = m::MOUNT_ATTR_NOSUID | m::MOUNT_ATTR_NODEV;
             if !writable {
                 attrs |= m::MOUNT_ATTR_RDONLY;
             }
-            bind(k, oldroot, newroot, source, dest.relative(), attrs)
+            bind(
+                k,
+                oldroot,
+                newroot,
+                source,
+                dest.relative(),
+                attrs,
+                *no_symlinks,
+            )
         }
         MountOp::Symlink { target, dest } => {
             let (parent, leaf) = parent_of(k, newroot, dest.relative())?;
@@ -372,6 +385,7 @@ fn mount_dev<K: Kernel>(k: &mut K, newroot: &K::Fd, plan: &SandboxPlan) -> Resul
             &format!("/dev/{dev}"),
             &format!("dev/{dev}"),
             m::MOUNT_ATTR_NOSUID | m::MOUNT_ATTR_NOEXEC,
+            true,
         )?;
     }
     let dev = ensure_target(k, newroot, "dev", true)?;

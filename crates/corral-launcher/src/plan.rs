@@ -177,6 +177,20 @@ pub enum PlanError {
     /// A mount request is unusable.
     #[error("{0}")]
     Mount(String),
+    /// A bind source passes through a symlink.
+    #[error(
+        "cannot bind {path}: {link} is a symlink (to {target}). corral binds only paths without symlinks, \
+         so that a link a sandbox planted in a directory it could write cannot redirect a later bind; \
+         give the path the link points to, if that is the directory you mean"
+    )]
+    Symlink {
+        /// The source as given.
+        path: String,
+        /// The component that is a link.
+        link: String,
+        /// Where it points.
+        target: String,
+    },
     /// A security layer could not be prepared.
     #[error("{0}")]
     Security(String),
@@ -207,6 +221,7 @@ impl PlanError {
             }
             PlanError::Env(_) => "env.invalid",
             PlanError::Mount(_) => "mount.invalid",
+            PlanError::Symlink { .. } => "mount.symlink",
             PlanError::Security(_) => "security.invalid",
         }
     }
@@ -452,11 +467,14 @@ fn plan_mounts(
                     dest: path.clone(),
                 });
             }
+            // The host's own system trees: symlinks in them are the
+            // administrator's and resolve inside the host root.
             Ok(_) => ops.push(MountOp::Bind {
                 source: path.to_string(),
                 dest: path.clone(),
                 writable: false,
                 idmap_from: None,
+                no_symlinks: false,
             }),
         }
     }
@@ -476,6 +494,7 @@ fn plan_mounts(
             // An explicit bind replaces the system bind of the same path.
             ops.retain(|op| op.dest() != &spec.dest);
         }
+        refuse_symlinks(spec.source.as_path())?;
         let meta = std::fs::metadata(spec.source.as_path()).map_err(|e| {
             PlanError::Mount(format!(
                 "cannot mount {spec}: {} does not exist or is unreadable ({e})",
@@ -491,13 +510,15 @@ fn plan_mounts(
             } else {
                 None
             },
+            no_symlinks: true,
         });
     }
     let workspace = SandboxPath::new(WORKSPACE).map_err(|e| PlanError::Mount(e.to_string()))?;
     match &request.workdir {
         Some(dir) => {
-            let canonical = std::fs::canonicalize(dir)
+            let canonical = std::path::absolute(dir)
                 .map_err(|e| PlanError::Mount(format!("workdir {}: {e}", dir.display())))?;
+            refuse_symlinks(&canonical)?;
             if !canonical.is_dir() {
                 return Err(PlanError::Mount(format!(
                     "workdir {} is not a directory",
@@ -516,6 +537,7 @@ fn plan_mounts(
                 dest: workspace,
                 writable: true,
                 idmap_from,
+                no_symlinks: true,
             });
         }
         None => ops.push(MountOp::Tmpfs {
@@ -527,6 +549,45 @@ fn plan_mounts(
     // Parents first: a bind at /a must not land on top of one at /a/b.
     ops.sort_by_key(|op| op.dest().as_str().matches('/').count());
     Ok(ops)
+}
+
+/// Refuses a bind source any component of which, the last included, is a
+/// symlink, or which holds `.` or `..` (where `..` after a link would leave
+/// the directory the caller named). A sandbox that can write a directory
+/// can plant a link there that a later run's bind would pass through: to
+/// another user's home as root, or to the caller's own files. The helper
+/// opens the source with `RESOLVE_NO_SYMLINKS` as well, so a link planted
+/// after this check is refused by the kernel.
+fn refuse_symlinks(path: &std::path::Path) -> Result<(), PlanError> {
+    use std::path::Component;
+    let mut prefix = std::path::PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::RootDir => prefix.push("/"),
+            Component::Normal(name) => {
+                prefix.push(name);
+                if let Ok(meta) = std::fs::symlink_metadata(&prefix) {
+                    if meta.file_type().is_symlink() {
+                        let target = std::fs::read_link(&prefix)
+                            .map(|t| t.display().to_string())
+                            .unwrap_or_else(|_| "?".into());
+                        return Err(PlanError::Symlink {
+                            path: path.display().to_string(),
+                            link: prefix.display().to_string(),
+                            target,
+                        });
+                    }
+                }
+            }
+            Component::CurDir | Component::ParentDir | Component::Prefix(_) => {
+                return Err(PlanError::Mount(format!(
+                    "cannot bind {}: `.` and `..` are not allowed in a bind source; give the path without them",
+                    path.display()
+                )));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// For a writable bind when corral runs as root (and the program as an

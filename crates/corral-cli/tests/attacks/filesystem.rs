@@ -507,3 +507,128 @@ say('writable next to it', try_(lambda: open('/workspace/ok', 'w').write('x')))
     );
     assert_eq!(names(data.path()), ["f"]);
 }
+
+/// A directory another user owns (as root; the caller's own otherwise)
+/// with a 0600 secret in it and a subdirectory: what a planted link
+/// would expose.
+fn victim_dir() -> tempfile::TempDir {
+    let dir = tempfile::Builder::new()
+        .prefix("corral-victim-")
+        .tempdir()
+        .expect("tempdir");
+    std::fs::create_dir(dir.path().join("sub")).expect("mkdir sub");
+    let secret = dir.path().join("id_ed25519");
+    std::fs::write(&secret, "VICTIM-SECRET-KEY\n").expect("write secret");
+    std::fs::set_permissions(&secret, PermissionsExt::from_mode(0o600)).expect("chmod");
+    if is_root() {
+        let status = std::process::Command::new("chown")
+            .args(["-R", "4243:4243"])
+            .arg(dir.path())
+            .status()
+            .expect("chown");
+        assert!(status.success());
+    }
+    dir
+}
+
+/// A sandbox plants `name -> target` in its writable workdir `work`, as an
+/// untrusted job can between two runs.
+fn plant_link(work: &Path, name: &str, target: &Path) {
+    let script = format!("ln -s '{}' /workspace/{name}", target.display());
+    let out = run(
+        &["--workdir", &work.display().to_string()],
+        &["sh", "-c", &script],
+    );
+    assert!(out.status.success(), "planting: {}", text(&out.stderr));
+    assert!(std::fs::symlink_metadata(work.join(name))
+        .expect("planted link")
+        .file_type()
+        .is_symlink());
+}
+
+#[test]
+fn attack_a_planted_symlink_cannot_redirect_a_later_bind() {
+    let victim = victim_dir();
+    let work = workdir();
+    // `out` -> the victim directory, `up` -> its parent (for a link in the
+    // middle of the path).
+    plant_link(work.path(), "out", victim.path());
+    let parent = victim.path().parent().expect("parent");
+    plant_link(work.path(), "up", parent);
+    let w = work.path().display().to_string();
+    let vname = victim
+        .path()
+        .file_name()
+        .expect("name")
+        .to_string_lossy()
+        .into_owned();
+    let (_cfg_dir, cfg) = config(&format!(
+        "[profile.binds]\nextends = \"code\"\n[profile.binds.filesystem]\nread_only = [\"{w}/out:/data\"]\n"
+    ));
+    let cfg = cfg.display().to_string();
+    let last = format!("{w}/out:/data");
+    let middle = format!("{w}/up/{vname}:/data");
+    let dotdot = format!("{w}/out/..:/data");
+    let workdir_link = format!("{w}/out");
+    let cases: Vec<(&str, Vec<&str>, &str)> = vec![
+        ("--rw, link last", vec!["--rw", &last], "mount.symlink"),
+        ("--ro, link last", vec!["--ro", &last], "mount.symlink"),
+        (
+            "--ro, link in the middle",
+            vec!["--ro", &middle],
+            "mount.symlink",
+        ),
+        (
+            "--rw, link in the middle",
+            vec!["--rw", &middle],
+            "mount.symlink",
+        ),
+        // `..` is refused before any link is looked at.
+        ("--ro, link then ..", vec!["--ro", &dotdot], "mount.invalid"),
+        (
+            "--workdir through a link",
+            vec!["--workdir", &workdir_link],
+            "mount.symlink",
+        ),
+        (
+            "profile bind through a link",
+            vec!["--config", &cfg, "--profile", "binds"],
+            "mount.symlink",
+        ),
+    ];
+    let script = "cat /data/id_ed25519 /workspace/id_ed25519 2>/dev/null; \
+                  touch /data/planted /workspace/planted 2>/dev/null; true";
+    for (what, flags, code) in cases {
+        let (v, _) = run_json(&flags, &["sh", "-c", script]);
+        assert_eq!(v["error"]["code"], code, "{what}: {v}");
+        assert_eq!(v["exit_code"], 125, "{what}: {v}");
+        let message = v["error"]["message"].as_str().unwrap_or("");
+        assert!(
+            message.contains("symlink") || message.contains("`..`"),
+            "{what}: {message}"
+        );
+        assert!(
+            !v["stdout"].as_str().unwrap_or("").contains("VICTIM"),
+            "{what}: the victim's secret was read: {v}"
+        );
+    }
+    // Nothing was written into the victim's directory.
+    let mut left: Vec<String> = std::fs::read_dir(victim.path())
+        .expect("read victim")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert_eq!(left, ["id_ed25519", "sub"]);
+}
+
+#[test]
+fn a_bind_source_without_symlinks_still_works() {
+    // The same shapes with the real path: the refusal above is about the
+    // link, not about binding the directory.
+    let work = workdir();
+    std::fs::create_dir(work.path().join("real")).expect("mkdir");
+    std::fs::write(work.path().join("real/hello"), "hi\n").expect("write");
+    let src = format!("{}/real:/data", work.path().display());
+    let (v, _) = run_json(&["--ro", &src], &["sh", "-c", "cat /data/hello"]);
+    assert_eq!(v["stdout"], "hi\n", "{v}");
+}

@@ -29,12 +29,27 @@ fn path(s: &str) -> SandboxPath {
     SandboxPath::new(s).unwrap()
 }
 
+/// A bind of the host's system trees (symlinks in them are followed
+/// inside the host root).
 fn bind(source: &str, dest: &str, writable: bool) -> MountOp {
     MountOp::Bind {
         source: source.into(),
         dest: path(dest),
         writable,
         idmap_from: None,
+        no_symlinks: false,
+    }
+}
+
+/// A bind the caller asked for (`--rw`, `--ro`, `--workdir`): its source
+/// is resolved without following any symlink.
+fn user_bind(source: &str, dest: &str, writable: bool) -> MountOp {
+    MountOp::Bind {
+        source: source.into(),
+        dest: path(dest),
+        writable,
+        idmap_from: None,
+        no_symlinks: true,
     }
 }
 
@@ -65,7 +80,7 @@ fn plan() -> SandboxPlan {
                 dest: path("/bin"),
             },
             bind("/etc/ssl", "/etc/ssl", false),
-            bind("/home/me/data", "/data", true),
+            user_bind("/home/me/data", "/data", true),
             MountOp::Tmpfs {
                 dest: path("/workspace"),
                 size: 8 << 20,
@@ -267,11 +282,21 @@ fn bind_sources_resolve_in_the_host_root_and_targets_never_follow_symlinks() {
         .map(|d| format!("/newroot{}", d.as_str()))
         .collect();
     let mut targets = 0;
+    let mut user_sources = 0;
     for s in &k.steps {
         let Step::Open { path, resolve, .. } = s else {
             continue;
         };
-        if path.starts_with("/oldroot/") {
+        if path == "/oldroot/home/me/data" || path.starts_with("/oldroot/dev/") {
+            // What the caller (or corral, for /dev) named: no symlink at
+            // all, so one planted after the plan was checked is refused.
+            assert_eq!(
+                *resolve,
+                m::RESOLVE_IN_ROOT | m::RESOLVE_NO_MAGICLINKS | m::RESOLVE_NO_SYMLINKS,
+                "{path}"
+            );
+            user_sources += 1;
+        } else if path.starts_with("/oldroot/") {
             assert_eq!(
                 *resolve,
                 m::RESOLVE_IN_ROOT | m::RESOLVE_NO_MAGICLINKS,
@@ -289,6 +314,7 @@ fn bind_sources_resolve_in_the_host_root_and_targets_never_follow_symlinks() {
         }
     }
     assert!(targets > 10, "mount targets were opened: {targets}");
+    assert_eq!(user_sources, 6, "/home/me/data and the five /dev nodes");
 }
 
 #[test]
