@@ -66,7 +66,7 @@ impl Guard {
     }
 
     pub fn pid(&self) -> i32 {
-        self.0.id() as i32
+        i32::try_from(self.0.id()).expect("a pid fits in pid_t")
     }
 
     /// Waits up to `secs` for the exit; the signal that ended it.

@@ -228,7 +228,8 @@ impl SandboxCgroup {
                             CgroupError::Busy {
                                 path: dir.path.clone(),
                                 pids,
-                                waited_ms: start.elapsed().as_millis() as u64,
+                                waited_ms: u64::try_from(start.elapsed().as_millis())
+                                    .unwrap_or(u64::MAX),
                             }
                         } else {
                             CgroupError::Remove {

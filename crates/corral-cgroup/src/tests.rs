@@ -215,7 +215,8 @@ fn names_are_validated() {
         assert!(err.to_string().starts_with("invalid cgroup name"), "{err}");
     }
     let n = sandbox_group_name();
-    assert_eq!(owner_pid(&n), Some(std::process::id() as i32));
+    let pid = i32::try_from(std::process::id()).expect("a pid fits in pid_t");
+    assert_eq!(owner_pid(&n), Some(pid));
     assert!(validate_name(&n).is_ok());
     assert_eq!(owner_pid("12-x"), None);
     assert_eq!(owner_pid("foreign"), None);

@@ -496,7 +496,7 @@ mod tests {
         let base = dir.0.join("sys/fs/cgroup/corral");
         // A pid that certainly ended.
         let mut done = Command::new("true").spawn().unwrap();
-        let dead = done.id() as i32;
+        let dead = i32::try_from(done.id()).expect("a pid fits in pid_t");
         done.wait().unwrap();
         assert!(!process_alive(dead));
         // The group of a killed corral, with a process still inside.

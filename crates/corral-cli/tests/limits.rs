@@ -325,7 +325,8 @@ fn run_measured(args: &[&str]) -> (Vec<u8>, i32, u64) {
             out.extend_from_slice(&buf[..n]);
         }
     }
-    let (status, usage) = corral_sys::process::wait4(child.id() as i32).expect("run_measured");
+    let pid = i32::try_from(child.id()).expect("a pid fits in pid_t");
+    let (status, usage) = corral_sys::process::wait4(pid).expect("run_measured");
     let code = match status {
         corral_sys::process::WaitStatus::Exited(c) => c,
         corral_sys::process::WaitStatus::Signaled(s) => 128 + s,

@@ -234,7 +234,7 @@ pub fn execute(
         stderr_bytes: outcome.stderr.total,
         stdout_truncated: outcome.stdout.truncated,
         stderr_truncated: outcome.stderr.truncated,
-        wall_ms: outcome.wall.as_millis() as u64,
+        wall_ms: u64::try_from(outcome.wall.as_millis()).unwrap_or(u64::MAX),
         cpu_ms: stats.cpu_ms.unwrap_or(outcome.usage.cpu_us / 1000),
         peak_memory_bytes: stats
             .peak_memory_bytes

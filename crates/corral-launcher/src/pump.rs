@@ -336,7 +336,9 @@ impl Pump {
                 Ok(n) => {
                     self.sinks[i].push(&self.buf[..n]);
                     if let Some(tap) = &self.tap {
-                        tap(i as u8 + 1, &self.buf[..n]);
+                        // Pipe 0 is stdout (stream 1), pipe 1 stderr (2).
+                        let stream = if i == 0 { 1 } else { 2 };
+                        tap(stream, &self.buf[..n]);
                     }
                 }
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}

@@ -78,13 +78,18 @@ impl ReadyHelper {
             .stdout(Stdio::null())
             .stderr(Stdio::null());
         fd::pass_fd_as(&mut cmd, &theirs, fd::HELPER_CONTROL_FD);
-        let child = cmd.spawn()?;
+        let mut child = cmd.spawn()?;
+        let Ok(pid) = i32::try_from(child.id()) else {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(std::io::Error::other(format!(
+                "helper pid {} does not fit in pid_t",
+                child.id()
+            )));
+        };
         Ok(ReadyHelper {
             ctrl: ours,
-            reap: Reap {
-                pid: child.id() as i32,
-                armed: true,
-            },
+            reap: Reap { pid, armed: true },
         })
     }
 }

@@ -291,6 +291,9 @@ fn median(sorted: &[f64]) -> f64 {
 
 /// Nearest-rank percentile of sorted values.
 fn percentile(sorted: &[f64], p: f64) -> f64 {
+    // why: a float-to-int `as` saturates (NaN gives 0) and there is no
+    // checked float conversion; the rank is clamped to 1..=len below.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
     let rank = (p / 100.0 * sorted.len() as f64).ceil() as usize;
     sorted[rank.clamp(1, sorted.len()) - 1]
 }
@@ -410,6 +413,9 @@ fn verdict(pass: bool) -> &'static str {
 
 fn main() -> Res<()> {
     let o = options()?;
+    // why: --gib is checked positive; a float-to-int `as` saturates, and
+    // there is no checked float conversion.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
     let bytes = (o.gib * f64::from(1u32 << 30)) as u64;
     let setup = setup()?;
     let cores = thread::available_parallelism().map_or(0, usize::from);

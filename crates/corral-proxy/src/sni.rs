@@ -230,7 +230,8 @@ pub(crate) mod tests {
     use super::*;
 
     fn vec16(body: &[u8]) -> Vec<u8> {
-        let mut v = (body.len() as u16).to_be_bytes().to_vec();
+        let len = u16::try_from(body.len()).expect("a test vector under 64 KiB");
+        let mut v = len.to_be_bytes().to_vec();
         v.extend_from_slice(body);
         v
     }
@@ -257,7 +258,8 @@ pub(crate) mod tests {
         }
         body.extend_from_slice(&vec16(&exts));
         let mut msg = vec![CLIENT_HELLO];
-        msg.extend_from_slice(&(body.len() as u32).to_be_bytes()[1..]);
+        let len = u32::try_from(body.len()).expect("a test hello under 4 GiB");
+        msg.extend_from_slice(&len.to_be_bytes()[1..]);
         msg.extend_from_slice(&body);
         msg
     }
@@ -337,7 +339,7 @@ pub(crate) mod tests {
         // A hello whose inner lengths overrun its (consistently framed) body.
         let mut msg = client_hello(&["a.test"]);
         msg.truncate(msg.len() - 3);
-        let body_len = (msg.len() - 4) as u32;
+        let body_len = u32::try_from(msg.len() - 4).expect("a test hello under 4 GiB");
         msg[1..4].copy_from_slice(&body_len.to_be_bytes()[1..]);
         assert_eq!(
             parse_client_hello(&records(&msg, MAX_RECORD)),

@@ -175,7 +175,8 @@ fn socks_connect(handle: &ProxyHandle, target: &[u8], port: u16) -> (TcpStream, 
 }
 
 fn socks_domain(name: &str) -> Vec<u8> {
-    let mut t = vec![3, name.len() as u8];
+    let len = u8::try_from(name.len()).expect("a SOCKS5 domain under 256 bytes");
+    let mut t = vec![3, len];
     t.extend_from_slice(name.as_bytes());
     t
 }
@@ -238,7 +239,7 @@ fn bulk_tunnel_traffic_arrives_intact_both_ways() {
     let handle = proxy(policy(port, true));
     let s = open_tunnel(&handle, &format!("allowed.test:{port}"));
     let mut writer = s.try_clone().unwrap();
-    let pattern = |i: usize| (i % 251) as u8;
+    let pattern = |i: usize| u8::try_from(i % 251).expect("below 251");
     let sender = thread::spawn(move || {
         let chunk: Vec<u8> = (0..1 << 16).map(pattern).collect();
         for _ in 0..TOTAL / chunk.len() {

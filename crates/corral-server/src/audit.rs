@@ -179,7 +179,7 @@ impl AuditStore {
         let cutoff = now_ms().saturating_sub(u64::from(retention_days) * 86_400_000);
         conn.execute(
             "DELETE FROM executions WHERE finished_ms < ?1",
-            params![cutoff as i64],
+            params![i64::try_from(cutoff).unwrap_or(i64::MAX)],
         )
         .map_err(sqlite(&path))?;
         let jsonl = match jsonl {
@@ -220,8 +220,8 @@ impl AuditStore {
                     rec.profile,
                     rec.code_sha256,
                     rec.code,
-                    rec.started_ms as i64,
-                    rec.finished_ms as i64,
+                    i64::try_from(rec.started_ms).unwrap_or(i64::MAX),
+                    i64::try_from(rec.finished_ms).unwrap_or(i64::MAX),
                     rec.exit_code,
                     rec.timed_out,
                     rec.oom_killed,
@@ -377,7 +377,7 @@ fn prune_jsonl(path: &Path, cutoff: u64) -> std::io::Result<()> {
 pub fn now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
         .unwrap_or(0)
 }
 

@@ -27,12 +27,12 @@ pub fn decode(text: &str) -> Option<Vec<u8>> {
     let mut acc = 0u32;
     let mut bits = 0;
     for c in clean.bytes() {
-        let v = B64.iter().position(|&x| x == c)? as u32;
+        let v = u32::try_from(B64.iter().position(|&x| x == c)?).ok()?;
         acc = (acc << 6) | v;
         bits += 6;
         if bits >= 8 {
             bits -= 8;
-            out.push((acc >> bits) as u8);
+            out.push(u8::try_from(acc >> bits).ok()?);
             acc &= (1 << bits) - 1;
         }
     }

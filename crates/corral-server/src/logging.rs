@@ -133,7 +133,8 @@ impl<B> OnResponse<B> for RequestDone {
     fn on_response(self, response: &Response<B>, latency: Duration, span: &Span) {
         let status = response.status().as_u16();
         span.record("status", status);
-        span.record("duration_ms", latency.as_millis() as u64);
+        let ms = u64::try_from(latency.as_millis()).unwrap_or(u64::MAX);
+        span.record("duration_ms", ms);
         if response.status().is_server_error() {
             tracing::warn!(parent: span, "request finished");
         } else {

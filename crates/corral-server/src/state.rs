@@ -150,7 +150,7 @@ fn sweep_stale_work_dirs(base: &std::path::Path) {
         else {
             continue;
         };
-        let alive = pid == std::process::id() as i32
+        let alive = i32::try_from(std::process::id()) == Ok(pid)
             || std::path::Path::new(&format!("/proc/{pid}")).exists();
         // Only our own directories: in a shared /tmp anyone can create a
         // name that looks like ours.

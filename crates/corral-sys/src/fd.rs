@@ -4,7 +4,7 @@
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::process::Command;
 
-use crate::{cvt, Errno, SysResult};
+use crate::{cvt, cvt_len, Errno, SysResult};
 
 /// The fd number at which the sandbox helper finds its control socket.
 pub const HELPER_CONTROL_FD: RawFd = 3;
@@ -121,17 +121,17 @@ pub fn poll(fds: &mut [PollFd], timeout_ms: i32) -> SysResult<usize> {
         .collect();
     // SAFETY: `raw` is a valid array of `raw.len()` pollfd structs.
     let n = unsafe { libc::poll(raw.as_mut_ptr(), raw.len() as libc::nfds_t, timeout_ms) };
-    if n < 0 {
+    let Ok(n) = usize::try_from(n) else {
         let e = Errno::last();
         if e.0 == libc::EINTR {
             return Ok(0);
         }
         return Err(e);
-    }
+    };
     for (p, r) in fds.iter_mut().zip(&raw) {
         p.ready = r.revents != 0;
     }
-    Ok(n as usize)
+    Ok(n)
 }
 
 /// Takes ownership of an fd inherited at a fixed number (the helper's
@@ -224,8 +224,10 @@ pub fn send_with_fds(sock: RawFd, data: &[u8], fds: &[RawFd]) -> SysResult<()> {
     };
     // Room for MAX_PASSED_FDS ints, aligned for cmsghdr.
     let mut space = [0u64; 8];
+    // At most MAX_PASSED_FDS descriptors (checked above), so a few bytes.
+    let fds_bytes = u32::try_from(std::mem::size_of_val(fds)).map_err(|_| Errno(libc::EINVAL))?;
     // SAFETY: CMSG_SPACE is a pure size computation.
-    let cmsg_len = unsafe { libc::CMSG_SPACE(std::mem::size_of_val(fds) as u32) } as usize;
+    let cmsg_len = unsafe { libc::CMSG_SPACE(fds_bytes) } as usize;
     // SAFETY: msghdr is plain data; all-zero is a valid start.
     let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
     msg.msg_iov = &mut iov;
@@ -240,7 +242,7 @@ pub fn send_with_fds(sock: RawFd, data: &[u8], fds: &[RawFd]) -> SysResult<()> {
             let cmsg = libc::CMSG_FIRSTHDR(&msg);
             (*cmsg).cmsg_level = libc::SOL_SOCKET;
             (*cmsg).cmsg_type = libc::SCM_RIGHTS;
-            (*cmsg).cmsg_len = libc::CMSG_LEN(std::mem::size_of_val(fds) as u32) as usize;
+            (*cmsg).cmsg_len = libc::CMSG_LEN(fds_bytes) as usize;
             std::ptr::copy_nonoverlapping(
                 fds.as_ptr(),
                 libc::CMSG_DATA(cmsg).cast::<RawFd>(),
@@ -268,7 +270,7 @@ pub fn recv_with_fds(sock: RawFd, buf: &mut [u8]) -> SysResult<(usize, Vec<Owned
     msg.msg_controllen = std::mem::size_of_val(&space);
     // SAFETY: `msg` points at `iov`/`buf` and `space`, all alive and
     // writable for the call.
-    let n = cvt(unsafe { libc::recvmsg(sock, &mut msg, libc::MSG_CMSG_CLOEXEC) })?;
+    let n = cvt_len(unsafe { libc::recvmsg(sock, &mut msg, libc::MSG_CMSG_CLOEXEC) })?;
     let mut fds = Vec::new();
     // A message larger than `buf`, or with more descriptors than `space`
     // holds, arrives cut short: refuse it rather than act on a part (the
@@ -294,7 +296,7 @@ pub fn recv_with_fds(sock: RawFd, buf: &mut [u8]) -> SysResult<(usize, Vec<Owned
     if truncated {
         return Err(Errno(libc::EMSGSIZE));
     }
-    Ok((n as usize, fds))
+    Ok((n, fds))
 }
 
 /// The seals of a sealed memfd: neither its size nor its contents can
@@ -317,8 +319,8 @@ pub fn sealed_memfd(name: &std::ffi::CStr, data: &[u8]) -> SysResult<OwnedFd> {
     while done < data.len() {
         let rest = &data[done..];
         // SAFETY: `rest` is a live slice of `rest.len()` readable bytes.
-        match cvt(unsafe { libc::write(fd.as_raw_fd(), rest.as_ptr().cast(), rest.len()) }) {
-            Ok(n) => done += n as usize,
+        match cvt_len(unsafe { libc::write(fd.as_raw_fd(), rest.as_ptr().cast(), rest.len()) }) {
+            Ok(n) => done += n,
             Err(Errno(libc::EINTR)) => {}
             Err(e) => return Err(e),
         }
@@ -351,11 +353,11 @@ pub fn read_sealed_memfd(fd: &OwnedFd, max: usize) -> SysResult<Vec<u8>> {
         let rest = &mut buf[done..];
         let offset = libc::off_t::try_from(done).map_err(|_| Errno(libc::EMSGSIZE))?;
         // SAFETY: `rest` is a live, writable slice of `rest.len()` bytes.
-        match cvt(unsafe {
+        match cvt_len(unsafe {
             libc::pread(fd.as_raw_fd(), rest.as_mut_ptr().cast(), rest.len(), offset)
         }) {
             Ok(0) => return Err(Errno(libc::EIO)),
-            Ok(n) => done += n as usize,
+            Ok(n) => done += n,
             Err(Errno(libc::EINTR)) => {}
             Err(e) => return Err(e),
         }
@@ -418,7 +420,7 @@ mod tests {
             .arg("30")
             .spawn()
             .unwrap();
-        let pid = child.id() as i32;
+        let pid = i32::try_from(child.id()).expect("a pid fits in pid_t");
         let fd = crate::process::pidfd_open(pid).unwrap();
         crate::process::pidfd_send_signal(&fd, libc::SIGKILL).unwrap();
         let status = child.wait().unwrap();

@@ -89,6 +89,12 @@ fn cvt<T: Copy + PartialOrd + Default>(ret: T) -> SysResult<T> {
     }
 }
 
+/// Turns a byte count from a call returning `ssize_t` (`-1` means
+/// failure) into a result: a negative value is the error in `errno`.
+fn cvt_len(ret: isize) -> SysResult<usize> {
+    usize::try_from(ret).map_err(|_| Errno::last())
+}
+
 impl From<Errno> for std::io::Error {
     fn from(e: Errno) -> Self {
         std::io::Error::from_raw_os_error(e.0)
@@ -112,6 +118,7 @@ pub mod probe {
                 LANDLOCK_CREATE_RULESET_VERSION,
             )
         };
-        crate::cvt(ret).map(|v| v as i32)
+        let version = crate::cvt(ret)?;
+        i32::try_from(version).map_err(|_| crate::Errno(libc::EOVERFLOW))
     }
 }

@@ -8,7 +8,7 @@
 use std::ffi::{CStr, CString};
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 
-use crate::{cvt, SysResult};
+use crate::{cvt, Errno, SysResult};
 
 // From include/uapi/linux/mount.h; defined here so the build does not
 // depend on how recent the libc crate is.
@@ -110,8 +110,9 @@ pub fn chdir(path: &CStr) -> SysResult<()> {
 pub fn open_tree(dirfd: RawFd, path: &CStr, flags: u32) -> SysResult<OwnedFd> {
     // SAFETY: `path` is NUL-terminated and alive; dirfd is an integer.
     let fd = cvt(unsafe { libc::syscall(libc::SYS_open_tree, dirfd, path.as_ptr(), flags) })?;
+    let fd = RawFd::try_from(fd).map_err(|_| Errno(libc::EBADF))?;
     // SAFETY: on success open_tree returns a new fd that nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 /// Attaches the detached tree `from` onto the object `to` refers to
@@ -169,8 +170,11 @@ pub fn openat2(
     mode: u32,
     resolve: u64,
 ) -> SysResult<OwnedFd> {
+    // Open flags are bits of a non-negative int; a negative value is no
+    // valid set of them.
+    let flags = u64::try_from(flags | libc::O_CLOEXEC).map_err(|_| Errno(libc::EINVAL))?;
     let how = OpenHow {
-        flags: (flags | libc::O_CLOEXEC) as u64,
+        flags,
         mode: mode as u64,
         resolve,
     };
@@ -185,8 +189,9 @@ pub fn openat2(
             std::mem::size_of::<OpenHow>(),
         )
     })?;
+    let fd = RawFd::try_from(fd).map_err(|_| Errno(libc::EBADF))?;
     // SAFETY: on success openat2 returns a new fd that nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 /// `mkdirat(2)`.
@@ -227,11 +232,12 @@ pub const MOUNT_ATTR_IDMAP: u64 = 0x0010_0000;
 /// an unprivileged sandbox uid own files the invoking user owns on disk,
 /// with no chown of host files.
 pub fn idmap_tree(tree: BorrowedFd<'_>, userns: BorrowedFd<'_>) -> SysResult<()> {
+    let userns_fd = u64::try_from(userns.as_raw_fd()).map_err(|_| Errno(libc::EBADF))?;
     let attr = MountAttr {
         attr_set: MOUNT_ATTR_IDMAP,
         attr_clr: 0,
         propagation: 0,
-        userns_fd: userns.as_raw_fd() as u64,
+        userns_fd,
     };
     // SAFETY: the empty path is a static NUL-terminated string; `attr` is a
     // valid mount_attr whose size we pass, alive for the call; both fds are

@@ -2,7 +2,7 @@
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
-use crate::{cvt, SysResult};
+use crate::{cvt, Errno, SysResult};
 
 /// Brings the loopback interface `lo` up, the only interface of a new
 /// network namespace.
@@ -15,13 +15,14 @@ pub fn loopback_up() -> SysResult<()> {
     // SAFETY: ifreq is plain data; all-zero is a valid value.
     let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
     for (dst, src) in req.ifr_name.iter_mut().zip(b"lo\0") {
-        *dst = *src as libc::c_char;
+        *dst = libc::c_char::from_ne_bytes([*src]);
     }
     // SAFETY: `req` is a valid ifreq naming "lo"; SIOCGIFFLAGS fills its
     // flags field.
     cvt(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req) })?;
+    let up = libc::c_short::try_from(libc::IFF_UP).map_err(|_| Errno(libc::EINVAL))?;
     // SAFETY: the union field written by SIOCGIFFLAGS is ifru_flags.
-    unsafe { req.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short };
+    unsafe { req.ifr_ifru.ifru_flags |= up };
     // SAFETY: `req` is a valid ifreq with the new flags.
     cvt(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS, &req) })?;
     Ok(())

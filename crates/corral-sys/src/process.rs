@@ -187,7 +187,8 @@ fn prctl(option: i32, arg: libc::c_ulong) -> SysResult<()> {
 
 /// `PR_SET_PDEATHSIG`: receive `sig` when the parent thread dies.
 pub fn set_parent_death_signal(sig: i32) -> SysResult<()> {
-    prctl(libc::PR_SET_PDEATHSIG, sig as libc::c_ulong)
+    let sig = libc::c_ulong::try_from(sig).map_err(|_| Errno(libc::EINVAL))?;
+    prctl(libc::PR_SET_PDEATHSIG, sig)
 }
 
 /// `PR_SET_DUMPABLE 0`: no core dumps, and `/proc/PID/{mem,environ,...}`
@@ -334,10 +335,15 @@ pub fn wait4(pid: i32) -> SysResult<(WaitStatus, Usage)> {
         let Some(ws) = WaitStatus::decode(status) else {
             continue;
         };
-        let tv = |t: libc::timeval| t.tv_sec as u64 * 1_000_000 + t.tv_usec as u64;
+        // The kernel reports no negative times or sizes; were one ever
+        // negative, it counts as 0.
+        fn count(v: impl TryInto<u64>) -> u64 {
+            v.try_into().unwrap_or(0)
+        }
+        let tv = |t: libc::timeval| count(t.tv_sec) * 1_000_000 + count(t.tv_usec);
         let usage = Usage {
             cpu_us: tv(ru.ru_utime) + tv(ru.ru_stime),
-            max_rss_bytes: ru.ru_maxrss as u64 * 1024,
+            max_rss_bytes: count(ru.ru_maxrss) * 1024,
         };
         return Ok((ws, usage));
     }

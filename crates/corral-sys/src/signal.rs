@@ -108,7 +108,10 @@ impl SignalFd {
                 size,
             )
         };
-        (n == size as isize).then_some(info.ssi_signo as i32)
+        if usize::try_from(n).ok() != Some(size) {
+            return None;
+        }
+        i32::try_from(info.ssi_signo).ok()
     }
 }
 

@@ -9,7 +9,7 @@
 
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 
-use crate::{cvt, SysResult};
+use crate::{cvt_len, SysResult};
 
 /// A non-blocking, close-on-exec pipe used only as a splice buffer.
 #[derive(Debug)]
@@ -52,7 +52,7 @@ fn splice(from: BorrowedFd<'_>, to: BorrowedFd<'_>, max: usize) -> SysResult<usi
     // SAFETY: both fds are borrowed for the call, the offsets are null (the
     // fds' own positions; sockets and pipes have none), and splice reads or
     // writes no memory of ours.
-    let n = cvt(unsafe {
+    cvt_len(unsafe {
         libc::splice(
             from.as_raw_fd(),
             std::ptr::null_mut(),
@@ -61,8 +61,7 @@ fn splice(from: BorrowedFd<'_>, to: BorrowedFd<'_>, max: usize) -> SysResult<usi
             max,
             flags,
         )
-    })?;
-    Ok(n as usize)
+    })
 }
 
 #[cfg(test)]

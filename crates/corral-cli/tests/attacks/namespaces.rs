@@ -28,7 +28,8 @@ struct HostIpc {
 impl HostIpc {
     fn create() -> HostIpc {
         for attempt in 0..64 {
-            let key = 0x4352_0000 | (((std::process::id() + attempt) & 0xffff) as i32);
+            let low = i32::try_from((std::process::id() + attempt) & 0xffff).expect("16 bits");
+            let key = 0x4352_0000 | low;
             let flags = libc::IPC_CREAT | libc::IPC_EXCL | 0o666;
             // SAFETY: shmget takes only integers.
             let shm = unsafe { libc::shmget(key, 4096, flags) };

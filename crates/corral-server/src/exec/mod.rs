@@ -71,7 +71,8 @@ impl Job {
     /// the error's code), the exit status and the duration.
     pub fn finish(&self, since: Instant, result: &Result<ExecutionResponse, ApiError>) {
         let span = &self.span;
-        span.record("duration_ms", since.elapsed().as_millis() as u64);
+        let ms = u64::try_from(since.elapsed().as_millis()).unwrap_or(u64::MAX);
+        span.record("duration_ms", ms);
         match result {
             Ok(r) => {
                 span.record("outcome", r.outcome_label());

@@ -255,7 +255,8 @@ async fn traced(
     let result = call.instrument(span.clone()).await;
     // No await below: the span may be entered.
     let _in_span = span.enter();
-    span.record("duration_ms", since.elapsed().as_millis() as u64);
+    let ms = u64::try_from(since.elapsed().as_millis()).unwrap_or(u64::MAX);
+    span.record("duration_ms", ms);
     Ok(match result {
         Ok(done) => {
             span.record("outcome", "ok");
