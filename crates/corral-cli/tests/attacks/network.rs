@@ -101,6 +101,47 @@ fn attack_host_loopback_tcp_listener_is_unreachable() {
 }
 
 #[test]
+fn attack_shell_and_node_clients_cannot_reach_a_host_loopback_listener() {
+    // Codex's suite tries the tools an agent reaches for (bash's /dev/tcp,
+    // a runtime's own socket API) rather than one syscall: each must fail,
+    // and the host's listener must see nothing. Landlock allows the port
+    // here, so the network namespace is the layer under test.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    listener.set_nonblocking(true).expect("nonblocking");
+    let port = listener.local_addr().expect("addr").port();
+    let (_d, cfg) = config(&format!(
+        "[profile.net]\nextends = \"code\"\n[profile.net.security]\ntcp_connect = [{port}]\n"
+    ));
+    let cfg = cfg.display().to_string();
+    let flags = [
+        "--config",
+        cfg.as_str(),
+        "--profile",
+        "net",
+        "--timeout",
+        "30",
+    ];
+    let bash = format!("echo hi > /dev/tcp/127.0.0.1/{port}");
+    let out = run(&flags, &["bash", "-c", &bash]);
+    assert_ne!(out.status.code(), Some(0), "bash /dev/tcp reached the host");
+    assert!(
+        text(&out.stderr).contains("Connection refused"),
+        "{}",
+        text(&out.stderr)
+    );
+    let node = format!(
+        "require('net').connect({port}, '127.0.0.1').on('connect', () => {{ console.log('connected'); process.exit(0); }}).on('error', e => {{ console.log(e.code); process.exit(3); }})"
+    );
+    let out = run(&flags, &["node", "-e", &node]);
+    assert_eq!(text(&out.stdout), "ECONNREFUSED\n", "{}", text(&out.stderr));
+    assert_eq!(out.status.code(), Some(3));
+    match listener.accept() {
+        Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+        other => panic!("the host listener saw a connection: {other:?}"),
+    }
+}
+
+#[test]
 fn attack_there_is_no_route_off_the_loopback() {
     // Without a route nothing leaves, whatever the address; nothing here
     // sends a packet anywhere.
