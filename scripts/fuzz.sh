@@ -67,6 +67,7 @@ for t in "${targets[@]}"; do
         status=1
         runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
         artifact=$(sed -n 's/.*Test unit written to \(.*\)$/\1/p' "$log" | tail -1)
+        artifact=${artifact#../}
         echo "fuzz: $t: FAILED after ${runs:-?} runs${artifact:+, input in $artifact} (log: $log)"
         grep -m1 -E '^(==[0-9]+==ERROR|thread .* panicked|SUMMARY)' "$log" | sed 's/^/fuzz:   /' || true
     fi
