@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole corral test suite, from a fresh Debian machine:
 #   1. installs what the tests need (apt),
-#   2. checks formatting and lints, builds,
+#   2. checks formatting and lints, builds, runs each fuzz target briefly,
 #   3. runs every test as root,
 #   4. runs every test again as an unprivileged user it creates.
 # .ci/run calls exactly this script.
@@ -43,6 +43,11 @@ echo "== cargo clippy -D warnings"
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 echo "== build"
 cargo build --workspace --all-targets --quiet
+# Every fuzz target builds and runs a few seconds from its seeds (nightly
+# and cargo-fuzz are installed if missing; libFuzzer's output goes to
+# fuzz/target/logs/). The long runs are scripts/fuzz.sh's job.
+echo "== fuzz smoke (3 s per target)"
+FUZZ_SECONDS=3 scripts/fuzz.sh
 
 # --- 3. everything as root ------------------------------------------------
 log=$(mktemp /tmp/corral-test-log.XXXXXX)

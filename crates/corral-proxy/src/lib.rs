@@ -35,6 +35,11 @@ mod socks_session;
 mod target;
 mod tunnel;
 
+/// Wrappers over the private parsers for the fuzz targets in `fuzz/`.
+/// Not a stable API.
+#[doc(hidden)]
+pub mod fuzzing;
+
 #[cfg(test)]
 mod tests_e2e;
 

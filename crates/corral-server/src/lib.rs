@@ -28,6 +28,11 @@ mod state;
 mod warm;
 mod workspace;
 
+/// Wrappers over private checks for the fuzz targets in `fuzz/`. Not a
+/// stable API.
+#[doc(hidden)]
+pub mod fuzzing;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 
