@@ -620,12 +620,19 @@ pub const INIT_ALLOWED: &[(&str, i64)] = &[
 
 /// The filter init installs as its last step (see [`INIT_ALLOWED`]):
 /// anything else fails with EPERM.
+/// Compiled once per process: it depends on nothing of the run, and every
+/// plan carries it (start-up latency is a target).
 pub fn compile_init() -> Result<CompiledFilters, SeccompError> {
+    static FILTERS: std::sync::OnceLock<CompiledFilters> = std::sync::OnceLock::new();
+    if let Some(f) = FILTERS.get() {
+        return Ok(f.clone());
+    }
     let rules = INIT_ALLOWED.iter().map(|(_, nr)| (*nr, vec![])).collect();
     let eperm = SeccompAction::Errno(libc::EPERM as u32);
-    Ok(CompiledFilters {
+    let compiled = CompiledFilters {
         programs: vec![compile_one(rules, eperm, SeccompAction::Allow)?],
-    })
+    };
+    Ok(FILTERS.get_or_init(|| compiled).clone())
 }
 
 /// SysV IPC, shared with the host when there is no IPC namespace.
