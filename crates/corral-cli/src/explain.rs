@@ -116,6 +116,25 @@ pub fn explain(name: Option<&str>, config: Option<&Path>, as_json: bool) -> i32 
     for d in &fs.deny {
         println!("  {d:<28} DENIED (empty, mode 000, read-only)");
     }
+    if fs.protect.is_empty() {
+        println!("  protected entries:           none (the sandbox may change anything in writable binds)");
+    } else {
+        let (home, project): (Vec<_>, Vec<_>) = fs.protect.iter().partition(|e| e.home_only());
+        let names = |v: &[&corral_policy::ProtectEntry]| {
+            v.iter()
+                .map(|e| e.to_string())
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        println!(
+            "  protected entries:           read-only in the workdir and every --rw bind; while missing, an empty \
+             placeholder stands in for the run so they cannot be created; --no-protect turns this off"
+        );
+        println!("    in every writable bind:    {}", names(&project));
+        if !home.is_empty() {
+            println!("    in binds of a home dir:    {}", names(&home));
+        }
+    }
     println!("\nenvironment (starts empty):");
     for (k, v) in BASE_ENV {
         if !profile.env.set.contains_key(*k) {

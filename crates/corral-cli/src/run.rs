@@ -82,6 +82,12 @@ pub struct RunArgs {
     /// allows) and shares its pid, network and IPC namespaces.
     #[arg(long = "without-namespaces")]
     without_namespaces: bool,
+    /// Let the sandbox change the profile's protected entries of the
+    /// workdir and `--rw` binds (`.git/hooks`, `.git/config`, shell rc
+    /// files, `.vscode`, `.mcp.json`, ...; see `corral explain`), which
+    /// are otherwise read-only and, while missing, cannot be created.
+    #[arg(long = "no-protect")]
+    no_protect: bool,
     /// Print one JSON result object instead of streaming output.
     #[arg(long)]
     json: bool,
@@ -364,6 +370,9 @@ pub fn run(args: RunArgs) -> i32 {
     if let Err(message) = apply_limit_flags(&args, &mut profile) {
         return refuse(json, EXIT_CORRAL_ERROR, "request.invalid", message, vec![]);
     }
+    if args.no_protect {
+        profile.filesystem.protect.clear();
+    }
     let mut request = match request(&args) {
         Ok(r) => r,
         Err((code, message)) => return refuse(json, EXIT_CORRAL_ERROR, &code, message, vec![]),
@@ -378,6 +387,7 @@ pub fn run(args: RunArgs) -> i32 {
             None => match ScratchDir::create(identity) {
                 Ok(dir) => {
                     request.workdir = Some(dir.0.clone());
+                    request.scratch_workdir = true;
                     Some(dir)
                 }
                 Err(e) => return refuse(json, EXIT_CORRAL_ERROR, "sandbox.launch", e, vec![]),

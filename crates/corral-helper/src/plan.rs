@@ -53,6 +53,27 @@ pub enum MountOp {
         /// Sandbox path.
         dest: SandboxPath,
     },
+    /// Bind an entry of an earlier writable bind onto itself (a profile's
+    /// `protect` list): read-only for a protected entry, read-write for a
+    /// directory on the way to one, which as a mount point cannot be
+    /// renamed or removed (rename(2), rmdir(2): `EBUSY`), so the entry
+    /// cannot be swapped out by moving its parent. The target is opened
+    /// without following any symlink; it must exist (the launcher creates
+    /// a placeholder for a missing entry before the run).
+    Protect {
+        /// The entry's host path (for messages and the launcher's
+        /// placeholder).
+        source: String,
+        /// Sandbox path.
+        dest: SandboxPath,
+        /// Read-only (a protected entry) or read-write (a pinned parent).
+        read_only: bool,
+        /// While the entry is missing, the launcher's placeholder is a
+        /// directory (project entries: git ignores empty directories, so
+        /// `git add -A` never commits one), else an empty file (a home
+        /// directory's start-up files, which programs read as files).
+        dir: bool,
+    },
     /// Mount a fresh tmpfs.
     Tmpfs {
         /// Sandbox path.
@@ -69,6 +90,7 @@ impl MountOp {
     pub fn dest(&self) -> &SandboxPath {
         match self {
             MountOp::Bind { dest, .. }
+            | MountOp::Protect { dest, .. }
             | MountOp::Symlink { dest, .. }
             | MountOp::Tmpfs { dest, .. } => dest,
         }

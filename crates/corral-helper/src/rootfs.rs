@@ -300,6 +300,12 @@ fn apply<K: Kernel>(
                 *no_symlinks,
             )
         }
+        MountOp::Protect {
+            source,
+            dest,
+            read_only,
+            ..
+        } => protect(k, newroot, source, dest.relative(), *read_only),
         MountOp::Symlink { target, dest } => {
             let (parent, leaf) = parent_of(k, newroot, dest.relative())?;
             k.symlink_at(&cstr(target)?, At::Fd(&parent), &leaf)
@@ -319,6 +325,62 @@ fn apply<K: Kernel>(
             .map_err(mount_err(format!("mounting tmpfs at {dest}")))
         }
     }
+}
+
+/// Binds the entry at `dest` (inside an earlier bind) onto itself,
+/// read-only when `read_only`. The entry is opened once, without following
+/// a symlink anywhere below the new root, and the clone of that very
+/// object is attached on it: a link swapped in by another sandbox sharing
+/// the directory is refused (`ELOOP`), never followed to the host.
+fn protect<K: Kernel>(
+    k: &mut K,
+    newroot: &K::Fd,
+    source: &str,
+    dest: &str,
+    read_only: bool,
+) -> Result<(), StepError> {
+    let rel = cstr(dest)?;
+    let target = k
+        .open_at(
+            At::Fd(newroot),
+            &rel,
+            libc::O_PATH | libc::O_NOFOLLOW,
+            RESOLVE_STRICT,
+        )
+        .map_err(|e| {
+            let why = if e.0 == libc::ELOOP {
+                " (it is a symlink now; a protected entry must not be one)"
+            } else {
+                ""
+            };
+            (
+                FailureKind::Mount,
+                format!("opening protected entry {source} at /{dest}: {e}{why}"),
+            )
+        })?;
+    let tree = k
+        .open_tree(
+            At::Fd(&target),
+            c"",
+            m::OPEN_TREE_CLONE | m::OPEN_TREE_CLOEXEC | AT_RECURSIVE | libc::AT_EMPTY_PATH as u32,
+        )
+        .map_err(mount_err(format!("cloning protected entry {source}")))?;
+    let mut attrs = m::MOUNT_ATTR_NOSUID | m::MOUNT_ATTR_NODEV;
+    if read_only {
+        attrs |= m::MOUNT_ATTR_RDONLY;
+    }
+    k.mount_setattr(
+        At::Fd(&tree),
+        c"",
+        libc::AT_EMPTY_PATH as u32 | AT_RECURSIVE,
+        attrs,
+        0,
+    )
+    .map_err(mount_err(format!(
+        "setting attributes on protected entry {source}"
+    )))?;
+    k.move_mount(&tree, &target)
+        .map_err(mount_err(format!("protecting {source} at /{dest}")))
 }
 
 /// Attaches a tree the helper prepared before dropping root (an idmapped

@@ -16,6 +16,7 @@ use crate::launch::{
     launch, EgressProxy, HelperStart, LaunchOptions, Outcome, OutputMode, StartedHelper,
 };
 use crate::plan::{build_plan, sandbox_identity, RunRequest};
+use crate::protect::{ProtectError, Protection};
 use crate::reexec::ReadyHelper;
 use crate::resolve::CommandTable;
 use crate::result::{Enforced, ErrorInfo, RunResult};
@@ -126,6 +127,21 @@ pub fn execute(
             .with("workdir", plan.cwd.as_str()),
         );
     }
+    let protection = match Protection::prepare(&plan.mounts) {
+        Ok(p) => p,
+        Err(e) => {
+            on_events(&events);
+            return Err(refusal(
+                EXIT_CORRAL_ERROR,
+                ProtectError::CODE,
+                e.to_string(),
+                events,
+            ));
+        }
+    };
+    if let Some(event) = protection_event(&plan, &protection) {
+        events.push(event);
+    }
     on_events(&events);
     // A re-executed helper may be waiting already, maybe in its group.
     let taken = match opts.helper {
@@ -209,6 +225,8 @@ pub fn execute(
     on_events(&outcome.network_events);
     let in_force = enforced(&plan, identity, &containment, &outcome);
     let stats = containment.finish();
+    // Every process of the sandbox is gone: its placeholders can go.
+    protection.finish();
     // The helper left it when it was moved into this run's group.
     if let Some(group) = former_group {
         group.finish();
@@ -248,6 +266,39 @@ pub fn execute(
         outcome,
         stats,
     })
+}
+
+/// The `fs.protected` event: which entries of writable binds are
+/// read-only for this run, and how many are placeholders.
+fn protection_event(plan: &SandboxPlan, protection: &Protection) -> Option<AuditEvent> {
+    let entries: Vec<&str> = plan
+        .mounts
+        .iter()
+        .filter_map(|op| match op {
+            corral_helper::MountOp::Protect {
+                dest,
+                read_only: true,
+                ..
+            } => Some(dest.as_str()),
+            _ => None,
+        })
+        .collect();
+    if entries.is_empty() {
+        return None;
+    }
+    Some(
+        AuditEvent::new(
+            Level::Info,
+            ReasonCode::FsProtected,
+            format!(
+                "{} entries of writable binds are read-only ({} stand in as empty placeholders while missing)",
+                entries.len(),
+                protection.placeholders()
+            ),
+        )
+        .with("entries", entries)
+        .with("placeholders", protection.placeholders()),
+    )
 }
 
 fn rlimit_name(kind: RlimitKind) -> &'static str {

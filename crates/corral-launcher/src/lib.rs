@@ -27,6 +27,7 @@ mod execute;
 mod launch;
 mod output;
 mod plan;
+mod protect;
 mod pump;
 mod reexec;
 mod resolve;
@@ -45,6 +46,7 @@ pub use launch::{
     LaunchOptions, Outcome, OutputMode, OutputTap, StartedHelper, StreamResult, FORWARDED_SIGNALS,
 };
 pub use plan::{build_plan, sandbox_identity, PlanError, RunRequest, WORKSPACE};
+pub use protect::PLACEHOLDER_XATTR;
 pub use reexec::ReadyHelper;
 pub use resolve::{CommandTable, Resolution};
 pub use result::{Enforced, ErrorInfo, RunResult};

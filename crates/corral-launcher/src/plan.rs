@@ -38,6 +38,10 @@ pub struct RunRequest {
     /// Run without namespaces (reduced mode): Landlock, seccomp, rlimits,
     /// the environment scrub and output bounds only. Needs `workdir`.
     pub without_namespaces: bool,
+    /// `workdir` is corral's own scratch directory (a service workspace)
+    /// that no host tool runs anything from: the profile's `protect` list
+    /// is not applied to it (it still is to `read_write` binds).
+    pub scratch_workdir: bool,
 }
 
 /// The identity the program runs as, decided by who runs corral: corral's
@@ -144,7 +148,9 @@ pub fn landlock_plan(profile: &Profile, mounts: &[MountOp]) -> LandlockPlan {
             }
             | MountOp::Tmpfs { dest, .. } => plan.write.push(dest.to_string()),
             MountOp::Bind { dest, .. } => plan.read.push(dest.to_string()),
-            MountOp::Symlink { .. } => {}
+            // Inside a writable bind, whose rule already covers them; the
+            // mount makes the read-only ones read-only.
+            MountOp::Protect { .. } | MountOp::Symlink { .. } => {}
         }
     }
     plan
@@ -191,6 +197,20 @@ pub enum PlanError {
         /// Where it points.
         target: String,
     },
+    /// A protected entry of a writable bind is a symlink.
+    #[error(
+        "cannot protect {entry} in a writable bind: {link} is a symlink (to {target}). A protected entry \
+         must not be a link (a sandbox may have planted it): remove the link, or turn protection off with \
+         `--no-protect` or `protect = []` in the profile's [filesystem]"
+    )]
+    ProtectedSymlink {
+        /// The protect entry.
+        entry: String,
+        /// The host path that is a link.
+        link: String,
+        /// Where it points.
+        target: String,
+    },
     /// A security layer could not be prepared.
     #[error("{0}")]
     Security(String),
@@ -222,6 +242,7 @@ impl PlanError {
             PlanError::Env(_) => "env.invalid",
             PlanError::Mount(_) => "mount.invalid",
             PlanError::Symlink { .. } => "mount.symlink",
+            PlanError::ProtectedSymlink { .. } => "mount.protect_symlink",
             PlanError::Security(_) => "security.invalid",
         }
     }
@@ -344,6 +365,15 @@ fn reduced_plan(
         return Err(PlanError::Mount(format!(
             "workdir {} is not a directory",
             workdir.display()
+        )));
+    }
+    let writable_bind = !request.scratch_workdir
+        || profile.filesystem.read_write.len() + request.read_write.len() > 0;
+    if let (Some(entry), true) = (profile.filesystem.protect.first(), writable_bind) {
+        return Err(PlanError::Mount(format!(
+            "filesystem.protect ({entry}, ...) needs mount namespaces: Landlock only grants, so reduced mode \
+             cannot keep an entry of the writable workdir read-only; run with namespaces, or turn protection \
+             off with `--no-protect` (or `protect = []` in the profile's [filesystem])"
         )));
     }
     if let Some(d) = profile.filesystem.deny.first() {
@@ -546,9 +576,54 @@ fn plan_mounts(
             mode: 0o755,
         }),
     }
+    let protected = protect_steps(profile, request, &ops)?;
+    ops.extend(protected);
     // Parents first: a bind at /a must not land on top of one at /a/b.
     ops.sort_by_key(|op| op.dest().as_str().matches('/').count());
     Ok(ops)
+}
+
+/// The [`MountOp::Protect`] steps for every writable bind of the caller's
+/// (the workdir unless it is corral's scratch directory), leaving out
+/// entries another bind covers: that bind decides what the sandbox may do
+/// there.
+fn protect_steps(
+    profile: &Profile,
+    request: &RunRequest,
+    ops: &[MountOp],
+) -> Result<Vec<MountOp>, PlanError> {
+    let entries = &profile.filesystem.protect;
+    let mut steps = Vec::new();
+    if entries.is_empty() {
+        return Ok(steps);
+    }
+    for op in ops {
+        let MountOp::Bind {
+            source,
+            dest,
+            writable: true,
+            no_symlinks: true,
+            ..
+        } = op
+        else {
+            continue;
+        };
+        if request.scratch_workdir && request.workdir.is_some() && dest.as_str() == WORKSPACE {
+            continue;
+        }
+        let covered = |step: &MountOp| {
+            ops.iter().any(|other| {
+                other.dest() != dest
+                    && other.dest().starts_with(dest)
+                    && step.dest().starts_with(other.dest())
+            })
+        };
+        let root = std::path::Path::new(source);
+        let home = crate::protect::is_home_directory(root);
+        let planned = crate::protect::plan_protect(root, dest, entries, home)?;
+        steps.extend(planned.into_iter().filter(|s| !covered(s)));
+    }
+    Ok(steps)
 }
 
 /// Refuses a bind source any component of which, the last included, is a
@@ -716,6 +791,62 @@ mod tests {
             identity(),
             &|_| None,
         )
+    }
+
+    fn protected(plan: &SandboxPlan) -> Vec<String> {
+        plan.mounts
+            .iter()
+            .filter(|op| matches!(op, MountOp::Protect { .. }))
+            .map(|op| op.dest().to_string())
+            .collect()
+    }
+
+    #[test]
+    fn protect_covers_the_workdir_and_rw_binds_but_not_a_scratch_workdir() {
+        let profile = corral_policy::builtin::code();
+        let work = tempfile::tempdir().expect("tempdir");
+        let data = tempfile::tempdir().expect("tempdir");
+        let config = tempfile::tempdir().expect("tempdir");
+        let mut req = request(&["sh", "-c", "true"]);
+        req.workdir = Some(work.path().to_path_buf());
+        req.read_write = vec![
+            MountSpec::parse(&format!("{}:/data", data.path().display()), None).expect("spec"),
+        ];
+        // A bind the caller placed on an entry decides for itself.
+        req.read_only = vec![MountSpec::parse(
+            &format!("{}:/workspace/.vscode", config.path().display()),
+            None,
+        )
+        .expect("spec")];
+        let (plan, _) = plan_for(&profile, &req).expect("plan");
+        let got = protected(&plan);
+        for want in [
+            "/workspace/.git",
+            "/workspace/.mcp.json",
+            "/data/.git",
+            "/data/.claude",
+        ] {
+            assert!(got.iter().any(|g| g == want), "{want} in {got:?}");
+        }
+        assert!(!got.iter().any(|g| g == "/workspace/.vscode"), "{got:?}");
+        // After every bind they sit in: parents first.
+        let last_bind = plan
+            .mounts
+            .iter()
+            .rposition(|op| matches!(op, MountOp::Bind { dest, .. } if dest.as_str() == "/workspace" || dest.as_str() == "/data"))
+            .expect("binds");
+        let first_protect = plan
+            .mounts
+            .iter()
+            .position(|op| matches!(op, MountOp::Protect { .. }))
+            .expect("protect");
+        assert!(last_bind < first_protect);
+
+        req.scratch_workdir = true;
+        let (plan, _) = plan_for(&profile, &req).expect("plan");
+        let got = protected(&plan);
+        assert!(!got.iter().any(|g| g.starts_with("/workspace/")), "{got:?}");
+        assert!(got.iter().any(|g| g == "/data/.git"), "{got:?}");
     }
 
     #[test]

@@ -45,6 +45,10 @@ pub enum ReasonCode {
     /// The run was explicitly started without namespaces (reduced mode).
     #[serde(rename = "sandbox.reduced")]
     SandboxReduced,
+    /// Entries of writable binds were made read-only (the profile's
+    /// `protect` list); `fields` name them and the placeholders made.
+    #[serde(rename = "fs.protected")]
+    FsProtected,
     /// The sandbox shares the host's network (mode `host`).
     #[serde(rename = "net.host")]
     NetHost,
@@ -70,6 +74,7 @@ impl ReasonCode {
             ReasonCode::CommandNotFound => "command.not_found",
             ReasonCode::CommandInvalid => "command.invalid",
             ReasonCode::SandboxReduced => "sandbox.reduced",
+            ReasonCode::FsProtected => "fs.protected",
             ReasonCode::NetHost => "net.host",
             ReasonCode::NetAllowed => "net.allowed",
             ReasonCode::NetDenied => "net.denied",

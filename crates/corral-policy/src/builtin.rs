@@ -58,6 +58,7 @@ pub fn base(name: &str) -> Profile {
             tmp_size: ByteSize(64 << 20),
             workspace_size: ByteSize(256 << 20),
             dev_pts: false,
+            protect: crate::protect::default_protect(),
         },
         env: EnvPolicy {
             pass: vec![],

@@ -16,6 +16,7 @@ pub mod limits;
 pub mod network;
 pub mod path;
 pub mod profile;
+pub mod protect;
 pub mod server;
 pub mod size;
 
@@ -29,5 +30,6 @@ pub use profile::{
     CommandPolicy, EnvPolicy, Filesystem, Identity, LandlockMode, Limits, Profile, SeccompProfile,
     Security,
 };
+pub use protect::{ProtectEntry, ProtectError};
 pub use server::{ServerConfig, Tenant};
 pub use size::ByteSize;

@@ -99,6 +99,12 @@ pub struct Filesystem {
     pub workspace_size: ByteSize,
     /// Whether `/dev/pts` and `/dev/ptmx` exist (a private devpts instance).
     pub dev_pts: bool,
+    /// Entries of every writable bind of the caller's (the workdir, and
+    /// `read_write` binds) the sandbox may read but never change: each is
+    /// bound read-only onto itself, its directories on the way pinned so
+    /// they cannot be renamed away, and a missing one stands in as an
+    /// empty placeholder for the run. Empty turns the protection off.
+    pub protect: Vec<crate::protect::ProtectEntry>,
 }
 
 /// Environment policy. The program starts from an empty environment; only

@@ -454,3 +454,68 @@ mod tests {
         assert!(send_with_fds(a.as_raw_fd(), b"", &[0; MAX_PASSED_FDS + 1]).is_err());
     }
 }
+
+/// How [`flock`] locks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FlockMode {
+    /// `LOCK_SH`: shared, waits.
+    Shared,
+    /// `LOCK_EX | LOCK_NB`: exclusive, or `EWOULDBLOCK` at once when
+    /// anyone else holds a lock.
+    ExclusiveNow,
+}
+
+/// `flock(2)` on `fd` (an advisory lock on the open file, released when
+/// the last fd of that open file description is closed).
+pub fn flock(fd: std::os::fd::BorrowedFd<'_>, mode: FlockMode) -> SysResult<()> {
+    let op = match mode {
+        FlockMode::Shared => libc::LOCK_SH,
+        FlockMode::ExclusiveNow => libc::LOCK_EX | libc::LOCK_NB,
+    };
+    // SAFETY: flock takes an fd, valid for the call, and an integer.
+    cvt(unsafe { libc::flock(fd.as_raw_fd(), op) }).map(drop)
+}
+
+/// `fsetxattr(2)`: sets the extended attribute `name` of the file open at
+/// `fd` (not an `O_PATH` fd) to `value`.
+pub fn set_xattr(
+    fd: std::os::fd::BorrowedFd<'_>,
+    name: &std::ffi::CStr,
+    value: &[u8],
+) -> SysResult<()> {
+    // SAFETY: `name` is NUL-terminated; `value` is valid for `value.len()`
+    // bytes; both outlive the call, as does the fd.
+    cvt(unsafe {
+        libc::fsetxattr(
+            fd.as_raw_fd(),
+            name.as_ptr(),
+            value.as_ptr().cast(),
+            value.len(),
+            0,
+        )
+    })
+    .map(drop)
+}
+
+/// `fgetxattr(2)`: the value of the extended attribute `name` of the file
+/// open at `fd`, at most `max` bytes (`ERANGE` if longer, `ENODATA` if
+/// unset).
+pub fn get_xattr(
+    fd: std::os::fd::BorrowedFd<'_>,
+    name: &std::ffi::CStr,
+    max: usize,
+) -> SysResult<Vec<u8>> {
+    let mut buf = vec![0u8; max];
+    // SAFETY: `name` is NUL-terminated; `buf` is writable for `buf.len()`
+    // bytes; both outlive the call, as does the fd.
+    let n = cvt_len(unsafe {
+        libc::fgetxattr(
+            fd.as_raw_fd(),
+            name.as_ptr(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+        )
+    })?;
+    buf.truncate(n);
+    Ok(buf)
+}

@@ -30,7 +30,9 @@
 //! - `privileges`: capabilities, set-ID binaries, no_new_privs, chroot;
 //! - `resources`: hard rlimits, thread bombs;
 //! - `terminal`: input injection into, and escapes echoed to, the terminal;
-//! - `injection`: hostile strings in policies, argv, env and file names.
+//! - `injection`: hostile strings in policies, argv, env and file names;
+//! - `protect`: git hooks and config, shell rc files, editor and agent
+//!   configuration in writable binds.
 //!
 //! `support` holds the helpers they share; `common` those of every test
 //! binary.
@@ -45,6 +47,7 @@ mod namespaces;
 mod network;
 mod privileges;
 mod processes;
+mod protect;
 mod resources;
 mod secrets;
 mod syscalls;

@@ -550,6 +550,63 @@ fn generated_files_and_symlinks_are_created_in_the_new_root() {
 }
 
 #[test]
+fn protected_entries_are_bound_onto_themselves_after_their_bind() {
+    let mut plan = plan();
+    let protect = |dest: &str, read_only: bool| MountOp::Protect {
+        source: format!("/home/me{dest}"),
+        dest: path(dest),
+        read_only,
+        dir: true,
+    };
+    plan.mounts.extend([
+        protect("/data/.git", false),
+        protect("/data/.git/hooks", true),
+    ]);
+    let mut k = fake();
+    build(&mut k, &plan).unwrap();
+    let s = &k.steps;
+    let (_, _, data) = attach_of(s, "/newroot/data");
+    let mut attached = Vec::new();
+    for (dest, read_only) in [("/data/.git", false), ("/data/.git/hooks", true)] {
+        let target = format!("/newroot{dest}");
+        // The entry is opened once, never through a symlink, and the clone
+        // of that very object is attached onto it.
+        let opened = pos(s, |st| {
+            *st == Step::Open {
+                path: target.clone(),
+                flags: libc::O_PATH | libc::O_NOFOLLOW,
+                resolve: STRICT,
+            }
+        });
+        let (cloned, set, moved) = attach_of(s, &target);
+        let Step::OpenTree { path, flags, .. } = &s[cloned] else {
+            unreachable!()
+        };
+        assert_eq!(
+            (path.as_str(), *flags),
+            (
+                target.as_str(),
+                m::OPEN_TREE_CLONE | m::OPEN_TREE_CLOEXEC | m::AT_RECURSIVE | EMPTY_PATH
+            )
+        );
+        let Step::SetAttr { set: bits, .. } = &s[set] else {
+            unreachable!()
+        };
+        let mut want = m::MOUNT_ATTR_NOSUID | m::MOUNT_ATTR_NODEV;
+        if read_only {
+            want |= m::MOUNT_ATTR_RDONLY;
+        }
+        assert_eq!(*bits, want, "{dest}");
+        assert!(
+            data < opened && opened < cloned && cloned < set && set < moved,
+            "{dest}"
+        );
+        attached.push(moved);
+    }
+    assert!(attached[0] < attached[1], "the pinned parent first");
+}
+
+#[test]
 fn an_idmapped_tree_is_attached_nosuid_nodev_without_a_second_clone() {
     let plan = plan();
     let mut k = fake();

@@ -22,6 +22,7 @@ use crate::profile::{
     CommandPolicy, EnvPolicy, Filesystem, Identity, LandlockMode, Limits, Profile, SeccompProfile,
     Security,
 };
+use crate::protect::ProtectEntry;
 use crate::size::ByteSize;
 
 /// Applies a raw profile on top of `p`, validating every field. `key` is
@@ -115,6 +116,16 @@ fn apply_filesystem(
     }
     if let Some(b) = raw.dev_pts {
         f.dev_pts = b;
+    }
+    if let Some(list) = raw.protect {
+        let key = format!("{k}.protect");
+        f.protect = list
+            .into_iter()
+            .map(|s| {
+                ProtectEntry::parse(s.get_ref())
+                    .map_err(|e| src.err(Some(s.span()), &key, e.to_string()))
+            })
+            .collect::<Result<_, _>>()?;
     }
     check_mounts(src, k, &dests, &denied)
 }

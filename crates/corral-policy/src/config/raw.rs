@@ -95,6 +95,7 @@ pub(super) struct RawFilesystem {
     pub(super) tmp_size: Option<Spanned<RawSize>>,
     pub(super) workspace_size: Option<Spanned<RawSize>>,
     pub(super) dev_pts: Option<bool>,
+    pub(super) protect: Option<Vec<Spanned<String>>>,
 }
 
 /// A size as written: an integer of bytes or a string such as `"64MiB"`.

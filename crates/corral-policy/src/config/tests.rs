@@ -312,3 +312,30 @@ fn extends_cycle_is_an_error() {
     let e = err("[profile.a]\nextends = \"b\"\n[profile.b]\nextends = \"a\"\n");
     assert!(e.message.contains("cycle"), "{e}");
 }
+
+#[test]
+fn protect_lists_replace_the_inherited_one_and_can_be_emptied() {
+    let c = Config::parse(
+        "[profile.a]\nextends = \"code\"\n[profile.a.filesystem]\nprotect = [\".git/hooks/\", \"~/.bashrc\", \"secrets.env\"]\n\
+         [profile.off]\nextends = \"code\"\n[profile.off.filesystem]\nprotect = []\n",
+        None,
+    )
+    .unwrap();
+    let a = c.profile("a").unwrap();
+    let names: Vec<String> = a.filesystem.protect.iter().map(|e| e.to_string()).collect();
+    assert_eq!(names, [".git/hooks", "~/.bashrc", "secrets.env"]);
+    assert!(c.profile("off").unwrap().filesystem.protect.is_empty());
+    assert!(c
+        .profile("code")
+        .unwrap()
+        .filesystem
+        .protect
+        .iter()
+        .any(|e| e.path() == ".git/hooks"));
+    let e = err("[profile.a.filesystem]\nprotect = [\n  \".mcp.json\",\n  \"../escape\",\n]\n");
+    assert_eq!(
+        (e.line, e.key.as_str()),
+        (Some(4), "profile.a.filesystem.protect")
+    );
+    assert!(e.message.contains("relative path"), "{}", e.message);
+}

@@ -246,6 +246,8 @@ pub fn execute_in(
     let request = RunRequest {
         argv: prepared.argv.clone(),
         workdir: Some(ws.path().to_path_buf()),
+        // corral's own scratch directory, read back only through the API.
+        scratch_workdir: true,
         env: EnvRequest {
             pass: Vec::new(),
             set: prepared.env.clone(),

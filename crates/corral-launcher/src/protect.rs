@@ -1,0 +1,536 @@
+//! Protected entries of writable binds (a profile's `filesystem.protect`):
+//! planning the helper's [`MountOp::Protect`] steps, and, around the run,
+//! the placeholders that stand in for missing entries.
+//!
+//! A missing entry cannot be covered by a mount (a mount needs something
+//! to sit on), and a sandbox that could create `.mcp.json` or a whole
+//! `.git` with a `core.fsmonitor` command has planted code the user runs
+//! later. So the launcher creates a placeholder before the run (which the
+//! helper then binds read-only) and removes it afterwards if it is still
+//! the empty placeholder it made. A project entry's placeholder is an
+//! empty directory, whatever the entry would be: the name is taken either
+//! way, and git ignores empty directories, so a `git add -A` inside or
+//! outside the sandbox never commits one. A home directory's entries
+//! (`~/.bashrc`) get empty files, which shells and git read as "nothing
+//! configured". Placeholders
+//! carry the extended attribute [`PLACEHOLDER_XATTR`], so one left behind
+//! by a corral that was killed is recognised, reused and removed by the
+//! next run on the same directory; every run holds a shared `flock(2)` on
+//! each placeholder it uses and removes one only when it can take the lock
+//! exclusively, so a concurrent run's protection is never unmounted under
+//! it (unlinking a mount point in another mount namespace detaches it).
+
+use std::ffi::CString;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::path::Path;
+
+use corral_helper::MountOp;
+use corral_policy::{ProtectEntry, SandboxPath};
+use corral_sys::fd::{self, FlockMode};
+use corral_sys::mount as m;
+
+use crate::plan::PlanError;
+
+/// Marks a placeholder corral created (value `1`).
+pub const PLACEHOLDER_XATTR: &std::ffi::CStr = c"user.corral.placeholder";
+
+/// The [`MountOp::Protect`] steps for the writable bind of `root` (host
+/// path, symlink-free) at `root_dest`: per entry, every existing directory
+/// on the way pinned (read-write self-bind), the entry itself read-only;
+/// a missing component becomes a read-only placeholder (nothing further
+/// down the path is needed then). Steps already planned for another entry are
+/// not repeated (read-only wins), and nothing below a read-only step.
+/// `home` says whether `root` is a home directory ([`is_home_directory`]):
+/// only then do `~/` entries count.
+pub(crate) fn plan_protect(
+    root: &Path,
+    root_dest: &SandboxPath,
+    entries: &[ProtectEntry],
+    home: bool,
+) -> Result<Vec<MountOp>, PlanError> {
+    let mut ops: Vec<MountOp> = Vec::new();
+    for entry in entries.iter().filter(|e| home || !e.home_only()) {
+        let parts: Vec<&str> = entry.components().collect();
+        let mut host = root.to_path_buf();
+        let mut dest = root_dest.as_str().trim_end_matches('/').to_string();
+        for (i, part) in parts.iter().enumerate() {
+            host.push(part);
+            dest.push('/');
+            dest.push_str(part);
+            let last = i + 1 == parts.len();
+            let step = |read_only: bool| -> Result<MountOp, PlanError> {
+                Ok(MountOp::Protect {
+                    source: host_str(&host)?,
+                    dest: SandboxPath::new(&dest).map_err(|e| PlanError::Mount(e.to_string()))?,
+                    read_only,
+                    dir: !(last && entry.home_only()),
+                })
+            };
+            let (op, stop) = match std::fs::symlink_metadata(&host) {
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => (step(true)?, true),
+                Err(e) => {
+                    return Err(PlanError::Mount(format!(
+                        "cannot inspect the protected entry {}: {e}",
+                        host.display()
+                    )))
+                }
+                Ok(meta) if meta.file_type().is_symlink() => {
+                    let target = std::fs::read_link(&host)
+                        .map(|t| t.display().to_string())
+                        .unwrap_or_else(|_| "?".into());
+                    return Err(PlanError::ProtectedSymlink {
+                        entry: entry.to_string(),
+                        link: host.display().to_string(),
+                        target,
+                    });
+                }
+                // The entry itself; or `.git` as a file (a worktree's or
+                // submodule's gitfile): the file is what must not change.
+                Ok(meta) if last || !meta.is_dir() => (step(true)?, true),
+                Ok(_) => (step(false)?, false),
+            };
+            merge(&mut ops, op);
+            if stop {
+                break;
+            }
+        }
+    }
+    // Nothing needs binding below a read-only step.
+    let read_only: Vec<SandboxPath> = ops
+        .iter()
+        .filter(|op| {
+            matches!(
+                op,
+                MountOp::Protect {
+                    read_only: true,
+                    ..
+                }
+            )
+        })
+        .map(|op| op.dest().clone())
+        .collect();
+    ops.retain(|op| {
+        !read_only
+            .iter()
+            .any(|ro| op.dest() != ro && op.dest().starts_with(ro))
+    });
+    Ok(ops)
+}
+
+/// Whether `dir` is a home directory: corral's own `$HOME`, or one named
+/// in `/etc/passwd`. Only there are `~/` entries protected.
+pub(crate) fn is_home_directory(dir: &Path) -> bool {
+    let same = |home: &str| !home.is_empty() && Path::new(home) == dir;
+    if std::env::var("HOME").is_ok_and(|h| same(h.trim_end_matches('/'))) {
+        return true;
+    }
+    std::fs::read_to_string("/etc/passwd").is_ok_and(|passwd| {
+        passwd
+            .lines()
+            .filter_map(|l| l.split(':').nth(5))
+            .any(|h| same(h.trim_end_matches('/')))
+    })
+}
+
+/// Adds `op` unless a step for the same destination exists; a read-only
+/// step replaces a pin of the same path.
+fn merge(ops: &mut Vec<MountOp>, op: MountOp) {
+    match ops.iter_mut().find(|o| o.dest() == op.dest()) {
+        Some(existing) => {
+            if matches!(
+                op,
+                MountOp::Protect {
+                    read_only: true,
+                    ..
+                }
+            ) {
+                *existing = op;
+            }
+        }
+        None => ops.push(op),
+    }
+}
+
+fn host_str(p: &Path) -> Result<String, PlanError> {
+    p.to_str()
+        .map(str::to_string)
+        .ok_or_else(|| PlanError::Mount(format!("{} is not UTF-8", p.display())))
+}
+
+/// One read-only protected entry held for the run.
+struct Held {
+    /// The entry's parent directory (`O_PATH`).
+    parent: OwnedFd,
+    /// Its name there.
+    name: CString,
+    /// The entry, open for reading (holding the shared lock), when it is
+    /// a regular file or directory.
+    fd: Option<OwnedFd>,
+    /// Whether it is a placeholder of corral's: removed after the run
+    /// when still empty and no other run holds it.
+    placeholder: bool,
+    /// A directory.
+    dir: bool,
+}
+
+/// The read-only protected entries of one run, with their placeholders:
+/// made by [`Protection::prepare`] before the launch, undone by
+/// [`Protection::finish`] (or on drop) after it.
+#[derive(Default)]
+pub struct Protection {
+    held: Vec<Held>,
+}
+
+/// Why protected entries could not be prepared.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct ProtectError(String);
+
+impl ProtectError {
+    /// Stable error code.
+    pub const CODE: &'static str = "mount.protect";
+}
+
+impl Protection {
+    /// Creates the placeholders the plan's `mounts` need (owned like the
+    /// directory they sit in), adopts stale ones, and takes a shared lock
+    /// on every read-only entry.
+    pub fn prepare(mounts: &[MountOp]) -> Result<Protection, ProtectError> {
+        let mut out = Protection::default();
+        for op in mounts {
+            if let MountOp::Protect {
+                source,
+                read_only: true,
+                dir,
+                ..
+            } = op
+            {
+                out.held.push(hold(source, *dir)?);
+            }
+        }
+        Ok(out)
+    }
+
+    /// How many placeholders this run created or adopted.
+    pub fn placeholders(&self) -> usize {
+        self.held.iter().filter(|h| h.placeholder).count()
+    }
+
+    /// Removes this run's placeholders that are still empty and that no
+    /// other run holds; releases every lock.
+    pub fn finish(mut self) {
+        self.release();
+    }
+
+    fn release(&mut self) {
+        for h in self.held.drain(..) {
+            if h.placeholder {
+                remove_placeholder(&h);
+            }
+        }
+    }
+}
+
+impl Drop for Protection {
+    fn drop(&mut self) {
+        self.release();
+    }
+}
+
+const RESOLVE_HERE: u64 = m::RESOLVE_BENEATH | m::RESOLVE_NO_SYMLINKS | m::RESOLVE_NO_MAGICLINKS;
+
+fn hold(source: &str, dir: bool) -> Result<Held, ProtectError> {
+    let path = Path::new(source);
+    let fail = |what: &str, e: corral_sys::Errno| {
+        ProtectError(format!(
+            "cannot protect {source}: {what}: {e}. Check the directory, or turn protection off \
+             (`--no-protect`, or `protect = []` in the profile's [filesystem])"
+        ))
+    };
+    let (parent, name) = match (path.parent(), path.file_name()) {
+        (Some(p), Some(n)) => (p, n),
+        _ => return Err(fail("no parent directory", corral_sys::Errno(libc::EINVAL))),
+    };
+    let cpath = |p: &Path| {
+        CString::new(p.as_os_str().as_encoded_bytes())
+            .map_err(|_| ProtectError(format!("{source} contains a NUL byte")))
+    };
+    let parent = m::openat2(
+        libc::AT_FDCWD,
+        &cpath(parent)?,
+        libc::O_PATH | libc::O_DIRECTORY,
+        0,
+        m::RESOLVE_NO_SYMLINKS | m::RESOLVE_NO_MAGICLINKS,
+    )
+    .map_err(|e| fail("opening its directory", e))?;
+    let name = cpath(Path::new(name))?;
+    let mut created = false;
+    match m::fstatat_nofollow(parent.as_fd(), &name) {
+        Ok(_) => {}
+        Err(e) if e.0 == libc::ENOENT => {
+            create_placeholder(&parent, &name, dir)
+                .map_err(|e| fail("creating a placeholder", e))?;
+            created = true;
+        }
+        Err(e) => return Err(fail("inspecting it", e)),
+    }
+    let st = m::fstatat_nofollow(parent.as_fd(), &name).map_err(|e| fail("inspecting it", e))?;
+    if st.is_symlink() {
+        return Err(ProtectError(format!(
+            "cannot protect {source}: it is a symlink (planted since the plan was made?); remove it"
+        )));
+    }
+    let fd = if st.is_dir() || st.is_regular() {
+        let flags = libc::O_RDONLY
+            | libc::O_NONBLOCK
+            | libc::O_NOFOLLOW
+            | libc::O_NOCTTY
+            | if st.is_dir() { libc::O_DIRECTORY } else { 0 };
+        let fd = m::openat2(parent.as_raw_fd(), &name, flags, 0, RESOLVE_HERE)
+            .map_err(|e| fail("opening it", e))?;
+        fd::flock(fd.as_fd(), FlockMode::Shared).map_err(|e| fail("locking it", e))?;
+        Some(fd)
+    } else {
+        None
+    };
+    let mut placeholder = created;
+    if let Some(fd) = &fd {
+        if created {
+            // Owned like the directory it sits in, so the user can remove
+            // one a killed corral left behind; marked as corral's.
+            let dir_st =
+                m::fstat(parent.as_fd()).map_err(|e| fail("inspecting its directory", e))?;
+            if corral_sys::process::uids().1 == 0 {
+                m::fchown(fd.as_fd(), dir_st.uid, dir_st.gid).map_err(|e| fail("chown", e))?;
+            }
+            // A filesystem without user xattrs only loses the adoption of
+            // a placeholder left behind.
+            let _ = fd::set_xattr(fd.as_fd(), PLACEHOLDER_XATTR, b"1");
+        } else {
+            placeholder = is_marked(fd) && is_empty(fd, st.is_dir());
+        }
+    }
+    Ok(Held {
+        parent,
+        name,
+        fd,
+        placeholder,
+        dir: st.is_dir(),
+    })
+}
+
+fn create_placeholder(parent: &OwnedFd, name: &CString, dir: bool) -> corral_sys::SysResult<()> {
+    if dir {
+        m::mkdirat(parent.as_raw_fd(), name, 0o755)
+    } else {
+        m::openat2(
+            parent.as_raw_fd(),
+            name,
+            libc::O_CREAT | libc::O_EXCL | libc::O_RDONLY | libc::O_NOFOLLOW,
+            0o644,
+            RESOLVE_HERE,
+        )
+        .map(drop)
+    }
+}
+
+fn is_marked(fd: &OwnedFd) -> bool {
+    fd::get_xattr(fd.as_fd(), PLACEHOLDER_XATTR, 8).is_ok_and(|v| v == b"1")
+}
+
+/// A regular file of 0 bytes, or a directory without entries.
+fn is_empty(fd: &OwnedFd, dir: bool) -> bool {
+    if dir {
+        // A fresh fd: the held one's offset must not move.
+        let Ok(d) = m::openat2(
+            fd.as_raw_fd(),
+            c".",
+            libc::O_RDONLY | libc::O_DIRECTORY,
+            0,
+            RESOLVE_HERE,
+        ) else {
+            return false;
+        };
+        m::read_dir_names(d.as_fd(), 1).is_ok_and(|(names, more)| names.is_empty() && !more)
+    } else {
+        m::fstat(fd.as_fd()).is_ok_and(|st| st.size == 0)
+    }
+}
+
+/// Removes a placeholder if no other run holds it and it is still the
+/// empty object this run held; anything else stays (nothing is lost).
+fn remove_placeholder(h: &Held) {
+    let Some(fd) = &h.fd else { return };
+    if fd::flock(fd.as_fd(), FlockMode::ExclusiveNow).is_err() {
+        return;
+    }
+    let (Ok(now), Ok(held)) = (
+        m::fstatat_nofollow(h.parent.as_fd(), &h.name),
+        m::fstat(fd.as_fd()),
+    ) else {
+        return;
+    };
+    if (now.dev, now.ino) != (held.dev, held.ino) || !is_empty(fd, h.dir) {
+        return;
+    }
+    let _ = m::unlinkat(h.parent.as_fd(), &h.name, h.dir);
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use corral_policy::protect::default_protect;
+
+    fn dest(s: &str) -> SandboxPath {
+        SandboxPath::new(s).unwrap()
+    }
+
+    /// (dest, read_only, dir) of each step, in order.
+    fn shape(ops: &[MountOp]) -> Vec<(String, bool, bool)> {
+        ops.iter()
+            .map(|op| match op {
+                MountOp::Protect {
+                    dest,
+                    read_only,
+                    dir,
+                    ..
+                } => (dest.to_string(), *read_only, *dir),
+                other => panic!("not a protect step: {other:?}"),
+            })
+            .collect()
+    }
+
+    fn entries(list: &[&str]) -> Vec<ProtectEntry> {
+        list.iter()
+            .map(|e| ProtectEntry::parse(e).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn existing_entries_are_bound_read_only_and_their_parents_pinned() {
+        let root = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(root.path().join(".git/hooks")).unwrap();
+        std::fs::write(root.path().join(".git/config"), "").unwrap();
+        let ops = plan_protect(
+            root.path(),
+            &dest("/workspace"),
+            &entries(&[".git/hooks", ".git/config", ".mcp.json"]),
+            false,
+        )
+        .unwrap();
+        assert_eq!(
+            shape(&ops),
+            vec![
+                ("/workspace/.git".into(), false, true),
+                ("/workspace/.git/hooks".into(), true, true),
+                ("/workspace/.git/config".into(), true, true),
+                // Missing: a placeholder directory.
+                ("/workspace/.mcp.json".into(), true, true),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_missing_parent_is_protected_whole() {
+        let root = tempfile::tempdir().unwrap();
+        let ops = plan_protect(
+            root.path(),
+            &dest("/workspace"),
+            &entries(&[".git/hooks", ".git/config"]),
+            false,
+        )
+        .unwrap();
+        assert_eq!(shape(&ops), vec![("/workspace/.git".into(), true, true)]);
+    }
+
+    #[test]
+    fn a_gitfile_is_protected_itself() {
+        let root = tempfile::tempdir().unwrap();
+        std::fs::write(root.path().join(".git"), "gitdir: ../x\n").unwrap();
+        let ops = plan_protect(root.path(), &dest("/w"), &default_protect(), false).unwrap();
+        assert!(shape(&ops).contains(&("/w/.git".into(), true, true)));
+        assert!(!shape(&ops).iter().any(|(d, ..)| d.starts_with("/w/.git/")));
+    }
+
+    #[test]
+    fn home_entries_count_only_in_a_home_directory_and_stand_in_as_files() {
+        let root = tempfile::tempdir().unwrap();
+        let list = entries(&["~/.bashrc", ".vscode"]);
+        let project = plan_protect(root.path(), &dest("/w"), &list, false).unwrap();
+        assert_eq!(shape(&project), vec![("/w/.vscode".into(), true, true)]);
+        let home = plan_protect(root.path(), &dest("/w"), &list, true).unwrap();
+        assert_eq!(
+            shape(&home),
+            vec![
+                ("/w/.bashrc".into(), true, false),
+                ("/w/.vscode".into(), true, true)
+            ]
+        );
+    }
+
+    #[test]
+    fn a_symlinked_entry_or_parent_is_refused() {
+        for link in [".vscode", ".git"] {
+            let root = tempfile::tempdir().unwrap();
+            std::os::unix::fs::symlink("/etc", root.path().join(link)).unwrap();
+            let err =
+                plan_protect(root.path(), &dest("/w"), &default_protect(), false).unwrap_err();
+            assert_eq!(err.code(), "mount.protect_symlink", "{link}: {err}");
+            assert!(err.to_string().contains("--no-protect"), "{err}");
+        }
+    }
+
+    #[test]
+    fn a_read_only_entry_covers_what_lies_below_it() {
+        let root = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(root.path().join(".git/hooks")).unwrap();
+        let ops = plan_protect(
+            root.path(),
+            &dest("/w"),
+            &entries(&[".git/hooks", ".git"]),
+            false,
+        )
+        .unwrap();
+        assert_eq!(shape(&ops), vec![("/w/.git".into(), true, true)]);
+    }
+
+    fn plan_for(root: &Path, list: &[&str]) -> Vec<MountOp> {
+        plan_protect(root, &dest("/w"), &entries(list), false).unwrap()
+    }
+
+    #[test]
+    fn placeholders_are_made_marked_and_removed_when_empty() {
+        let root = tempfile::tempdir().unwrap();
+        std::fs::write(root.path().join(".idea"), "the user's").unwrap();
+        let plan = plan_for(root.path(), &[".mcp.json", ".cursor", ".idea"]);
+        let protection = Protection::prepare(&plan).unwrap();
+        assert_eq!(protection.placeholders(), 2);
+        assert!(root.path().join(".mcp.json").is_dir());
+        assert!(root.path().join(".cursor").is_dir());
+        // Something written into a placeholder meanwhile is never lost.
+        std::fs::write(root.path().join(".cursor/kept"), "x").unwrap();
+        protection.finish();
+        assert!(!root.path().join(".mcp.json").exists());
+        assert!(root.path().join(".cursor/kept").exists());
+        assert_eq!(
+            std::fs::read_to_string(root.path().join(".idea")).unwrap(),
+            "the user's"
+        );
+    }
+
+    #[test]
+    fn a_placeholder_another_run_holds_stays() {
+        let root = tempfile::tempdir().unwrap();
+        let plan = plan_for(root.path(), &[".mcp.json"]);
+        let first = Protection::prepare(&plan).unwrap();
+        let second = Protection::prepare(&plan).unwrap();
+        // The second run found the first one's placeholder and adopted it.
+        assert_eq!(second.placeholders(), 1);
+        first.finish();
+        assert!(root.path().join(".mcp.json").is_dir(), "removed while held");
+        second.finish();
+        assert!(!root.path().join(".mcp.json").exists(), "left behind");
+    }
+}
