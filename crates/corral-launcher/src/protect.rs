@@ -49,8 +49,15 @@ pub(crate) fn plan_protect(
     home: bool,
 ) -> Result<Vec<MountOp>, PlanError> {
     let mut ops: Vec<MountOp> = Vec::new();
-    for entry in entries.iter().filter(|e| home || !e.home_only()) {
-        let parts: Vec<&str> = entry.components().collect();
+    let concrete = entries
+        .iter()
+        .filter(|e| home || !e.home_only())
+        .map(|e| Ok((e, expand(root, e)?)))
+        .collect::<Result<Vec<_>, PlanError>>()?;
+    for (entry, parts) in concrete
+        .iter()
+        .flat_map(|(e, all)| all.iter().map(move |p| (*e, p)))
+    {
         let mut host = root.to_path_buf();
         let mut dest = root_dest.as_str().trim_end_matches('/').to_string();
         for (i, part) in parts.iter().enumerate() {
@@ -67,6 +74,8 @@ pub(crate) fn plan_protect(
                 })
             };
             let (op, stop) = match std::fs::symlink_metadata(&host) {
+                // A `*` entry protects what exists; nothing to stand in for.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound && entry.has_wildcard() => break,
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => (step(true)?, true),
                 Err(e) => {
                     return Err(PlanError::Mount(format!(
@@ -115,6 +124,56 @@ pub(crate) fn plan_protect(
             .any(|ro| op.dest() != ro && op.dest().starts_with(ro))
     });
     Ok(ops)
+}
+
+/// The concrete paths (component lists) of `entry` below `root`: itself,
+/// or for each `*` every directory there now (a symlink there is refused,
+/// as anywhere on a protected path).
+fn expand(root: &Path, entry: &ProtectEntry) -> Result<Vec<Vec<String>>, PlanError> {
+    let mut paths: Vec<Vec<String>> = vec![Vec::new()];
+    for part in entry.components() {
+        if part != "*" {
+            paths.iter_mut().for_each(|p| p.push(part.to_string()));
+            continue;
+        }
+        let mut next = Vec::new();
+        for prefix in paths {
+            let dir = prefix.iter().fold(root.to_path_buf(), |d, c| d.join(c));
+            let Ok(list) = std::fs::read_dir(&dir) else {
+                continue;
+            };
+            let mut names: Vec<String> = Vec::new();
+            for child in list.flatten() {
+                let Ok(kind) = child.file_type() else {
+                    continue;
+                };
+                let Some(name) = child.file_name().to_str().map(str::to_string) else {
+                    continue;
+                };
+                if kind.is_symlink() {
+                    let link = dir.join(&name);
+                    return Err(PlanError::ProtectedSymlink {
+                        entry: entry.to_string(),
+                        target: std::fs::read_link(&link)
+                            .map(|t| t.display().to_string())
+                            .unwrap_or_else(|_| "?".into()),
+                        link: link.display().to_string(),
+                    });
+                }
+                if kind.is_dir() {
+                    names.push(name);
+                }
+            }
+            names.sort();
+            next.extend(names.into_iter().map(|n| {
+                let mut p = prefix.clone();
+                p.push(n);
+                p
+            }));
+        }
+        paths = next;
+    }
+    Ok(paths)
 }
 
 /// Whether `dir` is a home directory: corral's own `$HOME`, or one named
@@ -480,6 +539,50 @@ mod tests {
             assert_eq!(err.code(), "mount.protect_symlink", "{link}: {err}");
             assert!(err.to_string().contains("--no-protect"), "{err}");
         }
+    }
+
+    #[test]
+    fn a_wildcard_protects_what_exists_and_makes_no_placeholder() {
+        let root = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(root.path().join(".git/modules/lib/hooks")).unwrap();
+        std::fs::create_dir_all(root.path().join(".git/modules/ui")).unwrap();
+        std::fs::write(root.path().join(".git/modules/ui/config"), "").unwrap();
+        let ops = plan_protect(
+            root.path(),
+            &dest("/w"),
+            &entries(&[".git/modules/*/hooks", ".git/modules/*/config"]),
+            false,
+        )
+        .unwrap();
+        assert_eq!(
+            shape(&ops),
+            vec![
+                ("/w/.git".into(), false, true),
+                ("/w/.git/modules".into(), false, true),
+                ("/w/.git/modules/lib".into(), false, true),
+                ("/w/.git/modules/lib/hooks".into(), true, true),
+                ("/w/.git/modules/ui".into(), false, true),
+                ("/w/.git/modules/ui/config".into(), true, true),
+            ]
+        );
+        let none = tempfile::tempdir().unwrap();
+        let ops = plan_protect(
+            none.path(),
+            &dest("/w"),
+            &entries(&[".git/modules/*/hooks"]),
+            false,
+        )
+        .unwrap();
+        assert!(ops.is_empty(), "{ops:?}");
+        std::os::unix::fs::symlink("/etc", root.path().join(".git/modules/evil")).unwrap();
+        let err = plan_protect(
+            root.path(),
+            &dest("/w"),
+            &entries(&[".git/modules/*/config"]),
+            false,
+        )
+        .unwrap_err();
+        assert_eq!(err.code(), "mount.protect_symlink");
     }
 
     #[test]

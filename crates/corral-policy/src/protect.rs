@@ -16,7 +16,9 @@ use serde::{Serialize, Serializer};
 /// One protected path, relative to the root of a writable bind: a file
 /// or a directory (a trailing `/` is accepted and dropped). Written
 /// `~/NAME`, it applies only to binds of home directories (shell start-up
-/// files, `~/.gitconfig`), which are read from there only.
+/// files, `~/.gitconfig`), which are read from there only. A component
+/// `*` stands for every directory there when the run starts
+/// (`.git/modules/*/hooks`); it never makes a placeholder.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ProtectEntry {
     /// The relative path, `/`-separated, without `~/` or a trailing `/`.
@@ -31,7 +33,7 @@ pub enum ProtectError {
     /// Empty, absolute, or with an empty, `.` or `..` component.
     #[error(
         "protect entry {0:?} must be a relative path inside the bind (such as \".git/hooks\" or \".mcp.json\"), \
-         without `.`, `..` or empty components"
+         without `.`, `..` or empty components; `*` only as a whole component"
     )]
     Invalid(String),
 }
@@ -49,7 +51,7 @@ impl ProtectEntry {
             && !path.contains('\0')
             && path
                 .split('/')
-                .all(|c| !c.is_empty() && c != "." && c != "..");
+                .all(|c| !c.is_empty() && c != "." && c != ".." && (c == "*" || !c.contains('*')));
         if !valid {
             return Err(ProtectError::Invalid(s.to_string()));
         }
@@ -67,6 +69,11 @@ impl ProtectEntry {
     /// Whether the entry applies only to binds of home directories.
     pub fn home_only(&self) -> bool {
         self.home
+    }
+
+    /// Whether a component is the wildcard `*`.
+    pub fn has_wildcard(&self) -> bool {
+        self.components().any(|c| c == "*")
     }
 
     /// The path's components, first to last.
@@ -95,9 +102,12 @@ impl Serialize for ProtectEntry {
 pub const DEFAULT_PROTECT: &[&str] = &[
     // git: hooks run on commit, checkout, merge; the config can name
     // commands run by almost any git command (core.fsmonitor,
-    // core.hooksPath, core.sshCommand, aliases, filters).
+    // core.hooksPath, core.sshCommand, aliases, filters). Submodules keep
+    // theirs under .git/modules (one level deep covers the usual case).
     ".git/hooks",
     ".git/config",
+    ".git/modules/*/hooks",
+    ".git/modules/*/config",
     ".gitmodules",
     // Editors and agents run tasks and servers named in these.
     ".vscode",
@@ -148,7 +158,11 @@ mod tests {
 
     #[test]
     fn refuses_paths_that_leave_the_bind() {
+        let w = ProtectEntry::parse(".git/modules/*/hooks").expect("valid");
+        assert!(w.has_wildcard());
         for bad in [
+            "a*",
+            "*.json",
             "",
             "/",
             "/etc/passwd",

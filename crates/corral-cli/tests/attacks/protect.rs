@@ -89,12 +89,20 @@ fn snapshot(dir: &Path) -> Vec<(String, String)> {
 fn project() -> tempfile::TempDir {
     let dir = workdir();
     let p = dir.path();
-    for d in [".git/hooks", ".vscode", ".claude", "src"] {
+    for d in [
+        ".git/hooks",
+        ".git/modules/lib/hooks",
+        ".vscode",
+        ".claude",
+        "src",
+    ] {
         std::fs::create_dir_all(p.join(d)).expect("mkdir");
     }
     for (f, body) in [
         (".git/config", "[core]\n\tbare = false\n"),
         (".git/hooks/pre-commit", "#!/bin/sh\nexit 0\n"),
+        // A submodule's git directory (`.git/modules/*/...` entries).
+        (".git/modules/lib/config", "[core]\n"),
         (".vscode/settings.json", "{}\n"),
         (".claude/settings.json", "{}\n"),
         (".bashrc", "# the user's\n"),
@@ -159,11 +167,13 @@ fn attack_protected_entries_cannot_be_written_removed_renamed_or_swapped() {
     let dir = project();
     let before = snapshot(dir.path());
     let w = dir.path().display().to_string();
-    let (code, out, err) = attack(&["--workdir", &w], &attack_body(PROJECT_ENTRIES));
+    let mut targets = PROJECT_ENTRIES.to_vec();
+    targets.extend([".git/modules/lib/hooks/", ".git/modules/lib/config"]);
+    let (code, out, err) = attack(&["--workdir", &w], &attack_body(&targets));
     assert_eq!(code, 0, "stderr: {err}");
     let lines: Vec<&str> = out.lines().collect();
-    // 4 attempts per entry, 5 for the two nested ones.
-    assert_eq!(lines.len(), PROJECT_ENTRIES.len() * 4 + 2, "{out}");
+    // 4 attempts per entry, 5 for the four nested ones.
+    assert_eq!(lines.len(), targets.len() * 4 + 4, "{out}");
     for line in &lines {
         assert!(!line.ends_with(" ok"), "an attack worked: {line}\n{out}");
         // The refusal is the mount's: read-only, or a mount point that
