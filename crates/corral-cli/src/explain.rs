@@ -164,6 +164,18 @@ pub fn explain(name: Option<&str>, config: Option<&Path>, as_json: bool) -> i32 
     for (n, p) in &commands {
         println!("  {n:<12} {p}");
     }
+    if profile.commands.restrict_exec {
+        println!(
+            "  execve restricted: only the commands above, the program a request names and their \
+             interpreters (#! lines, the ELF loader) may be executed, by anyone in the sandbox \
+             (Landlock execute right; anything else fails with EACCES)"
+        );
+    } else {
+        println!("  execve unrestricted: the program may execute any file it can read (commands.restrict_exec = false)");
+    }
+    if let Some(tree) = &profile.filesystem.runtime {
+        println!("  runtime tree: {tree} (read-only at its own path, its commands first)");
+    }
     for rule in &profile.commands.deny_args {
         println!("  deny args matching: {rule}");
     }

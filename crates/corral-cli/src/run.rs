@@ -11,7 +11,7 @@ use corral_launcher::{
     RunResult, SandboxIdentity, EXIT_CORRAL_ERROR,
 };
 use corral_policy::env::{parse_assignment, EnvRequest};
-use corral_policy::{AuditEvent, ByteSize, MountSpec, Profile};
+use corral_policy::{AuditEvent, ByteSize, MountSpec, Profile, SandboxPath};
 
 /// Arguments of `corral run`.
 #[derive(Args)]
@@ -88,6 +88,11 @@ pub struct RunArgs {
     /// are otherwise read-only and, while missing, cannot be created.
     #[arg(long = "no-protect")]
     no_protect: bool,
+    /// A runtime tree: a Python venv or a `node_modules` directory, bound
+    /// read-only at its own path with its `bin` (`.bin`) first on the
+    /// search path and on PATH, so `python3` is the venv's interpreter.
+    #[arg(long = "runtime", value_name = "DIR")]
+    runtime: Option<PathBuf>,
     /// Print one JSON result object instead of streaming output.
     #[arg(long)]
     json: bool,
@@ -372,6 +377,23 @@ pub fn run(args: RunArgs) -> i32 {
     }
     if args.no_protect {
         profile.filesystem.protect.clear();
+    }
+    if let Some(tree) = &args.runtime {
+        let set = std::path::absolute(tree)
+            .map_err(|e| e.to_string())
+            .and_then(|t| {
+                let t = t
+                    .to_str()
+                    .ok_or("not UTF-8")?
+                    .trim_end_matches('/')
+                    .to_string();
+                SandboxPath::new(&t).map_err(|e| e.to_string())
+            })
+            .and_then(|t| profile.set_runtime(t).map_err(|e| e.to_string()));
+        if let Err(e) = set {
+            let message = format!("--runtime {}: {e}", tree.display());
+            return refuse(json, EXIT_CORRAL_ERROR, "request.invalid", message, vec![]);
+        }
     }
     let mut request = match request(&args) {
         Ok(r) => r,

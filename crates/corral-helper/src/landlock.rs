@@ -46,6 +46,11 @@ pub struct LandlockPlan {
     pub tcp_bind: Vec<u16>,
     /// TCP ports the program may connect to.
     pub tcp_connect: Vec<u16>,
+    /// When set, the only files the program may execute (`execve`, and the
+    /// ELF loader the kernel opens for it): every other rule is granted
+    /// without Landlock's execute right (`commands.restrict_exec`).
+    #[serde(default)]
+    pub execute_only: Option<Vec<String>>,
 }
 
 /// How Landlock ended up, reported in the result.
@@ -96,7 +101,13 @@ pub fn prepare(plan: &LandlockPlan) -> Result<RulesetCreated, String> {
         .and_then(|r| r.scope(Scope::AbstractUnixSocket | Scope::Signal))
         .and_then(|r| r.create())
         .map_err(|e| err("creating the ruleset", e))?;
-    let read = AccessFs::from_read(abi);
+    // With an execute allowlist, no tree grants execution; the listed
+    // files alone do.
+    let no_exec = |a: BitFlags<AccessFs>| match plan.execute_only {
+        Some(_) => a & !AccessFs::Execute,
+        None => a,
+    };
+    let read = no_exec(AccessFs::from_read(abi));
     let device = read | AccessFs::WriteFile | AccessFs::IoctlDev;
     for p in &plan.list {
         ruleset = add_path(ruleset, p, BitFlags::from(AccessFs::ReadDir))?;
@@ -108,7 +119,12 @@ pub fn prepare(plan: &LandlockPlan) -> Result<RulesetCreated, String> {
         ruleset = add_path(ruleset, p, device)?;
     }
     for p in &plan.write {
-        ruleset = add_path(ruleset, p, AccessFs::from_all(abi))?;
+        ruleset = add_path(ruleset, p, no_exec(AccessFs::from_all(abi)))?;
+    }
+    if let Some(files) = &plan.execute_only {
+        for p in with_interpreters(files) {
+            ruleset = add_path(ruleset, &p, AccessFs::Execute | AccessFs::ReadFile)?;
+        }
     }
     let ports = |list: &[u16]| {
         if plan.restrict_tcp {
@@ -128,6 +144,92 @@ pub fn prepare(plan: &LandlockPlan) -> Result<RulesetCreated, String> {
             .map_err(|e| err(&format!("connect rule for port {port}"), e))?;
     }
     Ok(ruleset)
+}
+
+/// `files` and what the kernel executes to run them, as seen inside the
+/// sandbox: the interpreter of a `#!` line (and, for `#!/usr/bin/env
+/// NAME`, NAME found in the standard directories) and an ELF program's
+/// loader (`PT_INTERP`, opened with the execute right too), followed a few
+/// levels deep. A file that cannot be read adds nothing.
+pub(crate) fn with_interpreters(files: &[String]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let mut todo: Vec<(String, u8)> = files.iter().map(|f| (f.clone(), 0)).collect();
+    while let Some((file, depth)) = todo.pop() {
+        if out.contains(&file) {
+            continue;
+        }
+        if depth < 4 {
+            todo.extend(interpreters_of(&file).into_iter().map(|i| (i, depth + 1)));
+        }
+        out.push(file);
+    }
+    out.sort();
+    out
+}
+
+/// Directories a `#!/usr/bin/env NAME` line is resolved in.
+const ENV_DIRS: &[&str] = &["/usr/local/bin", "/usr/bin", "/bin"];
+
+fn interpreters_of(file: &str) -> Vec<String> {
+    use std::io::Read;
+    let mut head = [0u8; 4096];
+    let n = match std::fs::File::open(file).and_then(|mut f| f.read(&mut head)) {
+        Ok(n) => n,
+        Err(_) => return Vec::new(),
+    };
+    let head = &head[..n];
+    if let Some(line) = head.strip_prefix(b"#!") {
+        let line = line.split(|b| *b == b'\n').next().unwrap_or_default();
+        let line = String::from_utf8_lossy(line);
+        let mut words = line.split_whitespace();
+        let Some(interp) = words.next() else {
+            return Vec::new();
+        };
+        let mut found = vec![interp.to_string()];
+        if interp.ends_with("/env") {
+            if let Some(name) = words.find(|w| !w.starts_with('-')) {
+                found.extend(
+                    ENV_DIRS
+                        .iter()
+                        .map(|d| format!("{d}/{name}"))
+                        .find(|p| Path::new(p).exists()),
+                );
+            }
+        }
+        return found;
+    }
+    elf_interpreter(file, head).into_iter().collect()
+}
+
+/// The `PT_INTERP` path of a 64-bit little-endian ELF file, if any.
+fn elf_interpreter(file: &str, head: &[u8]) -> Option<String> {
+    use std::io::{Read, Seek, SeekFrom};
+    let u16_at = |b: &[u8], o: usize| Some(u16::from_le_bytes(b.get(o..o + 2)?.try_into().ok()?));
+    let u32_at = |b: &[u8], o: usize| Some(u32::from_le_bytes(b.get(o..o + 4)?.try_into().ok()?));
+    let u64_at = |b: &[u8], o: usize| Some(u64::from_le_bytes(b.get(o..o + 8)?.try_into().ok()?));
+    // ELFCLASS64, ELFDATA2LSB.
+    if head.get(..6) != Some(b"\x7fELF\x02\x01") {
+        return None;
+    }
+    let phoff = usize::try_from(u64_at(head, 0x20)?).ok()?;
+    let phentsize = usize::from(u16_at(head, 0x36)?);
+    let phnum = usize::from(u16_at(head, 0x38)?);
+    for i in 0..phnum.min(64) {
+        let at = phoff.checked_add(i.checked_mul(phentsize)?)?;
+        // PT_INTERP
+        if u32_at(head, at)? != 3 {
+            continue;
+        }
+        let offset = u64_at(head, at + 0x08)?;
+        let size = usize::try_from(u64_at(head, at + 0x20)?).ok()?.min(4096);
+        let mut f = std::fs::File::open(file).ok()?;
+        f.seek(SeekFrom::Start(offset)).ok()?;
+        let mut buf = vec![0u8; size];
+        f.read_exact(&mut buf).ok()?;
+        let end = buf.iter().position(|b| *b == 0).unwrap_or(buf.len());
+        return String::from_utf8(buf[..end].to_vec()).ok();
+    }
+    None
 }
 
 /// Judges what `landlock_restrict_self` achieved (the program, before
@@ -160,4 +262,41 @@ pub(crate) fn outcome(
         abi,
         status: label.into(),
     })
+}
+
+#[cfg(test)]
+mod interpreter_tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn an_elf_program_brings_its_loader_and_a_script_its_interpreter() {
+        let dir = tempfile::tempdir().unwrap();
+        let script = dir.path().join("tool");
+        std::fs::write(&script, "#!/usr/bin/env -S sh -e\necho hi\n").unwrap();
+        let direct = dir.path().join("direct");
+        std::fs::write(&direct, "#!/bin/sh -e\necho hi\n").unwrap();
+        let files = [
+            script.display().to_string(),
+            direct.display().to_string(),
+            "/bin/sh".to_string(),
+        ];
+        let all = with_interpreters(&files);
+        for f in &files {
+            assert!(all.contains(f), "{f} in {all:?}");
+        }
+        assert!(all.contains(&"/usr/bin/env".to_string()), "{all:?}");
+        // `/bin/sh` is an ELF program: its loader (PT_INTERP) comes along.
+        assert!(
+            all.iter()
+                .any(|f| f.contains("ld-linux") || f.contains("ld-musl")),
+            "{all:?}"
+        );
+        // Unreadable or missing files add nothing and break nothing.
+        assert_eq!(
+            with_interpreters(&["/nonexistent".into()]),
+            ["/nonexistent"]
+        );
+    }
 }

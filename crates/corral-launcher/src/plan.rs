@@ -135,6 +135,7 @@ pub fn landlock_plan(profile: &Profile, mounts: &[MountOp]) -> LandlockPlan {
         tcp_connect: profile.security.tcp_connect.clone(),
         // The host's network is the point of mode `host`.
         restrict_tcp: profile.network.mode != NetworkMode::Host,
+        execute_only: None,
     };
     if profile.network.mode == NetworkMode::Allow {
         plan.tcp_connect.extend([HTTP_PROXY_PORT, SOCKS_PROXY_PORT]);
@@ -153,6 +154,35 @@ pub fn landlock_plan(profile: &Profile, mounts: &[MountOp]) -> LandlockPlan {
             MountOp::Protect { .. } | MountOp::Symlink { .. } => {}
         }
     }
+    plan
+}
+
+/// `commands.restrict_exec`: the files the program may execute are the
+/// allowed commands as resolved and the program itself (the helper adds
+/// their interpreters inside the sandbox); Landlock becomes required, as
+/// nothing else could enforce this.
+fn restrict_exec(
+    profile: &Profile,
+    commands: &CommandTable,
+    exec_path: &str,
+    mut plan: LandlockPlan,
+) -> LandlockPlan {
+    if !profile.commands.restrict_exec {
+        return plan;
+    }
+    let mut files: Vec<String> = commands
+        .entries()
+        .values()
+        .filter_map(|r| match r {
+            Resolution::Found(path) => Some(path.clone()),
+            Resolution::Missing(_) => None,
+        })
+        .collect();
+    files.push(exec_path.to_string());
+    files.sort();
+    files.dedup();
+    plan.required = true;
+    plan.execute_only = Some(files);
     plan
 }
 
@@ -306,7 +336,7 @@ pub fn build_plan(
         env.sort();
     }
     if request.without_namespaces {
-        let plan = reduced_plan(profile, request, identity, exec_path, env)?;
+        let plan = reduced_plan(profile, commands, request, identity, exec_path, env)?;
         return Ok((plan, events));
     }
     let mounts = plan_mounts(profile, request, identity)?;
@@ -321,7 +351,7 @@ pub fn build_plan(
         deny: profile.filesystem.deny.clone(),
         files: generated_files(&profile.hostname, identity, host_resolv_conf(profile)),
         cwd: SandboxPath::new(WORKSPACE).map_err(|e| PlanError::Mount(e.to_string()))?,
-        exec_path,
+        exec_path: exec_path.clone(),
         argv: request.argv.clone(),
         env: env.into_iter().map(|(k, v)| format!("{k}={v}")).collect(),
         rlimits: rlimits(&profile.limits),
@@ -334,7 +364,12 @@ pub fn build_plan(
             .map_err(|e| PlanError::Security(e.to_string()))?,
             init_filters: crate::seccomp::compile_init()
                 .map_err(|e| PlanError::Security(e.to_string()))?,
-            landlock: landlock_plan(profile, &mounts_for_landlock),
+            landlock: restrict_exec(
+                profile,
+                commands,
+                &exec_path,
+                landlock_plan(profile, &mounts_for_landlock),
+            ),
         },
         reduced: None,
         network: profile.network.mode,
@@ -349,6 +384,7 @@ pub fn build_plan(
 /// no network or IPC namespace), and the workdir as home and temp dir.
 fn reduced_plan(
     profile: &Profile,
+    commands: &CommandTable,
     request: &RunRequest,
     identity: SandboxIdentity,
     exec_path: String,
@@ -418,6 +454,7 @@ fn reduced_plan(
             landlock.read.push(m.source.to_string());
         }
     }
+    let landlock = restrict_exec(profile, commands, &exec_path, landlock);
     let mut env: std::collections::BTreeMap<String, String> = env.into_iter().collect();
     env.insert("HOME".into(), workdir.clone());
     env.insert("TMPDIR".into(), workdir.clone());
@@ -511,7 +548,24 @@ fn plan_mounts(
     let explicit = explicit_mounts(profile, request);
     for (spec, writable) in explicit {
         if let Some(why) = reserved_destination(&spec.dest) {
-            return Err(PlanError::Mount(format!("cannot mount {spec}: {why}")));
+            let name = spec
+                .dest
+                .as_path()
+                .file_name()
+                .and_then(|n| n.to_str())
+                .unwrap_or("data");
+            let hint = if profile.filesystem.runtime.as_ref() == Some(&spec.dest) {
+                "a runtime tree is bound at its own path (its scripts name it): create it elsewhere, e.g. under /opt"
+                    .to_string()
+            } else {
+                format!(
+                    "show it at another place with SRC:DEST, e.g. `{}:/opt/{name}`",
+                    spec.source
+                )
+            };
+            return Err(PlanError::Mount(format!(
+                "cannot mount {spec}: {why}; {hint}"
+            )));
         }
         if let Some(other) = ops.iter().find(|op| op.dest() == &spec.dest) {
             if !matches!(other, MountOp::Bind { source, .. } if profile.filesystem.system.iter().any(|s| s.as_str() == source))
@@ -847,6 +901,28 @@ mod tests {
         let got = protected(&plan);
         assert!(!got.iter().any(|g| g.starts_with("/workspace/")), "{got:?}");
         assert!(got.iter().any(|g| g == "/data/.git"), "{got:?}");
+    }
+
+    #[test]
+    fn restrict_exec_lists_the_resolved_commands_and_requires_landlock() {
+        let mut profile = corral_policy::builtin::code();
+        profile.security.landlock = LandlockMode::BestEffort;
+        let (plan, _) = plan_for(&profile, &request(&["sh", "-c", "true"])).expect("plan");
+        assert_eq!(plan.security.landlock.execute_only, None);
+        assert!(!plan.security.landlock.required);
+        profile.commands.restrict_exec = true;
+        let (plan, _) = plan_for(&profile, &request(&["sh", "-c", "true"])).expect("plan");
+        let files = plan
+            .security
+            .landlock
+            .execute_only
+            .expect("an execute allowlist");
+        assert!(files.contains(&plan.exec_path), "{files:?}");
+        assert!(files.iter().any(|f| f.contains("python3")), "{files:?}");
+        assert!(
+            plan.security.landlock.required,
+            "nothing else could enforce it"
+        );
     }
 
     #[test]

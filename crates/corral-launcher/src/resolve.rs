@@ -86,6 +86,16 @@ impl CommandTable {
                 dirs.push(d.as_path().to_path_buf());
             }
         }
+        // A runtime tree's commands come first: `python3` is the venv's.
+        if let Some(bin) = profile
+            .filesystem
+            .runtime
+            .as_ref()
+            .and_then(|t| Profile::runtime_bin(t).ok())
+        {
+            dirs.retain(|d| d != bin.as_path());
+            dirs.insert(0, bin.as_path().to_path_buf());
+        }
         let trees = canonical_trees(profile);
         let entries = profile
             .commands

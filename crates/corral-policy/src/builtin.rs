@@ -58,6 +58,7 @@ pub fn base(name: &str) -> Profile {
             tmp_size: ByteSize(64 << 20),
             workspace_size: ByteSize(256 << 20),
             dev_pts: false,
+            runtime: None,
             protect: crate::protect::default_protect(),
         },
         env: EnvPolicy {
@@ -70,6 +71,7 @@ pub fn base(name: &str) -> Profile {
             allow_paths: false,
             deny_args: vec![],
             search_path: paths(SEARCH_PATH),
+            restrict_exec: false,
         },
         limits: Limits {
             timeout_secs: None,
@@ -115,7 +117,157 @@ pub fn code() -> Profile {
     p
 }
 
+fn set_env(p: &mut Profile, vars: &[(&str, &str)]) {
+    for (k, v) in vars {
+        p.env.set.insert((*k).to_string(), (*v).to_string());
+    }
+}
+
+fn allow(p: &mut Profile, names: &[&str]) {
+    p.commands.allow = names.iter().map(|s| s.to_string()).collect();
+}
+
+/// What every long-running MCP server profile shares: no wall timeout (a
+/// server runs for days), bounded instead by a CPU share, memory and
+/// process limits; no network unless an allowlist is given; the workdir
+/// (or the workspace tmpfs) as its state directory and HOME, with caches
+/// under it; and only the allowed commands may be executed at all.
+fn mcp_server(name: &str, description: &str) -> Profile {
+    let mut p = base(name);
+    p.description = description.to_string();
+    p.limits.timeout_secs = None;
+    p.limits.cpu_millicores = Some(1000);
+    p.limits.memory_bytes = Some(ByteSize(1 << 30));
+    p.limits.pids = Some(256);
+    p.commands.restrict_exec = true;
+    set_env(
+        &mut p,
+        &[
+            ("XDG_CACHE_HOME", "/workspace/.cache"),
+            ("XDG_CONFIG_HOME", "/workspace/.config"),
+            ("XDG_DATA_HOME", "/workspace/.local/share"),
+        ],
+    );
+    p
+}
+
+/// `mcp-python`: a long-running MCP server in Python over stdio.
+pub fn mcp_python() -> Profile {
+    let mut p = mcp_server(
+        "mcp-python",
+        "a long-running MCP server in Python (stdio): no wall timeout, no network unless allowed, only python3 may run",
+    );
+    allow(&mut p, &["python3", "python"]);
+    set_env(
+        &mut p,
+        &[
+            ("PYTHONUNBUFFERED", "1"),
+            ("PYTHONDONTWRITEBYTECODE", "1"),
+            ("PIP_DISABLE_PIP_VERSION_CHECK", "1"),
+            ("UV_CACHE_DIR", "/workspace/.cache/uv"),
+        ],
+    );
+    p
+}
+
+/// `mcp-node`: a long-running MCP server in Node.js over stdio.
+pub fn mcp_node() -> Profile {
+    let mut p = mcp_server(
+        "mcp-node",
+        "a long-running MCP server in Node.js (stdio): no wall timeout, no network unless allowed, only node may run",
+    );
+    allow(&mut p, &["node"]);
+    set_env(
+        &mut p,
+        &[
+            ("NPM_CONFIG_CACHE", "/workspace/.npm"),
+            ("NPM_CONFIG_UPDATE_NOTIFIER", "false"),
+            ("NO_UPDATE_NOTIFIER", "1"),
+        ],
+    );
+    p
+}
+
+/// The package registries the `install` profile reaches, HTTPS only.
+pub const PACKAGE_REGISTRIES: &[&str] = &[
+    "pypi.org:443",
+    "files.pythonhosted.org:443",
+    "registry.npmjs.org:443",
+];
+
+/// `install`: the install phase of a source tree (`pip install`, `npm
+/// ci`, `uv sync`): network only to the package registries (a config
+/// names its own, such as a local mirror, in `network.allow_domains`), no
+/// secrets (the environment starts empty as always), the workdir as the
+/// writable target tree.
+pub fn install() -> Profile {
+    let mut p = base("install");
+    p.description =
+        "install dependencies into the workdir: network only to the package registries, no secrets"
+            .into();
+    allow(
+        &mut p,
+        &[
+            "pip", "pip3", "python3", "python", "uv", "npm", "npx", "node", "sh", "bash",
+        ],
+    );
+    p.limits.timeout_secs = Some(1800);
+    p.limits.memory_bytes = Some(ByteSize(2 << 30));
+    p.limits.pids = Some(512);
+    p.network.mode = crate::network::NetworkMode::Allow;
+    p.network.allow_domains = PACKAGE_REGISTRIES
+        .iter()
+        .filter_map(|d| crate::network::DomainRule::parse(d).ok())
+        .collect();
+    set_env(
+        &mut p,
+        &[
+            ("CI", "true"),
+            ("PYTHONUNBUFFERED", "1"),
+            ("PIP_DISABLE_PIP_VERSION_CHECK", "1"),
+            ("PIP_NO_CACHE_DIR", "1"),
+            ("UV_CACHE_DIR", "/workspace/.cache/uv"),
+            ("NPM_CONFIG_CACHE", "/workspace/.npm"),
+            ("NPM_CONFIG_UPDATE_NOTIFIER", "false"),
+            ("NO_UPDATE_NOTIFIER", "1"),
+        ],
+    );
+    p
+}
+
+/// `build`: the build phase (`npm run build`, `make`, `python -m build`):
+/// no network at all, the workdir writable.
+pub fn build() -> Profile {
+    let mut p = base("build");
+    p.description = "build a source tree in the workdir: no network".into();
+    allow(
+        &mut p,
+        &[
+            "sh", "bash", "make", "python3", "python", "node", "npm", "npx", "uv", "cc", "gcc",
+        ],
+    );
+    p.limits.timeout_secs = Some(3600);
+    p.limits.memory_bytes = Some(ByteSize(2 << 30));
+    p.limits.pids = Some(1024);
+    set_env(
+        &mut p,
+        &[
+            ("CI", "true"),
+            ("PYTHONUNBUFFERED", "1"),
+            ("PYTHONDONTWRITEBYTECODE", "1"),
+            ("NPM_CONFIG_CACHE", "/workspace/.npm"),
+            ("NPM_CONFIG_UPDATE_NOTIFIER", "false"),
+            ("NPM_CONFIG_OFFLINE", "true"),
+            ("NO_UPDATE_NOTIFIER", "1"),
+        ],
+    );
+    p
+}
+
 /// Every built-in profile, by name.
 pub fn all() -> BTreeMap<String, Profile> {
-    [code()].into_iter().map(|p| (p.name.clone(), p)).collect()
+    [code(), mcp_python(), mcp_node(), install(), build()]
+        .into_iter()
+        .map(|p| (p.name.clone(), p))
+        .collect()
 }

@@ -172,6 +172,7 @@ mod tests {
             allow_paths,
             deny_args: vec!["* -m pip *".into(), "*--inspect*".into()],
             search_path: vec![],
+            restrict_exec: false,
         }
     }
 

@@ -66,9 +66,12 @@ pub const ALWAYS_BLOCKED: &[(&str, &str)] = &[
     ("JDK_JAVA_OPTIONS", "injects JVM options"),
 ];
 
+/// The base `PATH`.
+pub const BASE_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+
 /// Base variables every sandbox gets unless the profile overrides them.
 pub const BASE_ENV: &[(&str, &str)] = &[
-    ("PATH", "/usr/local/bin:/usr/bin:/bin"),
+    ("PATH", BASE_PATH),
     ("HOME", "/workspace"),
     ("TMPDIR", "/tmp"),
     ("LANG", "C.UTF-8"),

@@ -34,6 +34,48 @@ pub struct Profile {
     pub network: crate::network::NetworkPolicy,
 }
 
+impl Profile {
+    /// Makes `tree` (a venv, or a `node_modules` directory) the runtime:
+    /// bound read-only at its own path (scripts in it name it in their
+    /// `#!` lines), its `bin` directory first where commands are resolved
+    /// and on `PATH`, so `python3` is the venv's interpreter; a venv also
+    /// gets `VIRTUAL_ENV`.
+    pub fn set_runtime(&mut self, tree: SandboxPath) -> Result<(), crate::PathError> {
+        let bin = Self::runtime_bin(&tree)?;
+        let fs = &mut self.filesystem;
+        if !fs.read_only.iter().any(|m| m.dest == tree) {
+            fs.read_only.push(MountSpec {
+                source: tree.clone(),
+                dest: tree.clone(),
+            });
+        }
+        self.commands.search_path.retain(|d| d != &bin);
+        self.commands.search_path.insert(0, bin.clone());
+        let path = self
+            .env
+            .set
+            .get("PATH")
+            .cloned()
+            .unwrap_or_else(|| crate::env::BASE_PATH.to_string());
+        self.env.set.insert("PATH".into(), format!("{bin}:{path}"));
+        if !tree.as_str().ends_with("/node_modules") {
+            self.env.set.insert("VIRTUAL_ENV".into(), tree.to_string());
+        }
+        fs.runtime = Some(tree);
+        Ok(())
+    }
+
+    /// The directory of a runtime tree's commands.
+    pub fn runtime_bin(tree: &SandboxPath) -> Result<SandboxPath, crate::PathError> {
+        let sub = if tree.as_str().ends_with("/node_modules") {
+            ".bin"
+        } else {
+            "bin"
+        };
+        SandboxPath::new(&format!("{tree}/{sub}"))
+    }
+}
+
 /// Which seccomp filter the program runs under.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -99,6 +141,11 @@ pub struct Filesystem {
     pub workspace_size: ByteSize,
     /// Whether `/dev/pts` and `/dev/ptmx` exist (a private devpts instance).
     pub dev_pts: bool,
+    /// A runtime tree (`filesystem.runtime`, `--runtime`): a Python venv
+    /// or a `node_modules` directory, bound read-only at its own path with
+    /// its `bin` (`.bin` for `node_modules`) first on the search path and
+    /// on `PATH`; set with [`Profile::set_runtime`].
+    pub runtime: Option<SandboxPath>,
     /// Entries of every writable bind of the caller's (the workdir, and
     /// `read_write` binds) the sandbox may read but never change: each is
     /// bound read-only onto itself, its directories on the way pinned so
@@ -136,6 +183,12 @@ pub struct CommandPolicy {
     /// Directories searched, in order, to resolve allowed names. Only
     /// directories visible inside the sandbox count.
     pub search_path: Vec<SandboxPath>,
+    /// Whether the kernel lets the program `execve` only the allowed
+    /// commands (as resolved), their interpreters (`#!` lines, the ELF
+    /// loader) and the path a request named: Landlock's execute right is
+    /// granted on those files alone, so any other program, a script the
+    /// sandbox wrote included, fails with `EACCES`. Needs Landlock.
+    pub restrict_exec: bool,
 }
 
 /// Time and resource limits. Every limit set here is enforced, or the run

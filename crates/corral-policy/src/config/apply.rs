@@ -43,7 +43,9 @@ pub(super) fn apply(
             .map_err(|e| src.err(Some(span), format!("{key}.hostname"), e.to_string()))?;
         p.hostname = h;
     }
-    if let Some(fs) = raw.filesystem {
+    let mut runtime = None;
+    if let Some(mut fs) = raw.filesystem {
+        runtime = fs.runtime.take();
         apply_filesystem(src, &format!("{key}.filesystem"), &mut p.filesystem, fs)?;
     }
     if let Some(env) = raw.env {
@@ -63,6 +65,14 @@ pub(super) fn apply(
     }
     if let Some(id) = raw.identity {
         apply_identity(src, &format!("{key}.identity"), &mut p.identity, id)?;
+    }
+    // Last: it adds to the binds, the search path and PATH set above.
+    if let Some(tree) = runtime {
+        let k = format!("{key}.filesystem.runtime");
+        let span = tree.span();
+        SandboxPath::new(tree.get_ref())
+            .and_then(|t| p.set_runtime(t))
+            .map_err(|e| src.err(Some(span), k, e.to_string()))?;
     }
     Ok(p)
 }
@@ -209,6 +219,9 @@ fn apply_commands(
             .into_iter()
             .map(|(p, _)| p)
             .collect();
+    }
+    if let Some(b) = raw.restrict_exec {
+        c.restrict_exec = b;
     }
     Ok(())
 }

@@ -96,6 +96,7 @@ pub(super) struct RawFilesystem {
     pub(super) workspace_size: Option<Spanned<RawSize>>,
     pub(super) dev_pts: Option<bool>,
     pub(super) protect: Option<Vec<Spanned<String>>>,
+    pub(super) runtime: Option<Spanned<String>>,
 }
 
 /// A size as written: an integer of bytes or a string such as `"64MiB"`.
@@ -123,6 +124,7 @@ pub(super) struct RawCommands {
     pub(super) allow_paths: Option<bool>,
     pub(super) deny_args: Option<Vec<Spanned<String>>>,
     pub(super) search_path: Option<Vec<Spanned<String>>>,
+    pub(super) restrict_exec: Option<bool>,
 }
 
 /// `[profile.NAME.limits]`.

@@ -19,7 +19,52 @@ fn builtins_are_there() {
         .profile("nope")
         .unwrap_err()
         .to_string()
-        .contains("known: code"));
+        .contains("known: build, code, install, mcp-node, mcp-python"));
+    for name in ["mcp-python", "mcp-node"] {
+        let p = c.profile(name).unwrap();
+        assert_eq!(p.limits.timeout_secs, None, "{name}: servers run for days");
+        assert!(
+            p.limits.cpu_millicores.is_some(),
+            "{name}: bounded by CPU instead"
+        );
+        assert!(p.commands.restrict_exec, "{name}");
+        assert_eq!(p.network.mode, crate::network::NetworkMode::None, "{name}");
+    }
+    let install = c.profile("install").unwrap();
+    assert_eq!(install.network.mode, crate::network::NetworkMode::Allow);
+    assert!(install
+        .network
+        .allow_domains
+        .iter()
+        .any(|d| d.pattern == "registry.npmjs.org"));
+    assert_eq!(
+        c.profile("build").unwrap().network.mode,
+        crate::network::NetworkMode::None
+    );
+}
+
+#[test]
+fn a_runtime_tree_is_bound_and_first_on_the_path() {
+    let c = Config::parse(
+        "[profile.srv]\nextends = \"mcp-python\"\n[profile.srv.filesystem]\nruntime = \"/opt/venv/\"\n",
+        None,
+    )
+    .unwrap();
+    let p = c.profile("srv").unwrap();
+    assert_eq!(
+        p.filesystem.runtime.as_ref().map(|r| r.as_str()),
+        Some("/opt/venv")
+    );
+    assert!(p
+        .filesystem
+        .read_only
+        .iter()
+        .any(|m| m.source.as_str() == "/opt/venv" && m.dest.as_str() == "/opt/venv"));
+    assert_eq!(p.commands.search_path[0].as_str(), "/opt/venv/bin");
+    assert!(p.env.set["PATH"].starts_with("/opt/venv/bin:"));
+    assert_eq!(p.env.set["VIRTUAL_ENV"], "/opt/venv");
+    let e = err("[profile.a.filesystem]\nruntime = \"relative\"\n");
+    assert_eq!(e.key, "profile.a.filesystem.runtime");
 }
 
 #[test]

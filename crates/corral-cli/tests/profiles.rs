@@ -1,0 +1,197 @@
+//! The built-in long-running profiles with real runtimes and the official
+//! MCP SDK: `mcp-python` with a venv as its runtime tree, driven by the
+//! official Python client over stdio exactly as an MCP client config
+//! (`command` + `args`) launches a server; `mcp-node`'s execve allowlist
+//! with node's `child_process`.
+//!
+//! The venv is `$CORRAL_TEST_PYTHON`'s (default `/opt/corral-test-venv`,
+//! installed by scripts/test.sh); its absence fails the tests.
+
+#![allow(clippy::unwrap_used)] // test helpers fail loudly, as tests do
+
+mod common;
+use common::*;
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+use serde_json::Value;
+
+/// The venv with the `mcp` SDK: its interpreter drives the client, and the
+/// venv itself is the server's runtime tree.
+fn venv() -> PathBuf {
+    let python = std::env::var_os("CORRAL_TEST_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/opt/corral-test-venv/bin/python"));
+    assert!(
+        python.exists(),
+        "these tests need a venv with the official `mcp` SDK at {} (run scripts/test.sh)",
+        python.display()
+    );
+    python
+        .parent()
+        .and_then(Path::parent)
+        .unwrap()
+        .to_path_buf()
+}
+
+/// An MCP server (official SDK) whose one tool reports what the sandbox
+/// lets it do: which interpreter runs, HOME, and what happens when it
+/// starts a subprocess of itself and of `/bin/sh`.
+const SERVER: &str = r#"
+import errno, json, os, subprocess, sys
+from mcp.server.mcpserver import MCPServer
+
+app = MCPServer("probe")
+
+def attempt(argv):
+    try:
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=20)
+        return "ran:" + r.stdout.strip()
+    except OSError as e:
+        return errno.errorcode.get(e.errno, str(e.errno))
+
+@app.tool()
+def probe() -> str:
+    return json.dumps({
+        "prefix": sys.prefix,
+        "home": os.environ.get("HOME"),
+        "unbuffered": os.environ.get("PYTHONUNBUFFERED"),
+        "self": attempt([sys.executable, "-c", "print('child')"]),
+        "sh": attempt(["/bin/sh", "-c", "echo shell"]),
+    })
+
+app.run()
+"#;
+
+/// Launches `command` as a stdio MCP server with the official client,
+/// calls `probe` and prints its structured result.
+const CLIENT: &str = r#"
+import asyncio, json, sys
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters, stdio_client
+
+async def main():
+    cmd = json.loads(sys.argv[1])
+    params = StdioServerParameters(command=cmd[0], args=cmd[1:], env={"PATH": "/usr/bin:/bin"})
+    async with Client(stdio_client(params)) as client:
+        tools = await client.list_tools()
+        r = await client.call_tool("probe", {})
+        text = "".join(c.text for c in r.content if c.type == "text")
+        return {"tools": [t.name for t in tools.tools], "result": json.loads(text)}
+
+print(json.dumps(asyncio.run(asyncio.wait_for(main(), 60))))
+"#;
+
+#[test]
+fn mcp_python_serves_the_official_client_from_a_venv_and_runs_nothing_else() {
+    let venv = venv();
+    let work = workdir();
+    std::fs::write(work.path().join("server.py"), SERVER).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("client.py"), CLIENT).unwrap();
+    let mut command = vec![corral_bin().display().to_string(), "run".into()];
+    if !is_root() {
+        // No cgroup delegation for ordinary users here (tests/limits.rs).
+        command.push("--allow-unenforced-limits".into());
+    }
+    command.extend(
+        [
+            "--profile",
+            "mcp-python",
+            "--runtime",
+            venv.to_str().unwrap(),
+            "--workdir",
+            work.path().to_str().unwrap(),
+            "--",
+            "python3",
+            "/workspace/server.py",
+        ]
+        .map(String::from),
+    );
+    let out = std::process::Command::new(venv.join("bin/python"))
+        .arg(dir.path().join("client.py"))
+        .arg(serde_json::to_string(&command).unwrap())
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("HOME", dir.path())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "client failed: {}\n{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["tools"], serde_json::json!(["probe"]), "{v}");
+    let r = &v["result"];
+    // `python3` resolved to the venv's interpreter (the SDK imported).
+    assert_eq!(r["prefix"], venv.to_str().unwrap(), "{v}");
+    assert_eq!(r["home"], "/workspace", "{v}");
+    assert_eq!(r["unbuffered"], "1", "{v}");
+    // The allowed command may start itself; anything else is refused by
+    // the kernel (Landlock's execute right), not by a missing file.
+    assert_eq!(r["self"], "ran:child", "{v}");
+    assert_eq!(r["sh"], "EACCES", "{v}");
+}
+
+#[test]
+fn mcp_node_lets_node_start_only_node() {
+    let script = "const cp = require('child_process');\n\
+        const self = cp.spawnSync(process.execPath, ['-e', 'console.log(\"child\")']);\n\
+        const sh = cp.spawnSync('/bin/sh', ['-c', 'echo shell']);\n\
+        require('fs').writeFileSync('/tmp/x.sh', '#!/bin/sh\\necho planted\\n', {mode: 0o755});\n\
+        const planted = cp.spawnSync('/tmp/x.sh');\n\
+        console.log(JSON.stringify({self: self.stdout.toString().trim(),\n\
+          sh: sh.error && sh.error.code, planted: planted.error && planted.error.code}));";
+    let out = run(&["--profile", "mcp-node"], &["node", "-e", script]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        v,
+        serde_json::json!({"self": "child", "sh": "EACCES", "planted": "EACCES"})
+    );
+}
+
+#[test]
+fn without_restrict_exec_the_same_subprocesses_run() {
+    // The control for the two tests above: `code` does not restrict
+    // execve, so the refusals there are the allowlist's.
+    let out = run(
+        &[],
+        &[
+            "python3",
+            "-c",
+            "import subprocess; print(subprocess.run(['/bin/sh', '-c', 'echo shell'], capture_output=True, text=True).stdout.strip())",
+        ],
+    );
+    assert_eq!(text(&out.stdout), "shell\n", "{}", text(&out.stderr));
+}
+
+#[test]
+fn a_runtime_under_a_reserved_path_is_refused_with_what_to_do() {
+    let (v, out) = run_json(&["--runtime", "/tmp/some-venv"], &["sh", "-c", "true"]);
+    assert_eq!(out.status.code(), Some(125), "{v}");
+    let message = v["error"]["message"].as_str().unwrap();
+    assert!(message.contains("create it elsewhere"), "{message}");
+}
+
+#[test]
+fn explain_names_the_long_running_profiles_limits() {
+    for name in ["mcp-python", "mcp-node"] {
+        let out = corral().args(["explain", name]).output().unwrap();
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let s = text(&out.stdout);
+        assert!(s.contains("restrict"), "{name}: {s}");
+        let timeout = s
+            .lines()
+            .find(|l| l.trim_start().starts_with("wall timeout:"));
+        assert_eq!(
+            timeout.map(|l| l.split(':').nth(1).unwrap_or("").trim()),
+            Some("none"),
+            "{name}: {s}"
+        );
+    }
+}
