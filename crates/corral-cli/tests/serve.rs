@@ -508,7 +508,8 @@ fn a_client_that_disconnects_kills_its_execution() {
         format!(r#"{{"command": ["python3", "-c", "import time; time.sleep(60)", "{token}"]}}"#);
     let mut conn = TcpStream::connect(&s.addr).unwrap();
     let req = format!(
-        "POST /v1/executions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        "POST /v1/executions HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        s.addr,
         body.len()
     );
     conn.write_all(req.as_bytes()).unwrap();
@@ -1054,4 +1055,203 @@ fn a_plan_larger_than_a_socket_message_reaches_the_sandbox_whole() {
         .map(|i| format!("{} 25000\n", char::from(b'a' + i)))
         .collect();
     assert_eq!(v["stdout"], expected, "{v}");
+}
+
+/// (status, error code, head) of a raw HTTP/1.1 request to `s` with
+/// `headers` (Host first, as given) and an optional body.
+fn raw(
+    s: &Server,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (u16, String, String) {
+    let mut req = format!("{method} {path} HTTP/1.1\r\nConnection: close\r\n");
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str(&format!("Content-Length: {}\r\n\r\n{body}", body.len()));
+    let (status, head, body) = raw_request(&s.addr, &req);
+    let code = serde_json::from_str::<serde_json::Value>(&body)
+        .ok()
+        .and_then(|v| v["error"]["code"].as_str().map(str::to_string))
+        .unwrap_or_default();
+    (status, code, head.to_ascii_lowercase())
+}
+
+/// (what, path, headers, body, expected status, expected code).
+type AttackCase<'a> = (&'a str, &'a str, Vec<(&'a str, &'a str)>, &'a str, u16, &'a str);
+
+#[test]
+fn web_pages_cannot_drive_the_server_in_anonymous_or_tenant_mode() {
+    // What a hostile page can send without a preflight (a "simple"
+    // request: text/plain), from its own origin or under a rebinding
+    // host name; MCP Inspector's CVE-2025-49596 class.
+    for extra in [String::new(), tenant("alice", "alice-token")] {
+        let s = start_server(&format!("code_mode = true\n{extra}"), &[]);
+        let auth = if extra.is_empty() {
+            ""
+        } else {
+            "Bearer alice-token"
+        };
+        let run = r#"{"language": "bash", "code": "echo pwned"}"#;
+        let mut base = vec![("Host", s.addr.as_str())];
+        if !auth.is_empty() {
+            base.push(("Authorization", auth));
+        }
+        let with = |more: &[(&'static str, &'static str)]| {
+            let mut h = base.clone();
+            h.extend_from_slice(more);
+            h
+        };
+        let cases: Vec<AttackCase> = vec![
+            (
+                "cross-origin text/plain POST",
+                "/v1/executions",
+                with(&[
+                    ("Origin", "https://evil.example"),
+                    ("Content-Type", "text/plain"),
+                ]),
+                run,
+                403,
+                "request.origin_refused",
+            ),
+            (
+                "cross-origin JSON POST",
+                "/v1/executions",
+                with(&[
+                    ("Origin", "https://evil.example"),
+                    ("Content-Type", "application/json"),
+                ]),
+                run,
+                403,
+                "request.origin_refused",
+            ),
+            (
+                "text/plain POST without an origin",
+                "/v1/executions",
+                with(&[("Content-Type", "text/plain")]),
+                run,
+                415,
+                "unsupported_media_type",
+            ),
+            (
+                "cross-origin MCP initialize",
+                "/mcp",
+                with(&[
+                    ("Origin", "http://evil.example"),
+                    ("Content-Type", "application/json"),
+                    ("Accept", "application/json, text/event-stream"),
+                ]),
+                r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"x","version":"1"}}}"#,
+                403,
+                "request.origin_refused",
+            ),
+        ];
+        for (what, path, headers, body, status, code) in cases {
+            let (got, got_code, _) = raw(&s, "POST", path, &headers, body);
+            assert_eq!(
+                (got, got_code.as_str()),
+                (status, code),
+                "{what} ({extra:?})"
+            );
+        }
+        // DNS rebinding: the page's own name, resolved to 127.0.0.1.
+        let mut rebound = vec![("Host", "evil.example:80")];
+        if !auth.is_empty() {
+            rebound.push(("Authorization", auth));
+        }
+        let (got, code, _) = raw(&s, "GET", "/v1/executions", &rebound, "");
+        assert_eq!(
+            (got, code.as_str()),
+            (403, "request.host_refused"),
+            "rebinding ({extra:?})"
+        );
+        // Nothing ran.
+        let (got, _, _) = raw(&s, "GET", "/v1/executions", &base, "");
+        assert_eq!(got, 200);
+        let token = (!auth.is_empty()).then_some("alice-token");
+        let (_, _, list) = http(&s.addr, "GET", "/v1/executions", token, None);
+        assert_eq!(json(&list)["items"], serde_json::json!([]), "{extra:?}");
+    }
+}
+
+#[test]
+fn an_allowed_origin_gets_cors_answers_and_no_other_does() {
+    let s = start_server("allowed_origins = [\"http://app.test:3000\"]\n", &[]);
+    let host = s.addr.clone();
+    let (status, _, head) = raw(
+        &s,
+        "OPTIONS",
+        "/v1/executions",
+        &[
+            ("Host", &host),
+            ("Origin", "http://app.test:3000"),
+            ("Access-Control-Request-Method", "POST"),
+            ("Access-Control-Request-Headers", "content-type"),
+        ],
+        "",
+    );
+    assert_eq!(status, 204, "{head}");
+    assert!(
+        head.contains("access-control-allow-origin: http://app.test:3000"),
+        "{head}"
+    );
+    assert!(head.contains("access-control-allow-headers:"), "{head}");
+    let (status, _, head) = raw(
+        &s,
+        "POST",
+        "/v1/executions",
+        &[
+            ("Host", &host),
+            ("Origin", "http://app.test:3000"),
+            ("Content-Type", "application/json"),
+        ],
+        r#"{"command": ["sh", "-c", "echo hi"]}"#,
+    );
+    assert_eq!(status, 200, "{head}");
+    assert!(
+        head.contains("access-control-allow-origin: http://app.test:3000"),
+        "{head}"
+    );
+    let (status, code, head) = raw(
+        &s,
+        "OPTIONS",
+        "/v1/executions",
+        &[("Host", &host), ("Origin", "http://app.test:3001")],
+        "",
+    );
+    assert_eq!((status, code.as_str()), (403, "request.origin_refused"));
+    assert!(!head.contains("access-control-allow-origin"), "{head}");
+}
+
+#[test]
+fn every_401_names_the_bearer_scheme() {
+    let s = start_server(&tenant("alice", "alice-token"), &[]);
+    let host = s.addr.clone();
+    for (method, path, headers) in [
+        ("GET", "/v1/limits", vec![("Host", host.as_str())]),
+        (
+            "GET",
+            "/v1/limits",
+            vec![("Host", host.as_str()), ("Authorization", "Bearer nope")],
+        ),
+        (
+            "POST",
+            "/mcp",
+            vec![
+                ("Host", host.as_str()),
+                ("Content-Type", "application/json"),
+                ("Accept", "application/json, text/event-stream"),
+            ],
+        ),
+    ] {
+        let (status, code, head) = raw(&s, method, path, &headers, "{}");
+        assert_eq!(status, 401, "{method} {path}: {head}");
+        assert!(code.starts_with("auth."), "{method} {path}: {code}");
+        assert!(
+            head.contains("www-authenticate: bearer realm=\"corral\""),
+            "{head}"
+        );
+    }
 }

@@ -46,6 +46,16 @@ pub struct ServerConfig {
     pub tenants: Vec<Tenant>,
     /// Largest request body accepted, in bytes.
     pub max_request_bytes: u64,
+    /// Browser origins (`scheme://host[:port]`) whose pages may call the
+    /// service; a request with any other `Origin` header is refused. None
+    /// by default: no web page may drive the service.
+    pub allowed_origins: Vec<String>,
+    /// `Host` header values accepted besides the listen address and
+    /// `localhost` (a DNS-rebinding guard): names such as
+    /// `corral.internal` or `corral.internal:8080`, a name without a port
+    /// matching any port. On a wildcard listen address (`0.0.0.0`, `::`)
+    /// with this list empty, `Host` is not checked.
+    pub allowed_hosts: Vec<String>,
 }
 
 impl Default for ServerConfig {
@@ -61,6 +71,8 @@ impl Default for ServerConfig {
             work_dir: std::env::temp_dir(),
             tenants: Vec::new(),
             max_request_bytes: 8 << 20,
+            allowed_origins: Vec::new(),
+            allowed_hosts: Vec::new(),
         }
     }
 }

@@ -114,6 +114,12 @@ pub enum ErrorCode {
     RequestMalformed,
     /// `request.invalid`: a well-formed request that makes no sense.
     RequestInvalid,
+    /// `request.origin_refused`: a browser `Origin` not in
+    /// `server.allowed_origins`.
+    OriginRefused,
+    /// `request.host_refused`: a `Host` this server does not answer to
+    /// (DNS rebinding).
+    HostRefused,
     /// `language.unknown`: code mode with another language.
     LanguageUnknown,
     /// `files.encoding`: an unknown encoding, or content that is not base64.
@@ -204,6 +210,8 @@ impl ErrorCode {
             AuthUnknownToken => "auth.unknown_token",
             RequestMalformed => "request.malformed",
             RequestInvalid => "request.invalid",
+            OriginRefused => "request.origin_refused",
+            HostRefused => "request.host_refused",
             LanguageUnknown => "language.unknown",
             FilesEncoding => "files.encoding",
             PathAbsolute => "path.absolute",
@@ -256,9 +264,8 @@ impl ErrorCode {
             | FileNotRegular | FileNotFound | WorkspaceFull | Io | ProfileUnknown | BadRequest => {
                 StatusCode::BAD_REQUEST
             }
-            ProfileForbidden | CodeModeDisabled | SessionForbidden | Forbidden => {
-                StatusCode::FORBIDDEN
-            }
+            ProfileForbidden | CodeModeDisabled | SessionForbidden | Forbidden | OriginRefused
+            | HostRefused => StatusCode::FORBIDDEN,
             NotFound | ExecutionNotFound => StatusCode::NOT_FOUND,
             LimitsInvalid | LimitsAboveCeiling | Unprocessable => StatusCode::UNPROCESSABLE_ENTITY,
             Busy => StatusCode::TOO_MANY_REQUESTS,
@@ -462,6 +469,8 @@ mod tests {
             (ErrorCode::Audit, "audit", 500),
             (ErrorCode::BodyTooLarge, "body_too_large", 413),
             (ErrorCode::MethodNotAllowed, "method_not_allowed", 405),
+            (ErrorCode::OriginRefused, "request.origin_refused", 403),
+            (ErrorCode::HostRefused, "request.host_refused", 403),
         ];
         for (code, text, status) in cases {
             assert_eq!((code.as_str(), code.status().as_u16()), (text, status));

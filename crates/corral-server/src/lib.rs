@@ -79,7 +79,7 @@ pub async fn serve(config: Config) -> Result<(), ServerError> {
         code_mode = state.config.server.code_mode,
         "serving"
     );
-    let served = axum::serve(listener, api::router(state))
+    let served = axum::serve(listener, api::router(state, local))
         .with_graceful_shutdown(shutdown_signal())
         .await
         .map_err(ServerError::Serve);

@@ -29,6 +29,8 @@ pub(super) struct RawServer {
     pub(super) store_code: Option<bool>,
     pub(super) work_dir: Option<Spanned<String>>,
     pub(super) max_request_bytes: Option<Spanned<RawSize>>,
+    pub(super) allowed_origins: Option<Vec<Spanned<String>>>,
+    pub(super) allowed_hosts: Option<Vec<Spanned<String>>>,
     #[serde(default)]
     pub(super) tenant: Vec<Spanned<RawTenant>>,
 }

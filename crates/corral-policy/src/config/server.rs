@@ -84,11 +84,71 @@ pub(super) fn apply_server(
     if let Some(m) = raw.max_request_bytes {
         s.max_request_bytes = size(src, &format!("{k}.max_request_bytes"), m)?.bytes();
     }
+    for o in raw.allowed_origins.unwrap_or_default() {
+        let origin = o.get_ref().trim_end_matches('/').to_ascii_lowercase();
+        if !valid_origin(&origin) {
+            return Err(src.err(
+                Some(o.span()),
+                format!("{k}.allowed_origins"),
+                format!(
+                    "`{}` is not an origin: write scheme://host or scheme://host:port (http or https, no path), \
+                     exactly as browsers send it in the Origin header",
+                    o.get_ref()
+                ),
+            ));
+        }
+        s.allowed_origins.push(origin);
+    }
+    for h in raw.allowed_hosts.unwrap_or_default() {
+        let host = h.get_ref().to_ascii_lowercase();
+        if !valid_host(&host) {
+            return Err(src.err(
+                Some(h.span()),
+                format!("{k}.allowed_hosts"),
+                format!(
+                    "`{}` is not a host name: write a name or address, optionally with :PORT (no scheme, no path)",
+                    h.get_ref()
+                ),
+            ));
+        }
+        s.allowed_hosts.push(host);
+    }
     for t in raw.tenant {
         let tenant = apply_tenant(src, t, &s, config)?;
         s.tenants.push(tenant);
     }
     Ok(s)
+}
+
+/// `http(s)://host[:port]`, lowercase, without a path.
+fn valid_origin(o: &str) -> bool {
+    let Some(rest) = o
+        .strip_prefix("https://")
+        .or_else(|| o.strip_prefix("http://"))
+    else {
+        return false;
+    };
+    valid_host(rest)
+}
+
+/// A host name or IP literal (`[v6]` included), optionally `:PORT`.
+fn valid_host(h: &str) -> bool {
+    let (name, port) = match h.rsplit_once(':') {
+        Some((n, p)) if !n.ends_with(':') && (!n.starts_with('[') || n.ends_with(']')) => {
+            (n, Some(p))
+        }
+        _ => (h, None),
+    };
+    let name_ok = if let Some(v6) = name.strip_prefix('[').and_then(|n| n.strip_suffix(']')) {
+        v6.parse::<std::net::Ipv6Addr>().is_ok()
+    } else {
+        !name.is_empty()
+            && name.len() <= 253
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.')
+    };
+    name_ok && port.is_none_or(|p| p.parse::<u16>().is_ok_and(|p| p > 0))
 }
 
 /// One `[[server.tenant]]` entry, checked against the tenants before it

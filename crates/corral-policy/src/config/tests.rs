@@ -384,3 +384,33 @@ fn protect_lists_replace_the_inherited_one_and_can_be_emptied() {
     );
     assert!(e.message.contains("relative path"), "{}", e.message);
 }
+
+#[test]
+fn browser_origins_and_hosts_are_checked_when_read() {
+    let c = Config::parse(
+        "[server]\nallowed_origins = [\"https://App.example.com/\", \"http://127.0.0.1:3000\"]\n\
+         allowed_hosts = [\"corral.internal\", \"corral.internal:8443\", \"[::1]:9\"]\n",
+        None,
+    )
+    .unwrap();
+    let s = c.server;
+    assert_eq!(
+        s.allowed_origins,
+        ["https://app.example.com", "http://127.0.0.1:3000"]
+    );
+    assert_eq!(s.allowed_hosts.len(), 3);
+    for bad in [
+        "*",
+        "app.example.com",
+        "https://a.example/path",
+        "ftp://x",
+        "https://",
+    ] {
+        let e = err(&format!("[server]\nallowed_origins = [\"{bad}\"]\n"));
+        assert_eq!(e.key, "server.allowed_origins", "{bad}");
+    }
+    for bad in ["http://x", "a/b", "x:0", "x:99999", ""] {
+        let e = err(&format!("[server]\nallowed_hosts = [\"{bad}\"]\n"));
+        assert_eq!(e.key, "server.allowed_hosts", "{bad}");
+    }
+}

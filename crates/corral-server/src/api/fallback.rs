@@ -20,10 +20,19 @@ const MAX_FRAMEWORK_MESSAGE: usize = 4096;
 pub async fn json_errors(State(max_body): State<u64>, req: Request, next: Next) -> Response {
     let method = req.method().clone();
     let path = req.uri().path().to_owned();
-    let resp = next.run(req).await;
+    let mut resp = next.run(req).await;
     let status = resp.status();
     if !(status.is_client_error() || status.is_server_error()) {
         return resp;
+    }
+    // RFC 7235: a 401 names the scheme it wants, so clients (MCP Inspector
+    // among them) show corral's error rather than guess at OAuth.
+    if status == StatusCode::UNAUTHORIZED && !resp.headers().contains_key(header::WWW_AUTHENTICATE)
+    {
+        resp.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            HeaderValue::from_static("Bearer realm=\"corral\""),
+        );
     }
     let is_json = resp
         .headers()

@@ -1,6 +1,7 @@
 //! Routes and the small handlers; executions are in [`executions`], the
 //! JSON error body of the HTTP layer's own answers in [`fallback`].
 
+mod browser;
 mod executions;
 mod fallback;
 mod openapi;
@@ -23,7 +24,7 @@ use crate::state::AppState;
 type Shared = Arc<AppState>;
 
 /// The service's routes, each request traced in its own span.
-pub fn router(state: Shared) -> Router {
+pub fn router(state: Shared, local: std::net::SocketAddr) -> Router {
     let limit = usize::try_from(state.config.server.max_request_bytes).unwrap_or(usize::MAX);
     Router::new()
         .route("/healthz", get(healthz))
@@ -42,6 +43,12 @@ pub fn router(state: Shared) -> Router {
         .layer(axum::middleware::from_fn_with_state(
             state.config.server.max_request_bytes,
             fallback::json_errors,
+        ))
+        // Before authentication and everything else: no web page drives
+        // the service.
+        .layer(axum::middleware::from_fn_with_state(
+            browser::BrowserGuard::new(&state.config.server, local),
+            browser::guard,
         ))
         // Outermost: the span covers authentication and the error body,
         // and sees the final status.
