@@ -302,14 +302,36 @@ fn output_keeps_head_and_tail_with_a_marker() {
     );
 }
 
-/// Spawns corral, waits with wait4, returns (output, exit code, peak RSS of
-/// corral and its tree in bytes).
-#[allow(clippy::zombie_processes)] // reaped by wait4 below
+/// Starts `argv` from a fresh, small process and reports its peak RSS.
+/// Measured from the test binary itself, a spawned child's `ru_maxrss`
+/// includes the test process's own RSS from before the `execve` (Linux
+/// keeps the old high-water mark across it), which parallel tests inflate.
+const MEASURE: &str = r#"
+import os, sys
+pid = os.fork()
+if pid == 0:
+    null = os.open("/dev/null", os.O_WRONLY)
+    os.dup2(null, 2)
+    os.execv(sys.argv[1], sys.argv[1:])
+_, status, usage = os.wait4(pid, 0)
+os.write(2, b"maxrss %d\n" % (usage.ru_maxrss * 1024))
+sys.exit(os.waitstatus_to_exitcode(status) % 256 if os.WIFEXITED(status) else 128 + os.WTERMSIG(status))
+"#;
+
+/// Runs corral with `args` under [`MEASURE`]; returns (output, exit code,
+/// peak RSS of corral and its tree in bytes).
 fn run_measured(args: &[&str]) -> (Vec<u8>, i32, u64) {
-    let mut child = corral_run()
+    let run = corral_run();
+    let mut child = std::process::Command::new("/usr/bin/python3")
+        .args(["-c", MEASURE])
+        .arg(run.get_program())
+        .args(run.get_args())
         .args(args)
+        .env_clear()
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(Stdio::piped())
         .spawn()
         .expect("run_measured");
     let mut out = Vec::new();
@@ -325,13 +347,14 @@ fn run_measured(args: &[&str]) -> (Vec<u8>, i32, u64) {
             out.extend_from_slice(&buf[..n]);
         }
     }
-    let pid = i32::try_from(child.id()).expect("a pid fits in pid_t");
-    let (status, usage) = corral_sys::process::wait4(pid).expect("run_measured");
-    let code = match status {
-        corral_sys::process::WaitStatus::Exited(c) => c,
-        corral_sys::process::WaitStatus::Signaled(s) => 128 + s,
-    };
-    (out, code, usage.max_rss_bytes)
+    let done = child.wait_with_output().expect("run_measured");
+    let report = text(&done.stderr);
+    let rss = report
+        .lines()
+        .find_map(|l| l.strip_prefix("maxrss "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no measurement: {report}"));
+    (out, done.status.code().unwrap_or(-1), rss)
 }
 
 /// Writes up to 50 GB of `x` without a newline; the kill ceiling stops it.
