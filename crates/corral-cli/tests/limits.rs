@@ -466,3 +466,82 @@ fn cgroups_of_a_killed_corral_are_swept_by_the_next_run() {
         std::thread::sleep(Duration::from_millis(10));
     }
 }
+
+#[test]
+fn the_wall_timeout_can_be_switched_off_by_flag_and_by_an_extending_profile() {
+    // `short` times out after 1 s; `open` extends it and removes that.
+    let (_d, cfg) = config(
+        "[profile.short]\nextends = \"code\"\n[profile.short.limits]\ntimeout_secs = 1\n\
+         [profile.open]\nextends = \"short\"\n[profile.open.limits]\ntimeout_secs = \"none\"\n",
+    );
+    let cfg = cfg.to_str().unwrap();
+    let sleep = ["sh", "-c", "sleep 2; echo done"];
+    let (v, _) = run_json(&["--config", cfg, "--profile", "short"], &sleep);
+    assert_eq!(v["timed_out"], true, "the profile's timeout holds: {v}");
+    for flags in [
+        &["--config", cfg, "--profile", "short", "--timeout", "none"][..],
+        &["--config", cfg, "--profile", "open"][..],
+    ] {
+        let (v, _) = run_json(flags, &sleep);
+        assert_eq!(v["timed_out"], false, "{flags:?}: {v}");
+        assert_eq!(v["exit_code"], 0, "{flags:?}: {v}");
+        assert_eq!(v["stdout"], "done\n", "{flags:?}: {v}");
+    }
+    // explain shows it.
+    let out = corral()
+        .args(["explain", "--config", cfg, "open"])
+        .output()
+        .unwrap();
+    let shown = text(&out.stdout);
+    assert!(shown.contains("wall timeout:      none"), "{shown}");
+    let out = corral()
+        .args(["explain", "--config", cfg, "short"])
+        .output()
+        .unwrap();
+    assert!(text(&out.stdout).contains("wall timeout:      1s"));
+    // A word other than `none` is refused before anything runs.
+    let out = corral()
+        .args(["run", "--timeout", "off", "--", "sh", "-c", "echo ran"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(125));
+    assert!(out.stdout.is_empty());
+    assert!(
+        text(&out.stderr).contains("--timeout off: not a number of seconds; use 1 to 2073600 seconds (24 days), or `none` for no limit"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn the_output_kill_ceiling_can_be_switched_off() {
+    // 3 MiB on stdout: past a 2 MiB ceiling, under none.
+    let (_d, cfg) = config(
+        "[profile.low]\nextends = \"code\"\n[profile.low.limits]\noutput_kill = \"2MiB\"\n\
+         [profile.none]\nextends = \"low\"\n[profile.none.limits]\noutput_kill = \"none\"\n",
+    );
+    let cfg = cfg.to_str().unwrap();
+    let script = [
+        "python3",
+        "-c",
+        "import sys\nsys.stdout.write('x' * (3 << 20))\n",
+    ];
+    let (v, _) = run_json(
+        &["--config", cfg, "--profile", "low", "--timeout", "30"],
+        &script,
+    );
+    assert_eq!(v["output_limit_exceeded"], true, "{v}");
+    assert_eq!(v["exit_code"], 137, "{v}");
+    let (v, _) = run_json(
+        &["--config", cfg, "--profile", "none", "--timeout", "30"],
+        &script,
+    );
+    assert_eq!(v["output_limit_exceeded"], false, "{v}");
+    assert_eq!(v["exit_code"], 0, "{v}");
+    assert_eq!(v["stdout_bytes"], 3 << 20);
+    let out = corral()
+        .args(["explain", "--config", cfg, "none"])
+        .output()
+        .unwrap();
+    assert!(text(&out.stdout).contains("output kill:       none"));
+}

@@ -45,8 +45,9 @@ pub struct LaunchOptions {
     pub output: OutputMode,
     /// Bytes of each stream kept (see [`OutputMode`]).
     pub output_bytes: usize,
-    /// Bytes written to one stream after which the sandbox is killed.
-    pub output_kill_bytes: u64,
+    /// Bytes written to one stream (in total) after which the sandbox is
+    /// killed; `None`: no ceiling.
+    pub output_kill_bytes: Option<u64>,
     /// Wall-clock limit.
     pub timeout: Option<Duration>,
     /// Forward SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2
@@ -558,7 +559,7 @@ mod tests {
         let opts = LaunchOptions {
             output: OutputMode::Capture,
             output_bytes: 1024,
-            output_kill_bytes: 1 << 20,
+            output_kill_bytes: Some(1 << 20),
             timeout: Some(Duration::from_secs(u64::MAX)),
             forward_signals: false,
             // Never reached: the check comes before any process starts.

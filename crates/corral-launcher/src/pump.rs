@@ -186,7 +186,7 @@ pub(crate) struct Pump {
     ctrl: Option<File>,
     pipes: [Option<File>; 2],
     sinks: [Sink; 2],
-    kill_bytes: u64,
+    kill_bytes: Option<u64>,
     buf: Vec<u8>,
     exited: Option<(Option<i32>, Option<i32>)>,
     pub(crate) failure: Option<(FailureKind, String)>,
@@ -241,7 +241,8 @@ impl Pump {
     }
 
     pub(crate) fn over_kill_ceiling(&self) -> bool {
-        self.sinks.iter().any(|s| s.total() > self.kill_bytes)
+        self.kill_bytes
+            .is_some_and(|k| self.sinks.iter().any(|s| s.total() > k))
     }
 
     pub(crate) fn poll(&mut self, timeout_ms: i32) {

@@ -81,7 +81,7 @@ pub fn base(name: &str) -> Profile {
             open_files: 1024,
             processes: Some(1024),
             output_bytes: ByteSize(1 << 20),
-            output_kill_bytes: ByteSize(64 << 20),
+            output_kill_bytes: Some(ByteSize(64 << 20)),
             allow_unenforced: false,
         },
         identity: Identity::default(),

@@ -21,6 +21,11 @@ use std::fmt;
 use crate::profile::Limits;
 use crate::size::ByteSize;
 
+/// The value that switches off a limit which may be off (`timeout_secs =
+/// "none"`, `output_kill = "none"`, `corral run --timeout none`), also
+/// when a profile inherits one.
+pub const NO_LIMIT: &str = "none";
+
 /// Seconds in a day.
 const DAY: u64 = 86_400;
 
@@ -200,6 +205,20 @@ impl RunLimit {
         }
     }
 
+    /// Whether the limit may be switched off with [`NO_LIMIT`]: the wall
+    /// timeout and the output kill ceiling (a long-running server such as
+    /// an MCP server over stdio has neither an end nor an output total).
+    pub const fn can_be_off(self) -> bool {
+        matches!(self, RunLimit::Timeout | RunLimit::OutputKill)
+    }
+
+    /// What values the limit takes, for messages about a value that is
+    /// not one: `1 to 2073600 seconds (24 days)`.
+    pub fn range_hint(self) -> String {
+        let r = self.range();
+        r.strip_prefix("use ").map(str::to_owned).unwrap_or(r)
+    }
+
     const fn unit(self) -> Unit {
         match self {
             RunLimit::Timeout | RunLimit::CpuTime => Unit::Seconds,
@@ -310,7 +329,10 @@ impl Limits {
             (RunLimit::OpenFiles, Some(self.open_files)),
             (RunLimit::Processes, self.processes),
             (RunLimit::Output, Some(self.output_bytes.bytes())),
-            (RunLimit::OutputKill, Some(self.output_kill_bytes.bytes())),
+            (
+                RunLimit::OutputKill,
+                self.output_kill_bytes.map(ByteSize::bytes),
+            ),
         ];
         for (limit, value) in set {
             if let Some(v) = value {
