@@ -51,9 +51,10 @@ pub struct RunArgs {
     /// CPU time limit in seconds.
     #[arg(long = "cpu-time", value_name = "SECS")]
     cpu_time: Option<u64>,
-    /// Bytes of each output stream kept (head and tail); the sandbox is
-    /// killed once a stream passes the profile's kill ceiling, which is
-    /// raised to at least this.
+    /// Bytes of each output stream kept (head and tail) with --json; the
+    /// sandbox is killed once a stream passes the profile's kill ceiling,
+    /// which is raised to at least this. Streaming output keeps nothing:
+    /// it is a pipe to the reader.
     #[arg(long = "output-limit", value_name = "SIZE")]
     output_limit: Option<String>,
     /// Run even if this host cannot enforce some limit (no cgroup

@@ -352,6 +352,8 @@ pub fn launch(
         }
     };
     let mut killed_at: Option<Instant> = None;
+    // When corral first killed the sandbox, until live output is given up.
+    let mut grace_from: Option<Instant> = None;
     let mut pump = Pump::new(
         helper_pid,
         [File::from(out_r), File::from(err_r)],
@@ -363,6 +365,14 @@ pub fn launch(
     let mut output_killed = false;
     let mut cancelled = false;
     while !pump.done() {
+        if killed_at.is_some() && grace_from.is_none() {
+            grace_from = killed_at;
+        }
+        // After a kill the reader gets a moment for what the program wrote
+        // before it; a reader that stalls cannot hold corral longer.
+        if grace_from.is_some_and(|t| t.elapsed() >= OUTPUT_GRACE) {
+            pump.abandon_output();
+        }
         if !output_killed && !timed_out && pump.over_kill_ceiling() {
             kill();
             output_killed = true;
@@ -384,7 +394,9 @@ pub fn launch(
             killed_at = None;
         }
         let wait_ms = match deadline {
-            Some(d) if !timed_out && !output_killed => {
+            // Once the sandbox has ended, what is left is handing its
+            // output to the reader, which the timeout does not bound.
+            Some(d) if !timed_out && !output_killed && pump.sandbox_running() => {
                 let now = Instant::now();
                 if now >= d {
                     kill();
@@ -465,6 +477,11 @@ pub fn launch(
         network_events,
     })
 }
+
+/// How long after corral kills a sandbox (timeout, output ceiling,
+/// cancellation) the reader of live output still gets what the program
+/// wrote before; then the rest is dropped and corral ends.
+const OUTPUT_GRACE: Duration = Duration::from_secs(1);
 
 /// Runs the body of a child forked from the CLI (the helper-to-be). The
 /// child's stack is a copy of the parent's: a panic unwinding out of the
