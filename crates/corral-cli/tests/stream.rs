@@ -156,3 +156,256 @@ fn output_goes_out_live_and_a_closed_reader_ends_the_writer_with_epipe() {
         "SIGPIPE, as `yes | head` gives"
     );
 }
+
+// --- an MCP server over stdio, driven by the official MCP client ------------
+
+/// The MCP server (official Python SDK, `MCPServer`): `blob` returns n
+/// bytes of a pattern, `echo` a hash of what it got, `noise` writes numbered
+/// lines to stderr.
+const MCP_SERVER: &str = r#"
+import hashlib, sys
+from mcp.server.mcpserver import MCPServer
+
+server = MCPServer("corral-stream-test")
+
+def pattern(n, seed):
+    # Printable, varied, deterministic: a wrong or lost byte shows.
+    line = "".join(chr(33 + (seed * 7 + i) % 90) for i in range(97)) + "\n"
+    return (line * (n // len(line) + 1))[:n]
+
+@server.tool()
+def blob(n: int, seed: int) -> str:
+    """n bytes of text."""
+    return pattern(n, seed)
+
+@server.tool()
+def echo(text: str) -> str:
+    """The sha256 of what came in."""
+    return hashlib.sha256(text.encode()).hexdigest()
+
+@server.tool()
+def noise(lines: int) -> int:
+    """Writes `lines` numbered lines to stderr."""
+    w = sys.stderr.write
+    for i in range(lines):
+        w(f"noise {i}\n")
+    sys.stderr.flush()
+    return lines
+
+server.run()
+"#;
+
+/// The client (official SDK, `mcp.client.stdio`): argv[1] is the server
+/// command (JSON), argv[2] the file that gets the server's stderr. Prints
+/// one JSON object of checks and timings.
+const MCP_CLIENT: &str = r#"
+import asyncio, hashlib, json, sys, time
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters, stdio_client
+
+def pattern(n, seed):
+    line = "".join(chr(33 + (seed * 7 + i) % 90) for i in range(97)) + "\n"
+    return (line * (n // len(line) + 1))[:n]
+
+def text(r):
+    assert not r.is_error, r
+    return "".join(c.text for c in r.content if c.type == "text")
+
+async def main():
+    cmd = json.loads(sys.argv[1])
+    out = {}
+    with open(sys.argv[2], "w") as err:
+        params = StdioServerParameters(command=cmd[0], args=cmd[1:])
+        async with Client(stdio_client(params, errlog=err)) as c:
+            # 10 MiB of results over 200 calls.
+            t = time.monotonic()
+            ok = True
+            for i in range(200):
+                ok &= text(await c.call_tool("blob", {"n": 52429, "seed": i})) == pattern(52429, i)
+            out["many_calls_ok"] = ok
+            out["many_calls_s"] = time.monotonic() - t
+            # 5 MB each way.
+            big = "".join(chr(97 + i % 26) for i in range(5_000_000))
+            t = time.monotonic()
+            out["echo_ok"] = text(await c.call_tool("echo", {"text": big})) == hashlib.sha256(big.encode()).hexdigest()
+            out["blob_5mb_ok"] = text(await c.call_tool("blob", {"n": 5_000_000, "seed": 3})) == pattern(5_000_000, 3)
+            out["big_s"] = time.monotonic() - t
+            # 100k lines on stderr, then stdout still works.
+            out["noise"] = int(text(await c.call_tool("noise", {"lines": 100000})))
+            # Idle gaps: answers come promptly after them.
+            gaps = []
+            for _ in range(2):
+                await asyncio.sleep(2)
+                t = time.monotonic()
+                ok &= text(await c.call_tool("blob", {"n": 100, "seed": 9})) == pattern(100, 9)
+                gaps.append(time.monotonic() - t)
+            out["after_idle_s"] = max(gaps)
+            out["after_idle_ok"] = ok
+    return out
+
+print(json.dumps(asyncio.run(asyncio.wait_for(main(), 240))))
+"#;
+
+/// One raw JSON-RPC session over stdio (no SDK on this side): initialize,
+/// a 2 MB tool result (more than live output used to pass before holding
+/// the rest back), end of input. Prints stdout exactly as received,
+/// base64-encoded, so that corral's can be compared byte for byte with
+/// the bare server's.
+const RAW_SESSION: &str = r#"
+import base64, json, signal, subprocess, sys
+signal.alarm(120)
+cmd = json.loads(sys.argv[1])
+p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+def send(m):
+    p.stdin.write(json.dumps(m).encode() + b"\n"); p.stdin.flush()
+got = b""
+def until(i):
+    global got
+    while True:
+        line = p.stdout.readline()
+        assert line, "the server ended early"
+        got += line
+        if json.loads(line).get("id") == i:
+            return
+send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}})
+until(1)
+send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+send({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "blob", "arguments": {"n": 2000000, "seed": 5}}})
+until(2)
+p.stdin.close()
+got += p.stdout.read()
+print(json.dumps({"stdout": base64.b64encode(got).decode(), "status": p.wait()}))
+"#;
+
+/// Python with the official `mcp` SDK (scripts/test.sh installs it); its
+/// absence fails the test.
+fn sdk_python() -> std::path::PathBuf {
+    let p = std::env::var_os("CORRAL_TEST_PYTHON")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| "/opt/corral-test-venv/bin/python".into());
+    assert!(
+        p.exists(),
+        "the stdio MCP tests need Python with the `mcp` SDK at {} (scripts/test.sh installs it)",
+        p.display()
+    );
+    p
+}
+
+/// A directory the sandbox can read holding `server.py`, and a config
+/// with a profile `mcp` for it: the venv and the directory read-only, the
+/// venv's python allowed by path, no wall timeout, no output ceiling.
+fn mcp_setup() -> (tempfile::TempDir, std::path::PathBuf) {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let server = dir.path().join("server.py");
+    std::fs::write(&server, MCP_SERVER).unwrap();
+    std::fs::set_permissions(&server, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let venv = sdk_python()
+        .parent()
+        .and_then(|p| p.parent())
+        .unwrap()
+        .to_path_buf();
+    let cfg = dir.path().join("corral.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[profile.mcp]\nextends = \"code\"\n[profile.mcp.filesystem]\n\
+             read_only = [\"{}\", \"{}:/srv\"]\n\
+             [profile.mcp.commands]\nallow_paths = true\n\
+             [profile.mcp.limits]\ntimeout_secs = \"none\"\noutput_kill = \"none\"\n",
+            venv.display(),
+            dir.path().display()
+        ),
+    )
+    .unwrap();
+    (dir, cfg)
+}
+
+/// `corral run` of the server, as a JSON argv.
+fn corral_server_argv(cfg: &std::path::Path) -> Vec<String> {
+    let mut argv = vec![corral_bin().display().to_string(), "run".into()];
+    if !is_root() {
+        argv.push("--allow-unenforced-limits".into());
+    }
+    argv.extend(
+        [
+            "--config",
+            &cfg.display().to_string(),
+            "--profile",
+            "mcp",
+            "--",
+            &sdk_python().display().to_string(),
+            "/srv/server.py",
+        ]
+        .map(String::from),
+    );
+    argv
+}
+
+/// Runs `script` with the SDK's python; returns its stdout as JSON.
+fn run_sdk_script(script: &str, args: &[String]) -> serde_json::Value {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("script.py");
+    std::fs::write(&file, script).unwrap();
+    let out = std::process::Command::new(sdk_python())
+        .arg(&file)
+        .args(args)
+        .env_clear()
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .env("HOME", dir.path())
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{e}: stdout={} stderr={}",
+            text(&out.stdout),
+            text(&out.stderr)
+        )
+    })
+}
+
+#[test]
+fn a_python_mcp_server_over_stdio_through_corral() {
+    let (dir, cfg) = mcp_setup();
+    let errlog = dir.path().join("stderr.txt");
+    let argv = serde_json::to_string(&corral_server_argv(&cfg)).unwrap();
+    let v = run_sdk_script(MCP_CLIENT, &[argv, errlog.display().to_string()]);
+    assert_eq!(v["many_calls_ok"], true, "{v}");
+    assert_eq!(v["echo_ok"], true, "{v}");
+    assert_eq!(v["blob_5mb_ok"], true, "{v}");
+    assert_eq!(v["after_idle_ok"], true, "{v}");
+    // Promptly: the old live output held everything past 1 MiB until the
+    // program ended, which for a server is never.
+    assert!(v["many_calls_s"].as_f64().unwrap() < 30.0, "{v}");
+    assert!(v["big_s"].as_f64().unwrap() < 30.0, "{v}");
+    assert!(v["after_idle_s"].as_f64().unwrap() < 2.0, "{v}");
+    // Every stderr line, in order, and nothing else (corral said nothing).
+    assert_eq!(v["noise"], 100000);
+    let err = std::fs::read_to_string(&errlog).unwrap();
+    let expected: String = (0..100000).map(|i| format!("noise {i}\n")).collect();
+    assert!(err == expected, "stderr differs: {} bytes", err.len());
+}
+
+#[test]
+fn an_mcp_session_s_stdout_through_corral_is_byte_for_byte_the_bare_server_s() {
+    let (dir, cfg) = mcp_setup();
+    let bare = vec![
+        sdk_python().display().to_string(),
+        dir.path().join("server.py").display().to_string(),
+    ];
+    let bare = run_sdk_script(RAW_SESSION, &[serde_json::to_string(&bare).unwrap()]);
+    let sandboxed = serde_json::to_string(&corral_server_argv(&cfg)).unwrap();
+    let sandboxed = run_sdk_script(RAW_SESSION, &[sandboxed]);
+    assert_eq!(bare["status"], 0, "{bare}");
+    assert_eq!(sandboxed["status"], 0, "{sandboxed}");
+    let (b, s) = (
+        bare["stdout"].as_str().unwrap(),
+        sandboxed["stdout"].as_str().unwrap(),
+    );
+    // 2 MB of tool result inside, base64-encoded.
+    assert!(b.len() > 2_000_000, "{}", b.len());
+    assert!(b == s, "corral's stdout differs from the bare server's");
+}
