@@ -277,6 +277,44 @@ got += p.stdout.read()
 print(json.dumps({"stdout": base64.b64encode(got).decode(), "status": p.wait()}))
 "#;
 
+/// The same server in Node with the official TypeScript SDK
+/// (`@modelcontextprotocol/sdk` from npm); argv[2] is the directory that
+/// holds its `node_modules`.
+const MCP_SERVER_NODE: &str = r#"
+const { createRequire } = require("module");
+const crypto = require("crypto");
+const sdk = createRequire(process.argv[2] + "/package.json");
+const { McpServer } = sdk("@modelcontextprotocol/sdk/server/mcp.js");
+const { StdioServerTransport } = sdk("@modelcontextprotocol/sdk/server/stdio.js");
+const { z } = sdk("zod");
+
+function pattern(n, seed) {
+  let line = "";
+  for (let i = 0; i < 97; i++) line += String.fromCharCode(33 + ((seed * 7 + i) % 90));
+  line += "\n";
+  return line.repeat(Math.floor(n / line.length) + 1).slice(0, n);
+}
+const text = (t) => ({ content: [{ type: "text", text: t }] });
+const server = new McpServer({ name: "corral-stream-test", version: "1.0.0" });
+server.registerTool("blob", { inputSchema: { n: z.number().int(), seed: z.number().int() } },
+  async ({ n, seed }) => text(pattern(n, seed)));
+server.registerTool("echo", { inputSchema: { text: z.string() } },
+  async ({ text: t }) => text(crypto.createHash("sha256").update(t, "utf8").digest("hex")));
+server.registerTool("noise", { inputSchema: { lines: z.number().int() } }, async ({ lines }) => {
+  let chunk = "";
+  for (let i = 0; i < lines; i++) {
+    chunk += `noise ${i}\n`;
+    if (chunk.length > 60000) { process.stderr.write(chunk); chunk = ""; }
+  }
+  process.stderr.write(chunk);
+  return text(String(lines));
+});
+server.connect(new StdioServerTransport());
+"#;
+
+/// Where scripts/test.sh installs the Node SDK (`npm install` there).
+const NODE_SDK_DIR: &str = "/opt/corral-test-node";
+
 /// Python with the official `mcp` SDK (scripts/test.sh installs it); its
 /// absence fails the test.
 fn sdk_python() -> std::path::PathBuf {
@@ -291,21 +329,56 @@ fn sdk_python() -> std::path::PathBuf {
     p
 }
 
-/// A directory the sandbox can read holding `server.py`, and a config
-/// with a profile `mcp` for it: the venv and the directory read-only, the
+/// Which MCP server runs in the sandbox.
+#[derive(Clone, Copy)]
+enum Runtime {
+    /// `server.py` with the venv's python (allowed by path).
+    Python,
+    /// `server.cjs` with `node` (allowed in `code`).
+    Node,
+}
+
+impl Runtime {
+    /// The host directory with the runtime's SDK, bound read-only.
+    fn sdk_dir(self) -> std::path::PathBuf {
+        match self {
+            Runtime::Python => sdk_python()
+                .parent()
+                .and_then(|p| p.parent())
+                .unwrap()
+                .to_path_buf(),
+            Runtime::Node => {
+                let dir = std::path::PathBuf::from(NODE_SDK_DIR);
+                assert!(
+                    dir.join("node_modules/@modelcontextprotocol/sdk").is_dir(),
+                    "the Node MCP test needs `npm install @modelcontextprotocol/sdk` in {NODE_SDK_DIR} (scripts/test.sh does it)"
+                );
+                dir
+            }
+        }
+    }
+
+    /// The server's argv inside the sandbox (the script under /srv).
+    fn argv(self) -> Vec<String> {
+        match self {
+            Runtime::Python => vec![sdk_python().display().to_string(), "/srv/server.py".into()],
+            Runtime::Node => vec!["node".into(), "/srv/server.cjs".into(), NODE_SDK_DIR.into()],
+        }
+    }
+}
+
+/// A directory the sandbox can read holding the servers, and a config with
+/// a profile `mcp` for `runtime`: its SDK and the directory read-only, the
 /// venv's python allowed by path, no wall timeout, no output ceiling.
-fn mcp_setup() -> (tempfile::TempDir, std::path::PathBuf) {
+fn mcp_setup(runtime: Runtime) -> (tempfile::TempDir, std::path::PathBuf) {
     use std::os::unix::fs::PermissionsExt;
     let dir = tempfile::tempdir().unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let server = dir.path().join("server.py");
-    std::fs::write(&server, MCP_SERVER).unwrap();
-    std::fs::set_permissions(&server, std::fs::Permissions::from_mode(0o644)).unwrap();
-    let venv = sdk_python()
-        .parent()
-        .and_then(|p| p.parent())
-        .unwrap()
-        .to_path_buf();
+    for (name, body) in [("server.py", MCP_SERVER), ("server.cjs", MCP_SERVER_NODE)] {
+        let file = dir.path().join(name);
+        std::fs::write(&file, body).unwrap();
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    }
     let cfg = dir.path().join("corral.toml");
     std::fs::write(
         &cfg,
@@ -314,7 +387,7 @@ fn mcp_setup() -> (tempfile::TempDir, std::path::PathBuf) {
              read_only = [\"{}\", \"{}:/srv\"]\n\
              [profile.mcp.commands]\nallow_paths = true\n\
              [profile.mcp.limits]\ntimeout_secs = \"none\"\noutput_kill = \"none\"\n",
-            venv.display(),
+            runtime.sdk_dir().display(),
             dir.path().display()
         ),
     )
@@ -323,7 +396,7 @@ fn mcp_setup() -> (tempfile::TempDir, std::path::PathBuf) {
 }
 
 /// `corral run` of the server, as a JSON argv.
-fn corral_server_argv(cfg: &std::path::Path) -> Vec<String> {
+fn corral_server_argv(cfg: &std::path::Path, runtime: Runtime) -> Vec<String> {
     let mut argv = vec![corral_bin().display().to_string(), "run".into()];
     if !is_root() {
         argv.push("--allow-unenforced-limits".into());
@@ -335,11 +408,10 @@ fn corral_server_argv(cfg: &std::path::Path) -> Vec<String> {
             "--profile",
             "mcp",
             "--",
-            &sdk_python().display().to_string(),
-            "/srv/server.py",
         ]
         .map(String::from),
     );
+    argv.extend(runtime.argv());
     argv
 }
 
@@ -367,11 +439,11 @@ fn run_sdk_script(script: &str, args: &[String]) -> serde_json::Value {
     })
 }
 
-#[test]
-fn a_python_mcp_server_over_stdio_through_corral() {
-    let (dir, cfg) = mcp_setup();
+/// The official Python client drives `runtime`'s server through corral.
+fn mcp_server_over_stdio_through_corral(runtime: Runtime) {
+    let (dir, cfg) = mcp_setup(runtime);
     let errlog = dir.path().join("stderr.txt");
-    let argv = serde_json::to_string(&corral_server_argv(&cfg)).unwrap();
+    let argv = serde_json::to_string(&corral_server_argv(&cfg, runtime)).unwrap();
     let v = run_sdk_script(MCP_CLIENT, &[argv, errlog.display().to_string()]);
     assert_eq!(v["many_calls_ok"], true, "{v}");
     assert_eq!(v["echo_ok"], true, "{v}");
@@ -390,14 +462,24 @@ fn a_python_mcp_server_over_stdio_through_corral() {
 }
 
 #[test]
+fn a_python_mcp_server_over_stdio_through_corral() {
+    mcp_server_over_stdio_through_corral(Runtime::Python);
+}
+
+#[test]
+fn a_node_mcp_server_over_stdio_through_corral() {
+    mcp_server_over_stdio_through_corral(Runtime::Node);
+}
+
+#[test]
 fn an_mcp_session_s_stdout_through_corral_is_byte_for_byte_the_bare_server_s() {
-    let (dir, cfg) = mcp_setup();
+    let (dir, cfg) = mcp_setup(Runtime::Python);
     let bare = vec![
         sdk_python().display().to_string(),
         dir.path().join("server.py").display().to_string(),
     ];
     let bare = run_sdk_script(RAW_SESSION, &[serde_json::to_string(&bare).unwrap()]);
-    let sandboxed = serde_json::to_string(&corral_server_argv(&cfg)).unwrap();
+    let sandboxed = serde_json::to_string(&corral_server_argv(&cfg, Runtime::Python)).unwrap();
     let sandboxed = run_sdk_script(RAW_SESSION, &[sandboxed]);
     assert_eq!(bare["status"], 0, "{bare}");
     assert_eq!(sandboxed["status"], 0, "{sandboxed}");
