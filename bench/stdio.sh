@@ -43,21 +43,23 @@ PY
 cat > "$TMP/client.py" <<'PY'
 import json, subprocess, sys, time
 cmd = json.loads(sys.argv[1]); n = int(sys.argv[2]); mib = int(sys.argv[3])
-p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
+p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=1 << 20)
 w, r = p.stdin, p.stdout
 rl = r.readline
+def send(b):
+    w.write(b); w.flush()
 req = b'{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"ping","arguments":{}}}\n'
-w.write(req % 0); assert rl()  # started; not timed
+send(req % 0); assert rl()  # started; not timed
 lat = []
 for i in range(1, n + 1):
     t = time.perf_counter_ns()
-    w.write(req % i)
+    send(req % i)
     if not rl():
         sys.exit("server ended")
     lat.append(time.perf_counter_ns() - t)
 lines = mib * 16  # 64 KiB each
 t = time.perf_counter()
-w.write(b"bulk %d\n" % lines)
+send(b"bulk %d\n" % lines)
 got = 0
 while True:
     l = rl()

@@ -156,6 +156,11 @@ impl Relay {
                 let room = (STREAM_BOUND - pending.len().min(STREAM_BOUND))
                     .min(buf.len())
                     .min(cap);
+                if room == 0 {
+                    // Full (not polled then); a read of 0 would look like
+                    // the end.
+                    return Some(0);
+                }
                 match from.read(&mut buf[..room]) {
                     Ok(0) => None,
                     Ok(n) => {
