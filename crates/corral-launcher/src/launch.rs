@@ -2,10 +2,12 @@
 //! the wall-clock timeout and the output ceilings, and turn what happened
 //! into an [`Outcome`].
 //!
-//! Output is always read as fast as the program writes it (drain-and-kill,
-//! never stop-and-wait): a full pipe can never deadlock the program against
-//! corral, and corral's memory stays within the output budget whatever the
-//! program prints. Past the kill ceiling the whole sandbox is killed.
+//! Captured output is read as fast as the program writes it (drain-and-kill,
+//! never stop-and-wait), within the output budget. Streamed output is a
+//! pipe: it moves at the reader's pace, and a stalled reader blocks the
+//! program's writes, never corral's loop (see `pump`). Either way corral's
+//! memory stays flat whatever the program prints, and past the kill
+//! ceiling (when there is one) the whole sandbox is killed.
 //!
 //! Nothing here runs between fork and exec except the fd placement in
 //! [`corral_sys::fd::pass_fd_as`], so it is safe to call from a
@@ -30,9 +32,10 @@ use crate::reexec::ReadyHelper;
 /// What happens to the program's stdout and stderr.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OutputMode {
-    /// Forwarded to corral's own stdout/stderr as it arrives, up to the
-    /// budget; past it, only the tail is kept and printed at the end after
-    /// an elision marker.
+    /// Passed on to corral's own stdout/stderr as a pipe would: as fast as
+    /// the reader takes it and no faster (spliced when corral's end is a
+    /// pipe, else through a buffer of at most 64 KiB per stream). Nothing
+    /// is kept, elided or added; the budget plays no part.
     Stream,
     /// Captured into the result: head and tail within the budget.
     Capture,
@@ -43,7 +46,7 @@ pub enum OutputMode {
 pub struct LaunchOptions {
     /// Output handling.
     pub output: OutputMode,
-    /// Bytes of each stream kept (see [`OutputMode`]).
+    /// Bytes of each stream kept in [`OutputMode::Capture`].
     pub output_bytes: usize,
     /// Bytes written to one stream (in total) after which the sandbox is
     /// killed; `None`: no ceiling.

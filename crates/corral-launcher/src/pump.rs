@@ -1,7 +1,9 @@
 //! The pump: reads the control socket and the output pipes of a running
 //! sandbox until all are closed, sends each stream where it goes (captured
-//! head and tail, or forwarded live), forwards the CLI's signals, and
-//! collects what the helper side reported.
+//! head and tail, or passed on live as a pipe with backpressure: a
+//! [`Relay`]), forwards the CLI's signals, and collects what the helper
+//! side reported. It never blocks: writes to a reader wait for POLLOUT,
+//! so the caller's timeout and cancellation are always serviced.
 
 use std::collections::VecDeque;
 use std::fs::File;
