@@ -490,7 +490,9 @@ impl Pump {
         };
         match r.pump_from(from, &mut self.buf, cap) {
             None => {
-                r.abandon();
+                // The program's end (or a gone reader, found by a splice):
+                // no more input. Bytes already read still go to the reader.
+                r.blocked = false;
                 self.pipes[i] = None;
             }
             Some(n) if n > 0 => {
