@@ -90,14 +90,15 @@ const _: () = {
 /// setting it checks with [`RunLimit::check`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RunLimit {
-    /// Wall-clock limit, in seconds (`timeout_secs`, `--timeout`).
+    /// Wall-clock limit, in seconds (`timeout_secs`, `--timeout`); may be
+    /// off ([`NO_LIMIT`]).
     Timeout,
     /// Memory, swap included, in bytes (`memory`, `--memory`).
     Memory,
     /// Bytes kept of each output stream (`output`, `--output-limit`).
     Output,
-    /// Bytes of one output stream after which the sandbox is killed
-    /// (`output_kill`).
+    /// Bytes of one output stream, in total, after which the sandbox is
+    /// killed (`output_kill`); may be off ([`NO_LIMIT`]).
     OutputKill,
     /// Processes and threads at once (`pids`, `--pids`).
     Pids,
