@@ -34,6 +34,18 @@ if ! "$venv/bin/python" -c 'import mcp' >/dev/null 2>&1; then
     (umask 022 && /usr/bin/python3 -m venv "$venv" && "$venv/bin/pip" install --quiet --disable-pip-version-check mcp)
 fi
 chmod -R a+rX "$venv"
+# The official MCP SDK for Node (`@modelcontextprotocol/sdk` from npm) for
+# tests/stream.rs, in a directory every user can read, like the venv.
+nodesdk=/opt/corral-test-node
+if [ ! -f "$nodesdk/node_modules/@modelcontextprotocol/sdk/package.json" ]; then
+    echo "== installing the Node MCP SDK into $nodesdk"
+    # NodeSource's nodejs ships npm; Debian's has it as a separate package.
+    command -v npm >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq npm >/dev/null
+    (umask 022 && mkdir -p "$nodesdk" && cd "$nodesdk" \
+        && { [ -f package.json ] || echo '{"name": "corral-test-node", "private": true}' > package.json; } \
+        && npm install --silent --no-audit --no-fund @modelcontextprotocol/sdk)
+fi
+chmod -R a+rX "$nodesdk"
 command -v cargo >/dev/null || { echo "scripts/test.sh: cargo not found; install Rust (rustup) first" >&2; exit 2; }
 
 # --- 2. style and build ---------------------------------------------------

@@ -154,7 +154,7 @@ fn probe_sandbox() -> (bool, String) {
     let opts = LaunchOptions {
         output: OutputMode::Capture,
         output_bytes: 4096,
-        output_kill_bytes: 1 << 20,
+        output_kill_bytes: Some(1 << 20),
         timeout: Some(std::time::Duration::from_secs(10)),
         forward_signals: false,
         helper: corral_launcher::HelperStart::ReExec,

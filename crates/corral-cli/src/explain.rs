@@ -306,8 +306,10 @@ fn print_limits(l: &corral_policy::Limits) {
         l.output_bytes
     );
     println!(
-        "  output kill:       past {} on one stream",
-        l.output_kill_bytes
+        "  output kill:       {}",
+        opt(l
+            .output_kill_bytes
+            .map(|k| format!("past {k} in total on one stream")))
     );
     println!(
         "  unenforceable:     {}",

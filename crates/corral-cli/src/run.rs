@@ -38,9 +38,10 @@ pub struct RunArgs {
     /// Set a variable.
     #[arg(long = "set-env", value_name = "NAME=VALUE")]
     set_env: Vec<String>,
-    /// Wall-clock limit in seconds.
-    #[arg(long, value_name = "SECS")]
-    timeout: Option<u64>,
+    /// Wall-clock limit in seconds, or `none` for no limit (also when the
+    /// profile sets one).
+    #[arg(long, value_name = "SECS|none")]
+    timeout: Option<String>,
     /// Memory limit, swap included (e.g. 512MiB).
     #[arg(long, value_name = "SIZE")]
     memory: Option<String>,
@@ -50,9 +51,10 @@ pub struct RunArgs {
     /// CPU time limit in seconds.
     #[arg(long = "cpu-time", value_name = "SECS")]
     cpu_time: Option<u64>,
-    /// Bytes of each output stream kept (head and tail); the sandbox is
-    /// killed once a stream passes the profile's kill ceiling, which is
-    /// raised to at least this.
+    /// Bytes of each output stream kept (head and tail) with --json; the
+    /// sandbox is killed once a stream passes the profile's kill ceiling,
+    /// which is raised to at least this. Streaming output keeps nothing:
+    /// it is a pipe to the reader.
     #[arg(long = "output-limit", value_name = "SIZE")]
     output_limit: Option<String>,
     /// Run even if this host cannot enforce some limit (no cgroup
@@ -240,8 +242,23 @@ fn apply_limit_flags(args: &RunArgs, profile: &mut Profile) -> Result<(), String
         v.map(|v| limit.check(v).map_err(|e| format!("{flag} {e}")))
             .transpose()
     };
-    if let Some(t) = count("--timeout", RunLimit::Timeout, args.timeout)? {
-        l.timeout_secs = Some(t);
+    if let Some(t) = &args.timeout {
+        l.timeout_secs = if t == corral_policy::NO_LIMIT {
+            None
+        } else {
+            let secs = t.parse::<u64>().map_err(|_| {
+                format!(
+                    "--timeout {t}: not a number of seconds; use {}, or `{}` for no limit",
+                    RunLimit::Timeout.range_hint(),
+                    corral_policy::NO_LIMIT
+                )
+            })?;
+            Some(
+                RunLimit::Timeout
+                    .check(secs)
+                    .map_err(|e| format!("--timeout {e}"))?,
+            )
+        };
     }
     if let Some(p) = count("--pids", RunLimit::Pids, args.pids)? {
         l.pids = Some(p);
@@ -262,7 +279,8 @@ fn apply_limit_flags(args: &RunArgs, profile: &mut Profile) -> Result<(), String
     if let Some(o) = &args.output_limit {
         let o = size("--output-limit", RunLimit::Output, o)?;
         l.output_bytes = o;
-        l.output_kill_bytes = l.output_kill_bytes.max(o);
+        // A ceiling below what is kept is raised; no ceiling stays none.
+        l.output_kill_bytes = l.output_kill_bytes.map(|k| k.max(o));
     }
     if args.allow_unenforced_limits {
         l.allow_unenforced = true;
@@ -466,10 +484,13 @@ fn report(outcome: &Outcome, profile: &Profile, oom_killed: bool) {
             profile.limits.timeout_secs.unwrap_or_default()
         );
     }
-    if outcome.output_killed {
+    if let Some(kill) = profile
+        .limits
+        .output_kill_bytes
+        .filter(|_| outcome.output_killed)
+    {
         eprintln!(
-            "corral: output passed {} on one stream; the whole sandbox was killed",
-            profile.limits.output_kill_bytes
+            "corral: output passed {kill} in total on one stream (limits.output_kill); the whole sandbox was killed"
         );
     }
     if oom_killed {

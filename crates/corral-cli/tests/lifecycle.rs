@@ -79,9 +79,12 @@ fn signals_to_corral_reach_the_program() {
 fn a_stalled_reader_does_not_defeat_the_timeout() {
     use std::io::Read;
     let token = format!("corral-stalled-{}", std::process::id());
-    // 200 KB fills the pipe to the reader (who is not reading), then sleeps.
+    // 200 KB is more than the pipes between the program and the reader
+    // (who is not reading) hold: the program's write blocks, then the
+    // timeout kills it.
     let script =
         "import sys, time\nsys.stdout.write('x' * 200000)\nsys.stdout.flush()\ntime.sleep(60)\n";
+    let start = std::time::Instant::now();
     let mut child = corral_run()
         .args(["--timeout", "1", "--", "python3", "-c", script, &token])
         .stdout(std::process::Stdio::piped())
@@ -98,8 +101,16 @@ fn a_stalled_reader_does_not_defeat_the_timeout() {
     child.stdout.take().unwrap().read_to_end(&mut out).unwrap();
     assert_eq!(child.wait().unwrap().code(), Some(137));
     assert!(
-        out.len() >= 200000,
-        "the output reached the reader once it read: {}",
+        start.elapsed() < Duration::from_secs(10),
+        "corral ended soon after the kill"
+    );
+    // Streaming is a pipe: the program could not write more than the
+    // reader took (corral buffers nothing for it), and corral added
+    // nothing to stdout.
+    assert!(
+        !out.is_empty() && out.len() < 200000,
+        "{} bytes reached the reader",
         out.len()
     );
+    assert!(out.iter().all(|&b| b == b'x'), "only the program's bytes");
 }

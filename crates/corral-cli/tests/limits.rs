@@ -320,9 +320,10 @@ os.write(2, b"maxrss %d\n" % (usage.ru_maxrss * 1024))
 sys.exit(os.waitstatus_to_exitcode(status) % 256 if os.WIFEXITED(status) else 128 + os.WTERMSIG(status))
 "#;
 
-/// Runs corral with `args` under [`MEASURE`]; returns (output, exit code,
-/// peak RSS of corral and its tree in bytes).
-fn run_measured(args: &[&str]) -> (Vec<u8>, i32, u64) {
+/// Runs corral with `args` under [`MEASURE`]; returns (output (its first
+/// 16 MiB), bytes of output in all, exit code, peak RSS of corral and its
+/// tree in bytes).
+fn run_measured(args: &[&str]) -> (Vec<u8>, u64, i32, u64) {
     let run = corral_run();
     let mut child = std::process::Command::new("/usr/bin/python3")
         .args(["-c", MEASURE])
@@ -339,11 +340,13 @@ fn run_measured(args: &[&str]) -> (Vec<u8>, i32, u64) {
     let mut out = Vec::new();
     let mut buf = [0u8; 65536];
     let mut pipe = child.stdout.take().expect("run_measured");
+    let mut total = 0u64;
     loop {
         let n = pipe.read(&mut buf).expect("run_measured");
         if n == 0 {
             break;
         }
+        total += n as u64;
         // Keep what a reader would see, bounded.
         if out.len() < 16 << 20 {
             out.extend_from_slice(&buf[..n]);
@@ -356,7 +359,7 @@ fn run_measured(args: &[&str]) -> (Vec<u8>, i32, u64) {
         .find_map(|l| l.strip_prefix("maxrss "))
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or_else(|| panic!("no measurement: {report}"));
-    (out, done.status.code().unwrap_or(-1), rss)
+    (out, total, done.status.code().unwrap_or(-1), rss)
 }
 
 /// Writes up to 50 GB of `x` without a newline; the kill ceiling stops it.
@@ -364,7 +367,7 @@ const FLOOD: &str = "import sys\nb = b'x' * 65536\nw = sys.stdout.buffer.write\n
 
 #[test]
 fn output_flood_is_cut_and_corral_memory_stays_flat() {
-    let (out, code, rss) =
+    let (out, _, code, rss) =
         run_measured(&["--json", "--timeout", "60", "--", "python3", "-c", FLOOD]);
     assert_eq!(code, 137);
     let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
@@ -380,8 +383,10 @@ fn output_flood_is_cut_and_corral_memory_stays_flat() {
 }
 
 #[test]
-fn streaming_mode_applies_the_same_ceiling() {
-    let (out, code, rss) = run_measured(&[
+fn streaming_mode_applies_the_same_ceiling_as_a_total_and_adds_nothing() {
+    // `--output-limit` sizes what --json keeps; the kill ceiling (64 MiB
+    // in `code`) counts every byte of a stream over the run.
+    let (out, total, code, rss) = run_measured(&[
         "--timeout",
         "60",
         "--output-limit",
@@ -392,13 +397,10 @@ fn streaming_mode_applies_the_same_ceiling() {
         FLOOD,
     ]);
     assert_eq!(code, 137);
-    // The head was forwarded live, then the marker and a bounded tail.
-    assert!(
-        out.len() <= 2 * (64 << 10) + 100,
-        "{} bytes reached the reader",
-        out.len()
-    );
-    assert!(String::from_utf8_lossy(&out).contains(" bytes elided]"));
+    // Everything up to the ceiling went to the reader, live, and not one
+    // byte more; no elision line or any other corral text on stdout.
+    assert_eq!(total, 64 << 20, "{total} bytes reached the reader");
+    assert!(out.iter().all(|&b| b == b'x'), "only the program's bytes");
     assert!(rss < 32 << 20, "peak RSS {rss}");
 }
 
@@ -490,4 +492,83 @@ fn cgroups_of_a_killed_corral_are_swept_by_the_next_run() {
         );
         std::thread::sleep(Duration::from_millis(10));
     }
+}
+
+#[test]
+fn the_wall_timeout_can_be_switched_off_by_flag_and_by_an_extending_profile() {
+    // `short` times out after 1 s; `open` extends it and removes that.
+    let (_d, cfg) = config(
+        "[profile.short]\nextends = \"code\"\n[profile.short.limits]\ntimeout_secs = 1\n\
+         [profile.open]\nextends = \"short\"\n[profile.open.limits]\ntimeout_secs = \"none\"\n",
+    );
+    let cfg = cfg.to_str().unwrap();
+    let sleep = ["sh", "-c", "sleep 2; echo done"];
+    let (v, _) = run_json(&["--config", cfg, "--profile", "short"], &sleep);
+    assert_eq!(v["timed_out"], true, "the profile's timeout holds: {v}");
+    for flags in [
+        &["--config", cfg, "--profile", "short", "--timeout", "none"][..],
+        &["--config", cfg, "--profile", "open"][..],
+    ] {
+        let (v, _) = run_json(flags, &sleep);
+        assert_eq!(v["timed_out"], false, "{flags:?}: {v}");
+        assert_eq!(v["exit_code"], 0, "{flags:?}: {v}");
+        assert_eq!(v["stdout"], "done\n", "{flags:?}: {v}");
+    }
+    // explain shows it.
+    let out = corral()
+        .args(["explain", "--config", cfg, "open"])
+        .output()
+        .unwrap();
+    let shown = text(&out.stdout);
+    assert!(shown.contains("wall timeout:      none"), "{shown}");
+    let out = corral()
+        .args(["explain", "--config", cfg, "short"])
+        .output()
+        .unwrap();
+    assert!(text(&out.stdout).contains("wall timeout:      1s"));
+    // A word other than `none` is refused before anything runs.
+    let out = corral()
+        .args(["run", "--timeout", "off", "--", "sh", "-c", "echo ran"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(125));
+    assert!(out.stdout.is_empty());
+    assert!(
+        text(&out.stderr).contains("--timeout off: not a number of seconds; use 1 to 2073600 seconds (24 days), or `none` for no limit"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn the_output_kill_ceiling_can_be_switched_off() {
+    // 3 MiB on stdout: past a 2 MiB ceiling, under none.
+    let (_d, cfg) = config(
+        "[profile.low]\nextends = \"code\"\n[profile.low.limits]\noutput_kill = \"2MiB\"\n\
+         [profile.none]\nextends = \"low\"\n[profile.none.limits]\noutput_kill = \"none\"\n",
+    );
+    let cfg = cfg.to_str().unwrap();
+    let script = [
+        "python3",
+        "-c",
+        "import sys\nsys.stdout.write('x' * (3 << 20))\n",
+    ];
+    let (v, _) = run_json(
+        &["--config", cfg, "--profile", "low", "--timeout", "30"],
+        &script,
+    );
+    assert_eq!(v["output_limit_exceeded"], true, "{v}");
+    assert_eq!(v["exit_code"], 137, "{v}");
+    let (v, _) = run_json(
+        &["--config", cfg, "--profile", "none", "--timeout", "30"],
+        &script,
+    );
+    assert_eq!(v["output_limit_exceeded"], false, "{v}");
+    assert_eq!(v["exit_code"], 0, "{v}");
+    assert_eq!(v["stdout_bytes"], 3 << 20);
+    let out = corral()
+        .args(["explain", "--config", cfg, "none"])
+        .output()
+        .unwrap();
+    assert!(text(&out.stdout).contains("output kill:       none"));
 }

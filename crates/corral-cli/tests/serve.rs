@@ -1080,7 +1080,14 @@ fn raw(
 }
 
 /// (what, path, headers, body, expected status, expected code).
-type AttackCase<'a> = (&'a str, &'a str, Vec<(&'a str, &'a str)>, &'a str, u16, &'a str);
+type AttackCase<'a> = (
+    &'a str,
+    &'a str,
+    Vec<(&'a str, &'a str)>,
+    &'a str,
+    u16,
+    &'a str,
+);
 
 #[test]
 fn web_pages_cannot_drive_the_server_in_anonymous_or_tenant_mode() {

@@ -196,7 +196,7 @@ pub fn execute(
     let launch_opts = LaunchOptions {
         output: opts.output,
         output_bytes: usize::try_from(profile.limits.output_bytes.bytes()).unwrap_or(usize::MAX),
-        output_kill_bytes: profile.limits.output_kill_bytes.bytes(),
+        output_kill_bytes: profile.limits.output_kill_bytes.map(|b| b.bytes()),
         timeout: profile.limits.timeout_secs.map(Duration::from_secs),
         forward_signals: opts.forward_signals,
         helper: opts.helper,

@@ -2,10 +2,12 @@
 //! the wall-clock timeout and the output ceilings, and turn what happened
 //! into an [`Outcome`].
 //!
-//! Output is always read as fast as the program writes it (drain-and-kill,
-//! never stop-and-wait): a full pipe can never deadlock the program against
-//! corral, and corral's memory stays within the output budget whatever the
-//! program prints. Past the kill ceiling the whole sandbox is killed.
+//! Captured output is read as fast as the program writes it (drain-and-kill,
+//! never stop-and-wait), within the output budget. Streamed output is a
+//! pipe: it moves at the reader's pace, and a stalled reader blocks the
+//! program's writes, never corral's loop (see `pump`). Either way corral's
+//! memory stays flat whatever the program prints, and past the kill
+//! ceiling (when there is one) the whole sandbox is killed.
 //!
 //! Nothing here runs between fork and exec except the fd placement in
 //! [`corral_sys::fd::pass_fd_as`], so it is safe to call from a
@@ -30,9 +32,10 @@ use crate::reexec::ReadyHelper;
 /// What happens to the program's stdout and stderr.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OutputMode {
-    /// Forwarded to corral's own stdout/stderr as it arrives, up to the
-    /// budget; past it, only the tail is kept and printed at the end after
-    /// an elision marker.
+    /// Passed on to corral's own stdout/stderr as a pipe would: as fast as
+    /// the reader takes it and no faster (spliced when corral's end is a
+    /// pipe, else through a buffer of at most 64 KiB per stream). Nothing
+    /// is kept, elided or added; the budget plays no part.
     Stream,
     /// Captured into the result: head and tail within the budget.
     Capture,
@@ -43,10 +46,11 @@ pub enum OutputMode {
 pub struct LaunchOptions {
     /// Output handling.
     pub output: OutputMode,
-    /// Bytes of each stream kept (see [`OutputMode`]).
+    /// Bytes of each stream kept in [`OutputMode::Capture`].
     pub output_bytes: usize,
-    /// Bytes written to one stream after which the sandbox is killed.
-    pub output_kill_bytes: u64,
+    /// Bytes written to one stream (in total) after which the sandbox is
+    /// killed; `None`: no ceiling.
+    pub output_kill_bytes: Option<u64>,
     /// Wall-clock limit.
     pub timeout: Option<Duration>,
     /// Forward SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2
@@ -351,6 +355,8 @@ pub fn launch(
         }
     };
     let mut killed_at: Option<Instant> = None;
+    // When corral first killed the sandbox, until live output is given up.
+    let mut grace_from: Option<Instant> = None;
     let mut pump = Pump::new(
         helper_pid,
         [File::from(out_r), File::from(err_r)],
@@ -362,6 +368,14 @@ pub fn launch(
     let mut output_killed = false;
     let mut cancelled = false;
     while !pump.done() {
+        if killed_at.is_some() && grace_from.is_none() {
+            grace_from = killed_at;
+        }
+        // After a kill the reader gets a moment for what the program wrote
+        // before it; a reader that stalls cannot hold corral longer.
+        if grace_from.is_some_and(|t| t.elapsed() >= OUTPUT_GRACE) {
+            pump.abandon_output();
+        }
         if !output_killed && !timed_out && pump.over_kill_ceiling() {
             kill();
             output_killed = true;
@@ -383,7 +397,9 @@ pub fn launch(
             killed_at = None;
         }
         let wait_ms = match deadline {
-            Some(d) if !timed_out && !output_killed => {
+            // Once the sandbox has ended, what is left is handing its
+            // output to the reader, which the timeout does not bound.
+            Some(d) if !timed_out && !output_killed && pump.sandbox_running() => {
                 let now = Instant::now();
                 if now >= d {
                     kill();
@@ -464,6 +480,11 @@ pub fn launch(
         network_events,
     })
 }
+
+/// How long after corral kills a sandbox (timeout, output ceiling,
+/// cancellation) the reader of live output still gets what the program
+/// wrote before; then the rest is dropped and corral ends.
+const OUTPUT_GRACE: Duration = Duration::from_secs(1);
 
 /// Runs the body of a child forked from the CLI (the helper-to-be). The
 /// child's stack is a copy of the parent's: a panic unwinding out of the
@@ -558,7 +579,7 @@ mod tests {
         let opts = LaunchOptions {
             output: OutputMode::Capture,
             output_bytes: 1024,
-            output_kill_bytes: 1 << 20,
+            output_kill_bytes: Some(1 << 20),
             timeout: Some(Duration::from_secs(u64::MAX)),
             forward_signals: false,
             // Never reached: the check comes before any process starts.

@@ -1,52 +1,248 @@
 //! The pump: reads the control socket and the output pipes of a running
 //! sandbox until all are closed, sends each stream where it goes (captured
-//! head and tail, or forwarded live), forwards the CLI's signals, and
-//! collects what the helper side reported.
+//! head and tail, or passed on live as a pipe with backpressure: a
+//! [`Relay`]), forwards the CLI's signals, and collects what the helper
+//! side reported. It never blocks: writes to a reader wait for POLLOUT,
+//! so the caller's timeout and cancellation are always serviced.
 
 use std::collections::VecDeque;
 use std::fs::File;
-use std::io::{ErrorKind, Read, Write};
-use std::os::fd::AsRawFd;
+use std::io::{ErrorKind, IsTerminal, Read, Write};
+use std::os::fd::{AsFd, AsRawFd};
+use std::os::unix::fs::FileTypeExt;
 
 use corral_helper::{FailureKind, HelperMessage, LandlockOutcome};
 use corral_sys::fd::{self, PollFd};
 use corral_sys::process;
 use corral_sys::signal::SignalFd;
+use corral_sys::splice;
 
 use crate::launch::{LaunchOptions, OutputMode, OutputTap, StreamResult};
-use crate::output::{elision_marker, HeadTail};
+use crate::output::HeadTail;
+
+/// The most bytes of one live stream corral holds between the program's
+/// pipe and the reader when it cannot splice (a terminal, a file, a socket,
+/// or a tap that must see the bytes). Past it corral stops reading the
+/// program's pipe, which then fills and blocks the program's writes: the
+/// reader's pace is the program's, and corral's memory stays flat.
+pub(crate) const STREAM_BOUND: usize = 64 << 10;
+
+/// The most bytes one splice moves; a pipe holds 64 KiB by default.
+const SPLICE_MAX: usize = 1 << 20;
 
 /// Where one output stream's bytes go.
 pub(crate) enum Sink {
     /// Head and tail kept for the result.
     Capture(HeadTail),
-    /// Forwarded live until `budget` bytes; after that a tail of `budget`
-    /// bytes is kept for the end. Live bytes wait in `pending` until the
-    /// reader can take them, so a stalled reader never blocks the drain or
-    /// the timeout.
-    Stream {
-        to: File,
-        pending: VecDeque<u8>,
-        forwarded: usize,
-        budget: usize,
-        tail: VecDeque<u8>,
-        total: u64,
-        broken: bool,
-    },
+    /// Passed on to corral's own stdout or stderr as a pipe would.
+    Stream(Relay),
+}
+
+/// How a live stream reaches the reader.
+enum Path {
+    /// corral's end is a pipe too: the kernel moves the bytes from pipe to
+    /// pipe (splice), and corral holds none of them.
+    Splice,
+    /// Read into `pending` (at most [`STREAM_BOUND`]), written when the
+    /// reader has room, at most `chunk` bytes per write so that a write
+    /// after POLLOUT does not block.
+    Copy { pending: VecDeque<u8>, chunk: usize },
+}
+
+/// One live stream: the program's bytes go to `to` at the reader's pace.
+pub(crate) struct Relay {
+    to: File,
+    path: Path,
+    /// Bytes read from the program.
+    total: u64,
+    /// Bytes the reader was given.
+    delivered: u64,
+    /// The reader cannot take more now (a splice found its pipe full):
+    /// wait for POLLOUT before moving more.
+    blocked: bool,
+    /// The program tried to write past the kill ceiling.
+    over: bool,
+}
+
+impl Relay {
+    fn new(to: File, tapped: bool) -> Relay {
+        let kind = to.metadata().map(|m| m.file_type()).ok();
+        let path = match kind {
+            Some(k) if k.is_fifo() && !tapped => Path::Splice,
+            // A regular file or a device other than a terminal (/dev/null)
+            // takes any write without blocking for long.
+            Some(k) if k.is_file() || (k.is_char_device() && !to.is_terminal()) => Path::Copy {
+                pending: VecDeque::new(),
+                chunk: STREAM_BOUND,
+            },
+            // A terminal or a socket with room takes a page.
+            _ => Path::Copy {
+                pending: VecDeque::new(),
+                chunk: 4096,
+            },
+        };
+        Relay {
+            to,
+            path,
+            total: 0,
+            delivered: 0,
+            blocked: false,
+            over: false,
+        }
+    }
+
+    /// Whether corral should read the program's pipe now.
+    fn wants_input(&self) -> bool {
+        match &self.path {
+            _ if self.over => false,
+            Path::Splice => !self.blocked,
+            Path::Copy { pending, .. } => pending.len() < STREAM_BOUND,
+        }
+    }
+
+    /// The fd to wait on for writing, when bytes wait for the reader.
+    fn wants_write(&self) -> Option<i32> {
+        let waiting = match &self.path {
+            Path::Splice => self.blocked,
+            Path::Copy { pending, .. } => !pending.is_empty(),
+        };
+        waiting.then(|| self.to.as_raw_fd())
+    }
+
+    /// Moves what the program's pipe holds (it polled readable) towards
+    /// the reader, at most `cap` bytes (what is left below the kill
+    /// ceiling). Returns how many bytes it read into `buf` (the copy path:
+    /// a tap may look at them; a splice reads none into memory), or `None`
+    /// when this stream is over: the program closed its end, or the reader
+    /// went away (then the program's next write fails with EPIPE, as it
+    /// would on a pipe).
+    fn pump_from(&mut self, from: &mut File, buf: &mut [u8], cap: u64) -> Option<usize> {
+        if cap == 0 {
+            // At the ceiling: one more byte is the program passing it (the
+            // launcher then kills); none is its end.
+            return match from.read(&mut buf[..1]) {
+                Ok(0) => None,
+                Ok(n) => {
+                    self.total += n as u64;
+                    self.over = true;
+                    Some(0)
+                }
+                Err(e) if matches!(e.kind(), ErrorKind::Interrupted | ErrorKind::WouldBlock) => {
+                    Some(0)
+                }
+                Err(_) => None,
+            };
+        }
+        let cap = usize::try_from(cap).unwrap_or(usize::MAX);
+        match &mut self.path {
+            Path::Splice => {
+                match splice::pipe_to_pipe(from.as_fd(), self.to.as_fd(), cap.min(SPLICE_MAX)) {
+                    Ok(0) => None,
+                    Ok(n) => {
+                        self.total += n as u64;
+                        self.delivered += n as u64;
+                        self.blocked = false;
+                        Some(0)
+                    }
+                    // The program's pipe polled readable, so the reader's
+                    // is full.
+                    Err(e) if e.0 == libc::EAGAIN => {
+                        self.blocked = true;
+                        Some(0)
+                    }
+                    Err(e) if e.0 == libc::EINTR => Some(0),
+                    Err(_) => None,
+                }
+            }
+            Path::Copy { pending, .. } => {
+                let room = (STREAM_BOUND - pending.len().min(STREAM_BOUND))
+                    .min(buf.len())
+                    .min(cap);
+                if room == 0 {
+                    // Full (not polled then); a read of 0 would look like
+                    // the end.
+                    return Some(0);
+                }
+                match from.read(&mut buf[..room]) {
+                    Ok(0) => None,
+                    Ok(n) => {
+                        self.total += n as u64;
+                        pending.extend(&buf[..n]);
+                        Some(n)
+                    }
+                    Err(e)
+                        if matches!(e.kind(), ErrorKind::Interrupted | ErrorKind::WouldBlock) =>
+                    {
+                        Some(0)
+                    }
+                    Err(_) => None,
+                }
+            }
+        }
+    }
+
+    /// The reader has room (POLLOUT): give it what waits. Returns false
+    /// when the reader went away.
+    fn flush_some(&mut self, from: Option<&mut File>) -> bool {
+        match &mut self.path {
+            // Bytes still wait in the program's pipe: move them now.
+            Path::Splice => match from {
+                Some(from) => {
+                    match splice::pipe_to_pipe(from.as_fd(), self.to.as_fd(), SPLICE_MAX) {
+                        Ok(n) => {
+                            self.total += n as u64;
+                            self.delivered += n as u64;
+                            self.blocked = false;
+                            true
+                        }
+                        Err(e) if e.0 == libc::EAGAIN || e.0 == libc::EINTR => true,
+                        Err(_) => false,
+                    }
+                }
+                None => {
+                    self.blocked = false;
+                    true
+                }
+            },
+            Path::Copy { pending, chunk } => {
+                let (a, _) = pending.as_slices();
+                let part = &a[..a.len().min(*chunk)];
+                match self.to.write(part) {
+                    Ok(n) => {
+                        pending.drain(..n);
+                        self.delivered += n as u64;
+                        true
+                    }
+                    Err(e)
+                        if matches!(e.kind(), ErrorKind::Interrupted | ErrorKind::WouldBlock) =>
+                    {
+                        true
+                    }
+                    Err(_) => false,
+                }
+            }
+        }
+    }
+
+    /// Whether bytes corral read still wait for the reader.
+    fn holds_bytes(&self) -> bool {
+        matches!(&self.path, Path::Copy { pending, .. } if !pending.is_empty())
+    }
+
+    /// Drops what waits for the reader (it went away, or the grace after a
+    /// kill ran out).
+    fn abandon(&mut self) {
+        if let Path::Copy { pending, .. } = &mut self.path {
+            pending.clear();
+        }
+        self.blocked = false;
+    }
 }
 
 impl Sink {
-    pub(crate) fn new(mode: OutputMode, budget: usize, to: Option<File>) -> Sink {
+    pub(crate) fn new(mode: OutputMode, budget: usize, to: Option<File>, tapped: bool) -> Sink {
         match (mode, to) {
-            (OutputMode::Stream, Some(to)) => Sink::Stream {
-                to,
-                pending: VecDeque::new(),
-                forwarded: 0,
-                budget,
-                tail: VecDeque::new(),
-                total: 0,
-                broken: false,
-            },
+            (OutputMode::Stream, Some(to)) => Sink::Stream(Relay::new(to, tapped)),
             _ => Sink::Capture(HeadTail::new(budget)),
         }
     }
@@ -54,77 +250,7 @@ impl Sink {
     fn total(&self) -> u64 {
         match self {
             Sink::Capture(h) => h.total(),
-            Sink::Stream { total, .. } => *total,
-        }
-    }
-
-    fn push(&mut self, data: &[u8]) {
-        match self {
-            Sink::Capture(h) => h.push(data),
-            Sink::Stream {
-                pending,
-                forwarded,
-                budget,
-                tail,
-                total,
-                broken,
-                ..
-            } => {
-                *total += data.len() as u64;
-                let live = (*budget - *forwarded).min(data.len());
-                if !*broken {
-                    pending.extend(&data[..live]);
-                }
-                *forwarded += live;
-                let rest = &data[live..];
-                let overflow = (tail.len() + rest.len()).saturating_sub(*budget);
-                if overflow >= tail.len() {
-                    tail.clear();
-                    tail.extend(&rest[rest.len().saturating_sub(*budget)..]);
-                } else {
-                    tail.drain(..overflow);
-                    tail.extend(rest);
-                }
-            }
-        }
-    }
-
-    /// The fd to wait on for writing, when live bytes are waiting.
-    fn wants_write(&self) -> Option<i32> {
-        match self {
-            Sink::Stream {
-                to,
-                pending,
-                broken: false,
-                ..
-            } if !pending.is_empty() => Some(to.as_raw_fd()),
-            _ => None,
-        }
-    }
-
-    /// Writes one chunk of pending bytes (the reader said it has room).
-    fn write_some(&mut self) {
-        if let Sink::Stream {
-            to,
-            pending,
-            broken,
-            ..
-        } = self
-        {
-            let (a, _) = pending.as_slices();
-            // A pipe with room takes a page without blocking.
-            let chunk = &a[..a.len().min(4096)];
-            match to.write(chunk) {
-                Ok(n) => {
-                    pending.drain(..n);
-                }
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(_) => {
-                    // A reader that went away must not stop the drain.
-                    *broken = true;
-                    pending.clear();
-                }
-            }
+            Sink::Stream(r) => r.total,
         }
     }
 
@@ -138,34 +264,12 @@ impl Sink {
                     truncated,
                 }
             }
-            Sink::Stream {
-                mut to,
-                pending,
-                forwarded,
-                tail,
-                total,
-                mut broken,
-                ..
-            } => {
-                let kept = forwarded as u64 + tail.len() as u64;
-                let elided = total - kept;
-                // The sandbox is gone; what is left goes out at the
-                // reader's pace.
-                if !broken {
-                    let (a, b) = pending.as_slices();
-                    broken = to.write_all(a).and_then(|_| to.write_all(b)).is_err();
-                }
-                if !broken && !tail.is_empty() {
-                    let _ = to.write_all(elision_marker(elided).as_bytes());
-                    let (a, b) = tail.as_slices();
-                    let _ = to.write_all(a).and_then(|_| to.write_all(b));
-                }
-                StreamResult {
-                    data: Vec::new(),
-                    total,
-                    truncated: elided > 0,
-                }
-            }
+            // Everything went to the reader already; nothing is added.
+            Sink::Stream(r) => StreamResult {
+                data: Vec::new(),
+                total: r.total,
+                truncated: r.delivered < r.total || r.over,
+            },
         }
     }
 }
@@ -186,7 +290,7 @@ pub(crate) struct Pump {
     ctrl: Option<File>,
     pipes: [Option<File>; 2],
     sinks: [Sink; 2],
-    kill_bytes: u64,
+    kill_bytes: Option<u64>,
     buf: Vec<u8>,
     exited: Option<(Option<i32>, Option<i32>)>,
     pub(crate) failure: Option<(FailureKind, String)>,
@@ -208,16 +312,19 @@ impl Pump {
             let _ = fd::set_nonblocking(f.as_raw_fd());
         }
         let dup = |fd: std::os::fd::BorrowedFd<'_>| fd.try_clone_to_owned().ok().map(File::from);
+        let tapped = opts.tap.is_some();
         let sinks = [
             Sink::new(
                 opts.output,
                 opts.output_bytes,
                 dup(std::io::stdout().as_fd_borrowed()),
+                tapped,
             ),
             Sink::new(
                 opts.output,
                 opts.output_bytes,
                 dup(std::io::stderr().as_fd_borrowed()),
+                tapped,
             ),
         ];
         Pump {
@@ -236,12 +343,40 @@ impl Pump {
         }
     }
 
+    /// Whether the sandbox is gone (its control socket closed), every
+    /// pipe is at its end and the reader has been given everything.
     pub(crate) fn done(&self) -> bool {
-        self.ctrl.is_none() && self.pipes.iter().all(Option::is_none)
+        self.ctrl.is_none()
+            && self.pipes.iter().all(Option::is_none)
+            && !self
+                .sinks
+                .iter()
+                .any(|s| matches!(s, Sink::Stream(r) if r.holds_bytes()))
+    }
+
+    /// Whether the sandbox still runs: its control socket closes only when
+    /// the helper, the last of its processes, has ended. After that the
+    /// pump only hands what is left to the reader, and the timeout no
+    /// longer applies.
+    pub(crate) fn sandbox_running(&self) -> bool {
+        self.ctrl.is_some()
+    }
+
+    /// Stops passing live output on: after a kill, once the reader has had
+    /// its grace, what it has not taken is dropped (the program's pipes are
+    /// closed, so their end comes at once). Captured output is unaffected.
+    pub(crate) fn abandon_output(&mut self) {
+        for (pipe, sink) in self.pipes.iter_mut().zip(&mut self.sinks) {
+            if let Sink::Stream(r) = sink {
+                r.abandon();
+                *pipe = None;
+            }
+        }
     }
 
     pub(crate) fn over_kill_ceiling(&self) -> bool {
-        self.sinks.iter().any(|s| s.total() > self.kill_bytes)
+        self.kill_bytes
+            .is_some_and(|k| self.sinks.iter().any(|s| s.total() > k))
     }
 
     pub(crate) fn poll(&mut self, timeout_ms: i32) {
@@ -250,21 +385,31 @@ impl Pump {
         if let Some(c) = &self.ctrl {
             watch(c.as_raw_fd());
         }
-        for f in self.pipes.iter().flatten() {
-            watch(f.as_raw_fd());
+        for (f, sink) in self.pipes.iter().zip(&self.sinks) {
+            // A live stream whose reader is behind is not read: the
+            // program's pipe fills and its writes wait (backpressure).
+            let wanted = match sink {
+                Sink::Capture(_) => true,
+                Sink::Stream(r) => r.wants_input(),
+            };
+            if let Some(f) = f.as_ref().filter(|_| wanted) {
+                watch(f.as_raw_fd());
+            }
         }
         if let Some(s) = &self.signals {
             watch(s.raw());
         }
         for sink in &self.sinks {
-            if let Some(fd) = sink.wants_write() {
-                fds.push(PollFd::write(fd));
+            if let Sink::Stream(r) = sink {
+                if let Some(fd) = r.wants_write() {
+                    fds.push(PollFd::write(fd));
+                }
             }
         }
         if fd::poll(&mut fds, timeout_ms).unwrap_or(0) == 0 {
             return;
         }
-        let ready = |fd: i32| fds.iter().any(|p| p.fd == fd && p.ready);
+        let ready = |fd: i32| fds.iter().any(|p| p.fd == fd && !p.write && p.ready);
         if let Some(s) = self.signals.as_ref().filter(|s| ready(s.raw())) {
             while let Some(sig) = s.take() {
                 let _ = process::kill(self.helper_pid, sig);
@@ -274,16 +419,17 @@ impl Pump {
             self.read_ctrl();
         }
         for i in 0..2 {
+            let writable = match &self.sinks[i] {
+                Sink::Stream(r) => r
+                    .wants_write()
+                    .is_some_and(|fd| fds.iter().any(|p| p.fd == fd && p.write && p.ready)),
+                Sink::Capture(_) => false,
+            };
+            if writable {
+                self.flush(i);
+            }
             if self.pipes[i].as_ref().is_some_and(|f| ready(f.as_raw_fd())) {
                 self.read_pipe(i);
-            }
-        }
-        for sink in &mut self.sinks {
-            if sink
-                .wants_write()
-                .is_some_and(|fd| fds.iter().any(|p| p.fd == fd && p.write && p.ready))
-            {
-                sink.write_some();
             }
         }
     }
@@ -321,9 +467,56 @@ impl Pump {
         }
     }
 
+    /// Gives the reader of live stream `i` what waits for it (it has room).
+    fn flush(&mut self, i: usize) {
+        let Sink::Stream(r) = &mut self.sinks[i] else {
+            return;
+        };
+        if !r.flush_some(self.pipes[i].as_mut()) {
+            // The reader went away: close the program's end too, so its
+            // next write fails with EPIPE as it would on a pipe.
+            r.abandon();
+            self.pipes[i] = None;
+        }
+    }
+
+    /// Moves what the pipe of live stream `i` holds towards the reader.
+    fn relay_pipe(&mut self, i: usize) {
+        let cap = self
+            .kill_bytes
+            .map_or(u64::MAX, |k| k.saturating_sub(self.sinks[i].total()));
+        let (Sink::Stream(r), Some(from)) = (&mut self.sinks[i], self.pipes[i].as_mut()) else {
+            return;
+        };
+        match r.pump_from(from, &mut self.buf, cap) {
+            None => {
+                // The program's end (or a gone reader, found by a splice):
+                // no more input. Bytes already read still go to the reader.
+                r.blocked = false;
+                self.pipes[i] = None;
+            }
+            Some(n) if n > 0 => {
+                if let Some(tap) = &self.tap {
+                    // Pipe 0 is stdout (stream 1), pipe 1 stderr (2).
+                    tap(if i == 0 { 1 } else { 2 }, &self.buf[..n]);
+                }
+            }
+            Some(_) => {}
+        }
+        if matches!(&self.sinks[i], Sink::Stream(r) if r.over) {
+            // Past the kill ceiling nothing more is passed on; what was
+            // read below it still goes to the reader.
+            self.pipes[i] = None;
+        }
+    }
+
     /// Drains what is in the pipe now (bounded per call, so one busy stream
     /// cannot starve the other or the control socket).
     fn read_pipe(&mut self, i: usize) {
+        if matches!(self.sinks[i], Sink::Stream(_)) {
+            self.relay_pipe(i);
+            return;
+        }
         for _ in 0..16 {
             let Some(f) = self.pipes[i].as_mut() else {
                 return;
@@ -334,7 +527,9 @@ impl Pump {
                     return;
                 }
                 Ok(n) => {
-                    self.sinks[i].push(&self.buf[..n]);
+                    if let Sink::Capture(h) = &mut self.sinks[i] {
+                        h.push(&self.buf[..n]);
+                    }
                     if let Some(tap) = &self.tap {
                         // Pipe 0 is stdout (stream 1), pipe 1 stderr (2).
                         let stream = if i == 0 { 1 } else { 2 };

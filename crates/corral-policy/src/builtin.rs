@@ -84,7 +84,7 @@ pub fn base(name: &str) -> Profile {
             open_files: 1024,
             processes: Some(1024),
             output_bytes: ByteSize(1 << 20),
-            output_kill_bytes: ByteSize(64 << 20),
+            output_kill_bytes: Some(ByteSize(64 << 20)),
             allow_unenforced: false,
         },
         identity: Identity::default(),
@@ -136,6 +136,8 @@ fn mcp_server(name: &str, description: &str) -> Profile {
     let mut p = base(name);
     p.description = description.to_string();
     p.limits.timeout_secs = None;
+    // Output is a pipe to the client: no lifetime ceiling on a stream.
+    p.limits.output_kill_bytes = None;
     p.limits.cpu_millicores = Some(1000);
     p.limits.memory_bytes = Some(ByteSize(1 << 30));
     p.limits.pids = Some(256);

@@ -23,7 +23,7 @@ pub mod size;
 pub use audit::{AuditEvent, Level, ReasonCode};
 pub use commands::{CommandDecision, CommandRejection};
 pub use config::{Config, ConfigError, HostnameError};
-pub use limits::{LimitError, RunLimit};
+pub use limits::{LimitError, RunLimit, NO_LIMIT};
 pub use network::{Cidr, DomainRule, NetworkError, NetworkMode, NetworkPolicy};
 pub use path::{MountSpec, PathError, SandboxPath};
 pub use profile::{

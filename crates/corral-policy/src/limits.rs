@@ -21,6 +21,11 @@ use std::fmt;
 use crate::profile::Limits;
 use crate::size::ByteSize;
 
+/// The value that switches off a limit which may be off (`timeout_secs =
+/// "none"`, `output_kill = "none"`, `corral run --timeout none`), also
+/// when a profile inherits one.
+pub const NO_LIMIT: &str = "none";
+
 /// Seconds in a day.
 const DAY: u64 = 86_400;
 
@@ -85,14 +90,15 @@ const _: () = {
 /// setting it checks with [`RunLimit::check`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RunLimit {
-    /// Wall-clock limit, in seconds (`timeout_secs`, `--timeout`).
+    /// Wall-clock limit, in seconds (`timeout_secs`, `--timeout`); may be
+    /// off ([`NO_LIMIT`]).
     Timeout,
     /// Memory, swap included, in bytes (`memory`, `--memory`).
     Memory,
     /// Bytes kept of each output stream (`output`, `--output-limit`).
     Output,
-    /// Bytes of one output stream after which the sandbox is killed
-    /// (`output_kill`).
+    /// Bytes of one output stream, in total, after which the sandbox is
+    /// killed (`output_kill`); may be off ([`NO_LIMIT`]).
     OutputKill,
     /// Processes and threads at once (`pids`, `--pids`).
     Pids,
@@ -198,6 +204,20 @@ impl RunLimit {
         } else {
             Ok(value)
         }
+    }
+
+    /// Whether the limit may be switched off with [`NO_LIMIT`]: the wall
+    /// timeout and the output kill ceiling (a long-running server such as
+    /// an MCP server over stdio has neither an end nor an output total).
+    pub const fn can_be_off(self) -> bool {
+        matches!(self, RunLimit::Timeout | RunLimit::OutputKill)
+    }
+
+    /// What values the limit takes, for messages about a value that is
+    /// not one: `1 to 2073600 seconds (24 days)`.
+    pub fn range_hint(self) -> String {
+        let r = self.range();
+        r.strip_prefix("use ").map(str::to_owned).unwrap_or(r)
     }
 
     const fn unit(self) -> Unit {
@@ -310,7 +330,10 @@ impl Limits {
             (RunLimit::OpenFiles, Some(self.open_files)),
             (RunLimit::Processes, self.processes),
             (RunLimit::Output, Some(self.output_bytes.bytes())),
-            (RunLimit::OutputKill, Some(self.output_kill_bytes.bytes())),
+            (
+                RunLimit::OutputKill,
+                self.output_kill_bytes.map(ByteSize::bytes),
+            ),
         ];
         for (limit, value) in set {
             if let Some(v) = value {

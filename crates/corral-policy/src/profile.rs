@@ -200,7 +200,8 @@ pub struct CommandPolicy {
 /// [`Limits::check`]; the bounds below are those ranges.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Limits {
-    /// Wall-clock limit in seconds; `None` means no limit. 1 to
+    /// Wall-clock limit in seconds; `None` means no limit (`timeout_secs =
+    /// "none"` removes an inherited one). 1 to
     /// [`crate::limits::MAX_TIMEOUT_SECS`] (24 days, what poll(2) can wait).
     pub timeout_secs: Option<u64>,
     /// Memory, swap included (cgroup `memory.max` + `memory.swap.max`, or
@@ -237,10 +238,11 @@ pub struct Limits {
     /// elision marker between them. 64 bytes (room for the marker) to
     /// [`crate::limits::MAX_BYTES`].
     pub output_bytes: ByteSize,
-    /// Bytes per stream after which the whole sandbox is killed and the
-    /// output marked truncated. At least `output_bytes`, and 64 bytes to
-    /// [`crate::limits::MAX_BYTES`].
-    pub output_kill_bytes: ByteSize,
+    /// Bytes per stream (in total, over the run) after which the whole
+    /// sandbox is killed and the output marked truncated; `None` means no
+    /// ceiling (`output_kill = "none"`). At least `output_bytes`, and 64
+    /// bytes to [`crate::limits::MAX_BYTES`].
+    pub output_kill_bytes: Option<ByteSize>,
     /// Accept a host that cannot enforce some limit (no cgroup
     /// delegation): run anyway and report the limit as not enforced.
     pub allow_unenforced: bool,

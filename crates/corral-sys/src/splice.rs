@@ -46,6 +46,16 @@ impl SplicePipe {
     }
 }
 
+/// Moves up to `max` bytes from the pipe `from` into the pipe `to` without
+/// copying them and without blocking on either, whatever their `O_NONBLOCK`
+/// flags (for two pipes `SPLICE_F_NONBLOCK` covers both ends). `Ok(0)`: `from`
+/// is empty and has no writer left. `EAGAIN`: `from` is empty, or `to` is
+/// full; a caller that knows `from` holds bytes (it polled readable and is
+/// its only reader) knows `to` is full. `EPIPE`: `to` has no reader.
+pub fn pipe_to_pipe(from: BorrowedFd<'_>, to: BorrowedFd<'_>, max: usize) -> SysResult<usize> {
+    splice(from, to, max)
+}
+
 /// One non-blocking `splice` between two fds, one of them a pipe.
 fn splice(from: BorrowedFd<'_>, to: BorrowedFd<'_>, max: usize) -> SysResult<usize> {
     let flags = libc::SPLICE_F_MOVE | libc::SPLICE_F_NONBLOCK;
@@ -67,6 +77,39 @@ fn splice(from: BorrowedFd<'_>, to: BorrowedFd<'_>, max: usize) -> SysResult<usi
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pipe_to_pipe_never_blocks_on_a_full_blocking_pipe_and_reports_a_gone_reader() {
+        let (src_r, src_w) = crate::fd::pipe().unwrap();
+        // A blocking pipe, like the stdout corral inherits.
+        let (dst_r, dst_w) = crate::fd::pipe().unwrap();
+        let mut src_w = std::fs::File::from(src_w);
+        let chunk = vec![7u8; 16 << 10];
+        std::io::Write::write_all(&mut src_w, &chunk).unwrap();
+        let mut moved = 0;
+        loop {
+            match pipe_to_pipe(src_r.as_fd(), dst_w.as_fd(), 1 << 20) {
+                Ok(n) => {
+                    assert!(n > 0);
+                    moved += n;
+                    std::io::Write::write_all(&mut src_w, &chunk).unwrap();
+                }
+                Err(e) => {
+                    assert_eq!(e.0, libc::EAGAIN, "a full pipe is EAGAIN, not a block");
+                    break;
+                }
+            }
+        }
+        assert!(moved >= 64 << 10, "filled the destination: {moved}");
+        drop(dst_r);
+        let e = pipe_to_pipe(src_r.as_fd(), dst_w.as_fd(), 1 << 20).unwrap_err();
+        assert_eq!(e.0, libc::EPIPE);
+        drop(src_w);
+        let (src_r2, src_w2) = crate::fd::pipe().unwrap();
+        drop(src_w2);
+        let (_r, w) = crate::fd::pipe().unwrap();
+        assert_eq!(pipe_to_pipe(src_r2.as_fd(), w.as_fd(), 4096).unwrap(), 0);
+    }
     use std::io::{Read, Write};
     use std::os::unix::net::UnixStream;
 

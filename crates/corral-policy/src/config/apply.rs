@@ -10,12 +10,12 @@ use toml::Spanned;
 
 use super::checks::{check_env_name, check_mounts, validate_hostname};
 use super::raw::{
-    RawCommands, RawEnv, RawFilesystem, RawIdentity, RawLimits, RawNetwork, RawProfile,
+    RawCommands, RawCount, RawEnv, RawFilesystem, RawIdentity, RawLimits, RawNetwork, RawProfile,
     RawSecurity, RawSize,
 };
 use super::{ConfigError, Source};
 use crate::env::Blocklist;
-use crate::limits::{RunLimit, MAX_BYTES};
+use crate::limits::{RunLimit, MAX_BYTES, NO_LIMIT};
 use crate::network::{NetworkError, NetworkPolicy};
 use crate::path::{MountSpec, SandboxPath};
 use crate::profile::{
@@ -245,8 +245,28 @@ fn apply_limits(src: &Source, k: &str, lim: &mut Limits, l: RawLimits) -> Result
         })
         .transpose()
     };
-    if let Some(v) = count(RunLimit::Timeout, l.timeout_secs)? {
-        lim.timeout_secs = Some(v);
+    // `timeout_secs` and `output_kill` can be switched off with "none",
+    // which also removes an inherited value.
+    let off = |limit: RunLimit, span: Range<usize>, text: &str| {
+        if text == NO_LIMIT {
+            Ok(())
+        } else {
+            Err(src.err(
+                Some(span),
+                format!("{k}.{}", limit.key()),
+                format!(
+                    "`{text}` is not a value: {}, or \"{NO_LIMIT}\" for no limit",
+                    limit.range_hint()
+                ),
+            ))
+        }
+    };
+    if let Some(v) = l.timeout_secs {
+        let span = v.span();
+        lim.timeout_secs = match v.into_inner() {
+            RawCount::Number(n) => Some(check(RunLimit::Timeout, n, span)?),
+            RawCount::Text(t) => off(RunLimit::Timeout, span, &t).map(|()| None)?,
+        };
     }
     if let Some(v) = count(RunLimit::Pids, l.pids)? {
         lim.pids = Some(v);
@@ -276,13 +296,17 @@ fn apply_limits(src: &Source, k: &str, lim: &mut Limits, l: RawLimits) -> Result
         lim.output_bytes = v;
     }
     let kill_span = l.output_kill.as_ref().map(Spanned::span);
-    if let Some(v) = bytes(RunLimit::OutputKill, l.output_kill)? {
+    let kill = match l.output_kill {
+        Some(v) if matches!(v.get_ref(), RawSize::Text(t) if t == NO_LIMIT) => Some(None),
+        v => bytes(RunLimit::OutputKill, v)?.map(Some),
+    };
+    if let Some(v) = kill {
         lim.output_kill_bytes = v;
-        if lim.output_kill_bytes < lim.output_bytes {
+        if let Some(kill) = v.filter(|v| *v < lim.output_bytes) {
             return Err(src.err(
                 kill_span,
                 format!("{k}.output_kill"),
-                format!("{} is below limits.output ({}); the kill ceiling must be at least what is kept", lim.output_kill_bytes, lim.output_bytes),
+                format!("{kill} is below limits.output ({}); the kill ceiling must be at least what is kept", lim.output_bytes),
             ));
         }
     }

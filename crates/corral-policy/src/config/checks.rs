@@ -49,12 +49,12 @@ pub(super) fn check_merged(
         }
     }
     let l = &p.limits;
-    if l.output_kill_bytes < l.output_bytes {
+    if let Some(kill) = l.output_kill_bytes.filter(|k| *k < l.output_bytes) {
         return err(
             "limits.output_kill",
             format!(
-                "{} (possibly inherited) is below limits.output ({}); the kill ceiling must be at least what is kept",
-                l.output_kill_bytes, l.output_bytes
+                "{kill} (possibly inherited) is below limits.output ({}); the kill ceiling must be at least what is kept",
+                l.output_bytes
             ),
         );
     }

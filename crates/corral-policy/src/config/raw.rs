@@ -109,6 +109,15 @@ pub(super) enum RawSize {
     Text(String),
 }
 
+/// A count as written for a limit that can be switched off: an integer, or
+/// a string (`"none"` is the only one accepted).
+#[derive(Deserialize)]
+#[serde(untagged)]
+pub(super) enum RawCount {
+    Number(u64),
+    Text(String),
+}
+
 /// `[profile.NAME.env]`.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -133,7 +142,7 @@ pub(super) struct RawCommands {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawLimits {
-    pub(super) timeout_secs: Option<Spanned<u64>>,
+    pub(super) timeout_secs: Option<Spanned<RawCount>>,
     pub(super) memory: Option<Spanned<RawSize>>,
     pub(super) pids: Option<Spanned<u64>>,
     pub(super) cpu_millicores: Option<Spanned<u64>>,

@@ -23,6 +23,10 @@ fn builtins_are_there() {
     for name in ["mcp-python", "mcp-node"] {
         let p = c.profile(name).unwrap();
         assert_eq!(p.limits.timeout_secs, None, "{name}: servers run for days");
+        assert_eq!(
+            p.limits.output_kill_bytes, None,
+            "{name}: no lifetime ceiling"
+        );
         assert!(
             p.limits.cpu_millicores.is_some(),
             "{name}: bounded by CPU instead"
@@ -413,4 +417,50 @@ fn browser_origins_and_hosts_are_checked_when_read() {
         let e = err(&format!("[server]\nallowed_hosts = [\"{bad}\"]\n"));
         assert_eq!(e.key, "server.allowed_hosts", "{bad}");
     }
+}
+
+#[test]
+fn timeout_and_output_kill_can_be_switched_off_also_when_inherited() {
+    let c = Config::parse(
+        "[profile.a]\nextends = \"code\"\n[profile.a.limits]\ntimeout_secs = \"none\"\noutput_kill = \"none\"\n",
+        None,
+    )
+    .unwrap();
+    let l = &c.profile("a").unwrap().limits;
+    assert_eq!(l.timeout_secs, None);
+    assert_eq!(l.output_kill_bytes, None);
+    assert_eq!(l.check(), Ok(()));
+    // The rest is still inherited, and `code` itself keeps its values.
+    assert_eq!(l.memory_bytes, Some(ByteSize(1 << 30)));
+    let code = &c.profile("code").unwrap().limits;
+    assert_eq!(code.timeout_secs, Some(300));
+    assert_eq!(code.output_kill_bytes, Some(ByteSize(64 << 20)));
+    // A profile extending one without limits can set them again.
+    let c = Config::parse(
+        "[profile.a]\nextends = \"code\"\n[profile.a.limits]\ntimeout_secs = \"none\"\noutput_kill = \"none\"\n[profile.b]\nextends = \"a\"\n[profile.b.limits]\ntimeout_secs = 7\noutput_kill = \"2MiB\"\n",
+        None,
+    )
+    .unwrap();
+    let l = &c.profile("b").unwrap().limits;
+    assert_eq!(l.timeout_secs, Some(7));
+    assert_eq!(l.output_kill_bytes, Some(ByteSize(2 << 20)));
+}
+
+#[test]
+fn a_word_other_than_none_is_refused_naming_the_choices() {
+    let e = err("[profile.a.limits]\ntimeout_secs = \"off\"\n");
+    assert_eq!(
+        (e.line, e.key.as_str()),
+        (Some(2), "profile.a.limits.timeout_secs")
+    );
+    assert!(e.message.contains("`off` is not a value"), "{e}");
+    assert!(e.message.contains("\"none\" for no limit"), "{e}");
+    let e = err("[profile.a.limits]\noutput_kill = \"off\"\n");
+    assert_eq!(e.key, "profile.a.limits.output_kill");
+    // Limits that cannot be off take no "none".
+    let e = err("[profile.a.limits]\npids = \"none\"\n");
+    assert_eq!(e.line, Some(2), "{e}");
+    assert!(e.message.contains("expected u64"), "{e}");
+    let e = err("[profile.a.limits]\nmemory = \"none\"\n");
+    assert_eq!(e.key.as_str(), "profile.a.limits.memory", "{e}");
 }
