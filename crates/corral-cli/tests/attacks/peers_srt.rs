@@ -603,3 +603,50 @@ fn a_wildcard_rule_matches_only_names_below_it() {
     );
     assert_eq!(up.accepted(), 3);
 }
+
+/// Sends `CONNECT target` raw to the HTTP proxy; prints the status code
+/// (or `closed`), then hangs up.
+const RAW_CONNECT: &str = r#"def connect(target):
+    s = socket.create_connection(('127.0.0.1', 3128), timeout=20)
+    s.sendall(b'CONNECT ' + target + b' HTTP/1.1\r\nHost: ' + target.replace(b'\r\n', b'') + b'\r\n\r\n')
+    line = s.makefile('rb').readline()
+    s.close()
+    return line.split(b' ')[1].decode() if line else 'closed'
+"#;
+
+// Ports network-filter.test.ts (deny wins over a wildcard allow in every
+// spelling; hosts with NUL, an IPv6 zone id, or over 253 characters are
+// refused before any rule could match them by suffix; case and a trailing
+// dot are canonicalized) and canonical-host-routing.test.ts (the name
+// dialled is the one the rules judged). Every target but the first two is
+// refused and nothing but the first two is dialled.
+#[test]
+fn hostile_spellings_never_pass_the_proxy_under_a_wildcard_rule() {
+    let up = LoopbackServer::start(banner_then_checksum);
+    let p = up.port;
+    let (_dir, cfg) = config(&format!(
+        "[profile.n]\nextends = \"code\"\n[profile.n.network]\nmode = \"allow\"\n\
+         allow_domains = [\"*.svc.test:{p}\"]\ndeny_domains = [\"internal.svc.test\"]\n\
+         allow_cidrs = [\"127.0.0.1/32\"]\n\
+         [profile.n.network.hosts]\n\"api.svc.test\" = \"127.0.0.1\"\n\"internal.svc.test\" = \"127.0.0.1\"\n"
+    ));
+    let cfg = cfg.display().to_string();
+    let long = format!("{}svc.test", "x.".repeat(125));
+    let script = format!(
+        r#"{RAW_CONNECT}
+for t in [b'api.svc.test:{p}', b'API.Svc.TEST:{p}', b'internal.svc.test:{p}',
+          b'INTERNAL.Svc.test:{p}', b'internal.svc.test.:{p}', b'evil.test\x00.api.svc.test:{p}',
+          b'[::ffff:127.0.0.1%25x.api.svc.test]:{p}', b'::ffff:127.0.0.1%x.api.svc.test:{p}',
+          b'{long}:{p}', b'svc.test:{p}', b'api.svc.test:{other}']:
+    say(connect(t))
+"#,
+        other = p.wrapping_add(1).max(1024)
+    );
+    let (code, out, err) = attack(&["--config", &cfg, "--profile", "n"], &script);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        out, "200\n200\n403\n403\n403\n400\n400\n400\n400\n403\n403\n",
+        "{err}"
+    );
+    assert_eq!(up.accepted(), 2, "only the allowed name was dialled");
+}
