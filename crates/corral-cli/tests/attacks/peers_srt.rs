@@ -56,8 +56,9 @@ fn deny_profile(deny: &[&str]) -> (tempfile::TempDir, String) {
 // Filesystem
 // ---------------------------------------------------------------------
 
-// Ports symlinked-deny-paths.test.ts and credential-deny.test.ts (a denied
-// entry that is, or crosses, a symlink): the deny must never be dropped.
+// Ports symlinked-deny-paths.test.ts, symlink-deny-path.test.ts and
+// credential-deny.test.ts (a denied entry that is, or crosses, a
+// symlink): the deny must never be dropped.
 #[test]
 fn attack_a_deny_path_that_crosses_a_symlink_refuses_the_run() {
     let work = workdir();
