@@ -631,7 +631,9 @@ fn plan_mounts(
         }),
     }
     let protected = protect_steps(profile, request, &ops)?;
+    let pins = deny_pins(profile, &ops, &protected)?;
     ops.extend(protected);
+    ops.extend(pins);
     // Parents first: a bind at /a must not land on top of one at /a/b.
     ops.sort_by_key(|op| op.dest().as_str().matches('/').count());
     Ok(ops)
@@ -678,6 +680,85 @@ fn protect_steps(
         steps.extend(planned.into_iter().filter(|s| !covered(s)));
     }
     Ok(steps)
+}
+
+/// Pins (read-write [`MountOp::Protect`] self-binds) for every existing
+/// directory between a writable bind of the caller's and a `deny` path
+/// below it. A mount point cannot be renamed or removed (`EBUSY`), so the
+/// sandbox cannot move a denied file's parent aside and create a new file
+/// at the denied host path (the stand-in would move along, hiding the
+/// secret, but the host path would then hold the sandbox's file). The walk
+/// stops at a missing component or one that is not a plain directory (a
+/// symlink there makes the helper refuse the deny anyway). Directories
+/// `protected` already binds, or that lie below one of its read-only
+/// entries or inside another bind, are left to those.
+fn deny_pins(
+    profile: &Profile,
+    ops: &[MountOp],
+    protected: &[MountOp],
+) -> Result<Vec<MountOp>, PlanError> {
+    let mut pins: Vec<MountOp> = Vec::new();
+    for op in ops {
+        let MountOp::Bind {
+            source,
+            dest,
+            writable: true,
+            no_symlinks: true,
+            ..
+        } = op
+        else {
+            continue;
+        };
+        for denied in &profile.filesystem.deny {
+            if denied == dest || !denied.starts_with(dest) {
+                continue;
+            }
+            let rest = denied.as_str()[dest.as_str().trim_end_matches('/').len()..]
+                .trim_start_matches('/')
+                .to_string();
+            let parts: Vec<&str> = rest.split('/').collect();
+            let mut host = std::path::PathBuf::from(source);
+            let mut at = dest.as_str().trim_end_matches('/').to_string();
+            for part in &parts[..parts.len().saturating_sub(1)] {
+                host.push(part);
+                at.push('/');
+                at.push_str(part);
+                match std::fs::symlink_metadata(&host) {
+                    Ok(meta) if meta.is_dir() => {}
+                    _ => break,
+                }
+                let pin_dest =
+                    SandboxPath::new(&at).map_err(|e| PlanError::Mount(e.to_string()))?;
+                let inner_bind = ops.iter().any(|other| {
+                    other.dest() != dest
+                        && other.dest().starts_with(dest)
+                        && pin_dest.starts_with(other.dest())
+                });
+                let handled = protected.iter().chain(pins.iter()).any(|p| {
+                    p.dest() == &pin_dest
+                        || matches!(p, MountOp::Protect { read_only: true, .. }
+                            if pin_dest.starts_with(p.dest()))
+                });
+                if inner_bind {
+                    break;
+                }
+                if handled {
+                    continue;
+                }
+                let source = host
+                    .to_str()
+                    .ok_or_else(|| PlanError::Mount(format!("{} is not UTF-8", host.display())))?
+                    .to_string();
+                pins.push(MountOp::Protect {
+                    source,
+                    dest: pin_dest,
+                    read_only: false,
+                    dir: true,
+                });
+            }
+        }
+    }
+    Ok(pins)
 }
 
 /// Refuses a bind source any component of which, the last included, is a
@@ -853,6 +934,57 @@ mod tests {
             .filter(|op| matches!(op, MountOp::Protect { .. }))
             .map(|op| op.dest().to_string())
             .collect()
+    }
+
+    #[test]
+    fn the_directories_above_a_denied_path_in_a_writable_bind_are_pinned() {
+        let mut profile = corral_policy::builtin::code();
+        profile.filesystem.protect = Vec::new();
+        let work = tempfile::tempdir().expect("tempdir");
+        std::fs::create_dir_all(work.path().join("a/b")).expect("mkdir");
+        std::fs::write(work.path().join("a/b/secret"), "s").expect("write");
+        std::os::unix::fs::symlink("a", work.path().join("link")).expect("symlink");
+        profile.filesystem.deny = [
+            "/workspace/a/b/secret",
+            "/workspace/link/b/x",
+            "/workspace/top",
+        ]
+        .iter()
+        .map(|d| SandboxPath::new(d).expect("path"))
+        .collect();
+        let mut req = request(&["sh", "-c", "true"]);
+        req.workdir = Some(work.path().to_path_buf());
+        let (plan, _) = plan_for(&profile, &req).expect("plan");
+        let pins: Vec<(String, bool)> = plan
+            .mounts
+            .iter()
+            .filter_map(|op| match op {
+                MountOp::Protect {
+                    dest, read_only, ..
+                } => Some((dest.to_string(), *read_only)),
+                _ => None,
+            })
+            .collect();
+        // Not the symlink (the helper refuses that deny), nothing for a
+        // path directly in the root (the root is a mount point already).
+        assert_eq!(
+            pins,
+            [
+                ("/workspace/a".to_string(), false),
+                ("/workspace/a/b".to_string(), false)
+            ]
+        );
+        let bind = plan
+            .mounts
+            .iter()
+            .position(|op| op.dest().as_str() == "/workspace")
+            .expect("workspace bind");
+        let first_pin = plan
+            .mounts
+            .iter()
+            .position(|op| matches!(op, MountOp::Protect { .. }))
+            .expect("pin");
+        assert!(bind < first_pin);
     }
 
     #[test]

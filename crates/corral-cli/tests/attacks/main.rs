@@ -32,7 +32,10 @@
 //! - `terminal`: input injection into, and escapes echoed to, the terminal;
 //! - `injection`: hostile strings in policies, argv, env and file names;
 //! - `protect`: git hooks and config, shell rc files, editor and agent
-//!   configuration in writable binds.
+//!   configuration in writable binds;
+//! - `peers_srt`: the checks of sandbox-runtime's Linux suite that apply
+//!   to corral (symlinked and renamed deny paths, unix datagrams, the
+//!   proxy's tunnel, Host header, SOCKS5 and wildcard decisions).
 //!
 //! `support` holds the helpers they share; `common` those of every test
 //! binary.
@@ -45,6 +48,7 @@ mod filesystem;
 mod injection;
 mod namespaces;
 mod network;
+mod peers_srt;
 mod privileges;
 mod processes;
 mod protect;
