@@ -639,6 +639,29 @@ fn plan_mounts(
     Ok(ops)
 }
 
+/// The writable binds the caller asked for (the workdir, `--rw`, profile
+/// `read_write`): (host source, sandbox destination).
+fn caller_writable_binds(ops: &[MountOp]) -> impl Iterator<Item = (&str, &SandboxPath)> {
+    ops.iter().filter_map(|op| match op {
+        MountOp::Bind {
+            source,
+            dest,
+            writable: true,
+            no_symlinks: true,
+            ..
+        } => Some((source.as_str(), dest)),
+        _ => None,
+    })
+}
+
+/// Whether `path`, inside the bind at `root`, lies in another bind of
+/// `ops` nested below `root`: that bind decides what happens there.
+fn in_nested_bind(ops: &[MountOp], root: &SandboxPath, path: &SandboxPath) -> bool {
+    ops.iter().any(|other| {
+        other.dest() != root && other.dest().starts_with(root) && path.starts_with(other.dest())
+    })
+}
+
 /// The [`MountOp::Protect`] steps for every writable bind of the caller's
 /// (the workdir unless it is corral's scratch directory), leaving out
 /// entries another bind covers: that bind decides what the sandbox may do
@@ -653,31 +676,18 @@ fn protect_steps(
     if entries.is_empty() {
         return Ok(steps);
     }
-    for op in ops {
-        let MountOp::Bind {
-            source,
-            dest,
-            writable: true,
-            no_symlinks: true,
-            ..
-        } = op
-        else {
-            continue;
-        };
+    for (source, dest) in caller_writable_binds(ops) {
         if request.scratch_workdir && request.workdir.is_some() && dest.as_str() == WORKSPACE {
             continue;
         }
-        let covered = |step: &MountOp| {
-            ops.iter().any(|other| {
-                other.dest() != dest
-                    && other.dest().starts_with(dest)
-                    && step.dest().starts_with(other.dest())
-            })
-        };
         let root = std::path::Path::new(source);
         let home = crate::protect::is_home_directory(root);
         let planned = crate::protect::plan_protect(root, dest, entries, home)?;
-        steps.extend(planned.into_iter().filter(|s| !covered(s)));
+        steps.extend(
+            planned
+                .into_iter()
+                .filter(|s| !in_nested_bind(ops, dest, s.dest())),
+        );
     }
     Ok(steps)
 }
@@ -698,17 +708,7 @@ fn deny_pins(
     protected: &[MountOp],
 ) -> Result<Vec<MountOp>, PlanError> {
     let mut pins: Vec<MountOp> = Vec::new();
-    for op in ops {
-        let MountOp::Bind {
-            source,
-            dest,
-            writable: true,
-            no_symlinks: true,
-            ..
-        } = op
-        else {
-            continue;
-        };
+    for (source, dest) in caller_writable_binds(ops) {
         for denied in &profile.filesystem.deny {
             if denied == dest || !denied.starts_with(dest) {
                 continue;
@@ -729,11 +729,7 @@ fn deny_pins(
                 }
                 let pin_dest =
                     SandboxPath::new(&at).map_err(|e| PlanError::Mount(e.to_string()))?;
-                let inner_bind = ops.iter().any(|other| {
-                    other.dest() != dest
-                        && other.dest().starts_with(dest)
-                        && pin_dest.starts_with(other.dest())
-                });
+                let inner_bind = in_nested_bind(ops, dest, &pin_dest);
                 let handled = protected.iter().chain(pins.iter()).any(|p| {
                     p.dest() == &pin_dest
                         || matches!(p, MountOp::Protect { read_only: true, .. }

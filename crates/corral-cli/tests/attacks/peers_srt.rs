@@ -13,23 +13,8 @@ use crate::support::*;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::Path;
-use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-
-/// Gives the tree to the workdir's owner (root runs: uid 4242, which the
-/// sandbox sees as its own), so a refusal is the layer's, not a
-/// permission's.
-fn own(dir: &Path) {
-    if is_root() {
-        let status = Command::new("chown")
-            .args(["-R", "4242:4242"])
-            .arg(dir)
-            .status()
-            .expect("chown");
-        assert!(status.success());
-    }
-}
 
 fn write(path: &Path, contents: &str) {
     if let Some(parent) = path.parent() {

@@ -40,20 +40,6 @@ const HOME_ENTRIES: &[&str] = &[
     ".ripgreprc",
 ];
 
-/// Gives the tree to the workdir's owner (root runs: uid 4242, which the
-/// sandbox sees as its own), so a refusal below is the protection's, not
-/// a permission's.
-fn own(dir: &Path) {
-    if is_root() {
-        let status = Command::new("chown")
-            .args(["-R", "4242:4242"])
-            .arg(dir)
-            .status()
-            .expect("chown");
-        assert!(status.success());
-    }
-}
-
 /// Every file below `dir` with its contents, sorted (directories as
 /// `name/`).
 fn snapshot(dir: &Path) -> Vec<(String, String)> {
