@@ -12,6 +12,7 @@ use corral_helper::{FailureKind, RlimitKind, SandboxIdentity, SandboxPlan, EXIT_
 
 use crate::contain::{LimitsUnenforceable, RunCgroup, RunCgroupStats};
 use crate::egress::ProxyService;
+use crate::events::EventSink;
 use crate::launch::{
     launch, EgressProxy, HelperStart, LaunchOptions, Outcome, OutputMode, StartedHelper,
 };
@@ -89,23 +90,27 @@ fn refusal(exit_code: i32, code: &str, message: String, events: Vec<AuditEvent>)
     }
 }
 
-/// Runs `request` under `profile`. `on_events` sees security events as they
-/// arise (before the program starts, and the proxy's after it ends), so a
-/// streaming front end can print them in order.
+/// Runs `request` under `profile`. `sink` gets every event as it
+/// arises, from whichever thread decides it: security decisions before the
+/// program starts, `limits.unenforced`, `run.start`, each network decision
+/// of the proxy while the program runs, then `run.timeout`, `run.oom` and
+/// `run.exit`. The result's `events` holds the security events (not the
+/// `run.*` ones, whose facts are the result's own fields).
 pub fn execute(
     profile: &Profile,
     commands: &CommandTable,
     request: &RunRequest,
     lookup_env: &dyn Fn(&str) -> Option<String>,
     opts: ExecuteOptions,
-    on_events: &mut dyn FnMut(&[AuditEvent]),
+    sink: &Arc<dyn EventSink>,
 ) -> Result<Execution, Refusal> {
+    let emit_all = |events: &[AuditEvent]| events.iter().for_each(|e| sink.emit(e));
     let identity = sandbox_identity(profile);
     let (plan, mut events) = match build_plan(profile, commands, request, identity, lookup_env) {
         Ok(p) => p,
         Err(e) => {
             let events: Vec<AuditEvent> = e.event().cloned().into_iter().collect();
-            on_events(&events);
+            emit_all(&events);
             return Err(refusal(e.exit_code(), e.code(), e.to_string(), events));
         }
     };
@@ -126,7 +131,7 @@ pub fn execute(
             .with("workdir", plan.cwd.as_str()),
         );
     }
-    on_events(&events);
+    emit_all(&events);
     // A re-executed helper may be waiting already, maybe in its group.
     let taken = match opts.helper {
         HelperStart::ReExec => {
@@ -188,7 +193,21 @@ pub fn execute(
         stdin: opts.stdin,
         tap: opts.tap,
     };
-    let mut proxy = ProxyService::new(profile.network.clone());
+    if !containment.not_enforced().is_empty() {
+        let unenforced = AuditEvent::new(
+            Level::Warn,
+            ReasonCode::LimitsUnenforced,
+            format!(
+                "running WITHOUT the {} limit (allow_unenforced): this host cannot enforce it for this user",
+                containment.not_enforced().join(" and ")
+            ),
+        )
+        .with("limits", containment.not_enforced().to_vec());
+        sink.emit(&unenforced);
+        events.push(unenforced);
+    }
+    sink.emit(&start_event(profile, &plan, request));
+    let mut proxy = ProxyService::new(profile.network.clone(), Arc::clone(sink));
     let egress: Option<&mut dyn EgressProxy> =
         (plan.network == NetworkMode::Allow).then_some(&mut proxy as _);
     let launched = launch(
@@ -199,6 +218,16 @@ pub fn execute(
         started,
     );
     let outcome = launched.map_err(|e| {
+        sink.emit(
+            &AuditEvent::new(
+                Level::Error,
+                ReasonCode::RunExit,
+                format!("the sandbox did not start: {e}"),
+            )
+            .with("outcome", "error")
+            .with("error", "sandbox.launch")
+            .with("exit_code", EXIT_CORRAL_ERROR),
+        );
         refusal(
             EXIT_CORRAL_ERROR,
             "sandbox.launch",
@@ -206,7 +235,7 @@ pub fn execute(
             events.clone(),
         )
     })?;
-    on_events(&outcome.network_events);
+    // The proxy's events went to the sink as they happened.
     let in_force = enforced(&plan, identity, &containment, &outcome);
     let stats = containment.finish();
     // The helper left it when it was moved into this run's group.
@@ -243,11 +272,102 @@ pub fn execute(
         events,
         enforced: sandbox_started.then_some(in_force),
     };
+    for e in end_events(&result, profile) {
+        sink.emit(&e);
+    }
     Ok(Execution {
         result,
         outcome,
         stats,
     })
+}
+
+/// `run.start`: the sandbox is about to start. The argv itself is not
+/// written (it may hold secrets); every line carries its hash.
+fn start_event(profile: &Profile, plan: &SandboxPlan, request: &RunRequest) -> AuditEvent {
+    let network = match plan.network {
+        NetworkMode::None => "none",
+        NetworkMode::Allow => "allow",
+        NetworkMode::Host => "host",
+    };
+    let mut e = AuditEvent::new(Level::Info, ReasonCode::RunStart, "sandbox starting")
+        .with(
+            "command",
+            request.argv.first().map(String::as_str).unwrap_or(""),
+        )
+        .with("network", network)
+        .with("reduced", plan.reduced.is_some());
+    if let Some(t) = profile.limits.timeout_secs {
+        e = e.with("timeout_secs", t);
+    }
+    e
+}
+
+/// How a run ended, in one word: `error` (corral or the sandbox set-up
+/// failed), `timeout`, `output_limit`, `oom`, `signal` or `exit`.
+pub fn outcome_word(result: &RunResult) -> &'static str {
+    let setup_failed = result
+        .error
+        .as_ref()
+        .is_some_and(|e| !e.code.starts_with("exec."));
+    if setup_failed {
+        "error"
+    } else if result.timed_out {
+        "timeout"
+    } else if result.output_limit_exceeded {
+        "output_limit"
+    } else if result.oom_killed {
+        "oom"
+    } else if result.signal.is_some() {
+        "signal"
+    } else {
+        "exit"
+    }
+}
+
+/// `run.timeout` and `run.oom` when they happened, then `run.exit`.
+fn end_events(result: &RunResult, profile: &Profile) -> Vec<AuditEvent> {
+    let mut out = Vec::new();
+    if result.timed_out {
+        let secs = profile.limits.timeout_secs.unwrap_or_default();
+        out.push(
+            AuditEvent::new(
+                Level::Warn,
+                ReasonCode::RunTimeout,
+                format!("timed out after {secs}s; the whole sandbox was killed"),
+            )
+            .with("timeout_secs", secs),
+        );
+    }
+    if result.oom_killed {
+        let mut e = AuditEvent::new(
+            Level::Warn,
+            ReasonCode::RunOom,
+            "out of memory: the kernel killed a process at the memory limit",
+        );
+        if let Some(m) = profile.limits.memory_bytes {
+            e = e.with("memory_bytes", m.bytes());
+        }
+        out.push(e);
+    }
+    let outcome = outcome_word(result);
+    let level = match outcome {
+        "exit" | "signal" => Level::Info,
+        "error" => Level::Error,
+        _ => Level::Warn,
+    };
+    let mut exit = AuditEvent::new(level, ReasonCode::RunExit, format!("run ended ({outcome})"))
+        .with("outcome", outcome)
+        .with("exit_code", result.exit_code)
+        .with("signal", result.signal)
+        .with("wall_ms", result.wall_ms)
+        .with("cpu_ms", result.cpu_ms)
+        .with("peak_memory_bytes", result.peak_memory_bytes);
+    if let Some(error) = &result.error {
+        exit = exit.with("error", error.code.as_str());
+    }
+    out.push(exit);
+    out
 }
 
 fn rlimit_name(kind: RlimitKind) -> &'static str {
