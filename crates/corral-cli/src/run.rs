@@ -50,6 +50,10 @@ pub struct RunArgs {
     /// CPU time limit in seconds.
     #[arg(long = "cpu-time", value_name = "SECS")]
     cpu_time: Option<u64>,
+    /// Largest file a process may write (e.g. 10MiB); past it the program
+    /// gets SIGXFSZ (or EFBIG).
+    #[arg(long = "file-size", value_name = "SIZE")]
+    file_size: Option<String>,
     /// Bytes of each output stream kept (head and tail); the sandbox is
     /// killed once a stream passes the profile's kill ceiling, which is
     /// raised to at least this.
@@ -189,6 +193,7 @@ pub fn refuse(
             timed_out: false,
             oom_killed: false,
             output_limit_exceeded: false,
+            limits_hit: Vec::new(),
             stdout: String::new(),
             stderr: String::new(),
             stdout_bytes: 0,
@@ -241,6 +246,9 @@ fn apply_limit_flags(args: &RunArgs, profile: &mut Profile) -> Result<(), String
     };
     if let Some(m) = &args.memory {
         l.memory_bytes = Some(size("--memory", RunLimit::Memory, m)?);
+    }
+    if let Some(f) = &args.file_size {
+        l.file_size_bytes = Some(size("--file-size", RunLimit::FileSize, f)?);
     }
     if let Some(o) = &args.output_limit {
         let o = size("--output-limit", RunLimit::Output, o)?;

@@ -102,6 +102,7 @@ fn a_normal_run_writes_stamped_start_and_exit_lines() {
     assert_eq!(f["outcome"], "exit", "{f}");
     assert_eq!(f["exit_code"], 3);
     assert_eq!(f["signal"], serde_json::Value::Null);
+    assert_eq!(f["limits_hit"], serde_json::json!([]));
     if is_root() {
         assert!(
             of_kind(&events, "limits.unenforced").is_empty(),
@@ -158,6 +159,10 @@ fn a_signal_and_a_timeout_are_events() {
     assert_eq!(timeout[0]["level"], "warn");
     let exit = of_kind(&events, "run.exit");
     assert_eq!(exit[0]["fields"]["outcome"], "timeout", "{events:?}");
+    assert_eq!(
+        exit[0]["fields"]["limits_hit"],
+        serde_json::json!(["timeout"])
+    );
 }
 
 #[test]
@@ -187,6 +192,10 @@ fn an_oom_kill_is_an_event() {
     assert_eq!(oom[0]["fields"]["memory_bytes"], 64 << 20);
     let exit = of_kind(&events, "run.exit");
     assert_eq!(exit[0]["fields"]["outcome"], "oom", "{events:?}");
+    assert_eq!(
+        exit[0]["fields"]["limits_hit"],
+        serde_json::json!(["memory"])
+    );
 }
 
 /// A loopback HTTP server (python's http.server) on a free port, killed on

@@ -257,6 +257,7 @@ pub fn execute(
         timed_out: outcome.timed_out,
         oom_killed: stats.oom_killed,
         output_limit_exceeded: outcome.output_killed,
+        limits_hit: limits_hit(&plan, &outcome, &stats),
         stdout: String::from_utf8_lossy(&outcome.stdout.data).into_owned(),
         stderr: String::from_utf8_lossy(&outcome.stderr.data).into_owned(),
         stdout_bytes: outcome.stdout.total,
@@ -362,12 +363,36 @@ fn end_events(result: &RunResult, profile: &Profile) -> Vec<AuditEvent> {
         .with("signal", result.signal)
         .with("wall_ms", result.wall_ms)
         .with("cpu_ms", result.cpu_ms)
-        .with("peak_memory_bytes", result.peak_memory_bytes);
+        .with("peak_memory_bytes", result.peak_memory_bytes)
+        .with("limits_hit", result.limits_hit.clone());
     if let Some(error) = &result.error {
         exit = exit.with("error", error.code.as_str());
     }
     out.push(exit);
     out
+}
+
+/// Which limits the run ran into (see [`RunResult::limits_hit`]).
+fn limits_hit(plan: &SandboxPlan, outcome: &Outcome, stats: &RunCgroupStats) -> Vec<&'static str> {
+    let rlimit_set = |kind: RlimitKind| plan.rlimits.iter().any(|r| r.kind == kind);
+    [
+        ("timeout", outcome.timed_out),
+        ("output", outcome.output_killed),
+        ("memory", stats.oom_killed),
+        ("pids", stats.pids_limit_hit),
+        (
+            "file_size",
+            outcome.signal == Some(libc::SIGXFSZ) && rlimit_set(RlimitKind::FileSize),
+        ),
+        (
+            "cpu_time",
+            outcome.signal == Some(libc::SIGXCPU) && rlimit_set(RlimitKind::CpuTime),
+        ),
+    ]
+    .into_iter()
+    .filter(|(_, hit)| *hit)
+    .map(|(name, _)| name)
+    .collect()
 }
 
 fn rlimit_name(kind: RlimitKind) -> &'static str {
