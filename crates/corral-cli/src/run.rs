@@ -73,8 +73,9 @@ pub struct RunArgs {
     #[arg(long = "allow-domain", value_name = "PATTERN[:PORT,...]")]
     allow_domain: Vec<String>,
     /// Allow a network (needed for private, loopback or link-local
-    /// addresses and for IP literals). Implies --net allow.
-    #[arg(long = "allow-cidr", value_name = "CIDR")]
+    /// addresses and for IP literals), on every port or only on the listed
+    /// ones (`127.0.0.1/32:8765,8766`). Implies --net allow.
+    #[arg(long = "allow-cidr", value_name = "CIDR[:PORT,...]")]
     allow_cidr: Vec<String>,
     /// A static host entry for the proxy, NAME=IP.
     #[arg(long = "add-host", value_name = "NAME=IP")]

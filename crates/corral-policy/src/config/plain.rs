@@ -30,7 +30,8 @@ fn walk_table(table: &DeTable<'_>, at: usize, path: &mut String) -> bool {
             path.push('.');
         }
         path.push_str(key.get_ref());
-        if walk_value(value, at, path) {
+        // An unknown field's error points at its key.
+        if contains(&key.span(), at) || walk_value(value, at, path) {
             return true;
         }
         path.truncate(before);
@@ -74,7 +75,10 @@ pub(super) fn plain_message(message: &str) -> String {
 
 fn expected_words(t: &str) -> String {
     let words = match t {
-        "u8" | "u16" | "u32" | "u64" | "u128" | "usize" => "a whole number (0 or more)",
+        "u8" => "a whole number from 0 to 255",
+        "u16" => "a whole number from 0 to 65535",
+        "u32" => "a whole number from 0 to 4294967295",
+        "u64" | "u128" | "usize" => "a whole number (0 or more)",
         "i8" | "i16" | "i32" | "i64" | "i128" | "isize" => "a whole number",
         "f32" | "f64" => "a number",
         "a boolean" => "true or false",
@@ -132,5 +136,15 @@ mod tests {
             "expected a string in quotes, found true"
         );
         assert_eq!(plain_message("unknown field `x`"), "unknown field `x`");
+        assert_eq!(
+            plain_message("invalid value: integer `70000`, expected u16"),
+            "expected a whole number from 0 to 65535, found the number 70000"
+        );
+        let text = "[profile.x.filesystem]\nread_olny = []\n";
+        let at = text.find("read_olny").unwrap_or(0);
+        assert_eq!(
+            key_at(text, at).as_deref(),
+            Some("profile.x.filesystem.read_olny")
+        );
     }
 }
