@@ -166,6 +166,22 @@ fn a_signal_and_a_timeout_are_events() {
 }
 
 #[test]
+fn a_refused_run_ends_with_run_exit() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("events.jsonl");
+    let out = run(&["--events", file.to_str().unwrap()], &["perl", "-e", "1"]);
+    assert_eq!(out.status.code(), Some(125));
+    let events = lines(&file);
+    let codes: Vec<&str> = events.iter().map(|e| e["code"].as_str().unwrap()).collect();
+    assert_eq!(codes, ["command.not_allowed", "run.exit"], "{events:?}");
+    let f = &events[1]["fields"];
+    assert_eq!(f["outcome"], "refused", "{f}");
+    assert_eq!(f["error"], "command.not_allowed");
+    assert_eq!(f["exit_code"], 125);
+    assert_eq!(events[0]["run_id"], events[1]["run_id"]);
+}
+
+#[test]
 fn an_oom_kill_is_an_event() {
     if !is_root() {
         eprintln!("SKIP: the memory limit needs a cgroup (root on this host)");

@@ -186,7 +186,8 @@ impl EventWriter {
         if line.len() >= MAX_EVENT_LINE {
             let mut short = AuditEvent::new(event.level, event.code, String::new());
             short.event = event.event;
-            short.message = cut(&event.message, MAX_EVENT_LINE / 2);
+            // An escaped character takes at most 6 bytes (`\u0001`).
+            short.message = cut(&event.message, MAX_EVENT_LINE / 8);
             line = Line {
                 ts: &ts,
                 stamp: &self.stamp,
@@ -283,7 +284,7 @@ mod tests {
         assert_eq!(v["event"], "run");
         assert_eq!(v["code"], "run.start");
         assert!(v["ts"].as_str().unwrap().ends_with('Z'));
-        let huge = AuditEvent::new(Level::Warn, ReasonCode::EnvBlocked, "x".repeat(100_000))
+        let huge = AuditEvent::new(Level::Warn, ReasonCode::EnvBlocked, "\u{1}".repeat(100_000))
             .with("name", "y".repeat(100_000));
         let line = w.line(&huge, SystemTime::now());
         assert!(line.len() <= MAX_EVENT_LINE, "{}", line.len());

@@ -95,8 +95,40 @@ fn refusal(exit_code: i32, code: &str, message: String, events: Vec<AuditEvent>)
 /// program starts, `limits.unenforced`, `run.start`, each network decision
 /// of the proxy while the program runs, then `run.timeout`, `run.oom` and
 /// `run.exit`. The result's `events` holds the security events (not the
-/// `run.*` ones, whose facts are the result's own fields).
+/// `run.*` ones, whose facts are the result's own fields). A run refused
+/// or failing to start also ends with `run.exit` (outcome `refused`, or
+/// `error` when the sandbox could not be launched).
 pub fn execute(
+    profile: &Profile,
+    commands: &CommandTable,
+    request: &RunRequest,
+    lookup_env: &dyn Fn(&str) -> Option<String>,
+    opts: ExecuteOptions,
+    sink: &Arc<dyn EventSink>,
+) -> Result<Execution, Refusal> {
+    let run = execute_run(profile, commands, request, lookup_env, opts, sink);
+    if let Err(r) = &run {
+        let (level, outcome) = if r.code == "sandbox.launch" {
+            (Level::Error, "error")
+        } else {
+            (Level::Warn, "refused")
+        };
+        sink.emit(
+            &AuditEvent::new(
+                level,
+                ReasonCode::RunExit,
+                format!("run {outcome}: {}", r.message),
+            )
+            .with("outcome", outcome)
+            .with("error", r.code.as_str())
+            .with("exit_code", r.exit_code),
+        );
+    }
+    run
+}
+
+/// [`execute`] but for the `run.exit` of a refusal.
+fn execute_run(
     profile: &Profile,
     commands: &CommandTable,
     request: &RunRequest,
@@ -218,16 +250,6 @@ pub fn execute(
         started,
     );
     let outcome = launched.map_err(|e| {
-        sink.emit(
-            &AuditEvent::new(
-                Level::Error,
-                ReasonCode::RunExit,
-                format!("the sandbox did not start: {e}"),
-            )
-            .with("outcome", "error")
-            .with("error", "sandbox.launch")
-            .with("exit_code", EXIT_CORRAL_ERROR),
-        );
         refusal(
             EXIT_CORRAL_ERROR,
             "sandbox.launch",
@@ -306,7 +328,7 @@ fn start_event(profile: &Profile, plan: &SandboxPlan, request: &RunRequest) -> A
 
 /// How a run ended, in one word: `error` (corral or the sandbox set-up
 /// failed), `timeout`, `output_limit`, `oom`, `signal` or `exit`.
-pub fn outcome_word(result: &RunResult) -> &'static str {
+fn outcome_word(result: &RunResult) -> &'static str {
     let setup_failed = result
         .error
         .as_ref()
