@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 if [ "$(id -u)" -ne 0 ]; then
-    echo "scripts/test.sh: run as root (sudo ./scripts/test.sh): the suite runs once as root and once as an unprivileged user it creates" >&2
+    echo "scripts/test.sh: run as root (as root: ./scripts/test.sh; otherwise: sudo ./scripts/test.sh): the suite runs once as root and once as an unprivileged user it creates" >&2
     exit 2
 fi
 export PATH="$HOME/.cargo/bin:/usr/local/cargo/bin:$PATH"

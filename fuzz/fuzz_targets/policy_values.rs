@@ -35,10 +35,13 @@ fuzz_target!(|data: &[u8]| {
         let shown = cidr.to_string();
         assert_eq!(
             Cidr::parse(&shown),
-            Ok(cidr),
+            Ok(cidr.clone()),
             "cidr {shown} does not round-trip"
         );
         assert!(cidr.contains(cidr.addr));
+        for &port in &cidr.ports {
+            assert!(cidr.allows(cidr.addr, port));
+        }
     }
     if let Ok(rule) = DomainRule::parse(text) {
         let shown = rule.to_string();

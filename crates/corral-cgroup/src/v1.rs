@@ -367,6 +367,9 @@ mod tests {
                 pids_limit_hit: false,
             }
         );
+        // A fork refused at pids.max, as v1's pids.events counts it.
+        std::fs::write(g("pids").join("pids.events"), "max 3\n").unwrap();
+        assert!(cg.stats().pids_limit_hit);
         cg.remove().unwrap();
         for p in &expected {
             assert!(!p.exists(), "{}", p.display());

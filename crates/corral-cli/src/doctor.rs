@@ -5,11 +5,24 @@ use corral_launcher::{
     RunRequest,
 };
 
+/// One check; `--json` prints them as they are.
+#[derive(serde::Serialize)]
 struct Finding {
     ok: bool,
     feature: &'static str,
     detail: String,
+    /// What a miss means and what to do.
     meaning: &'static str,
+}
+
+/// `corral doctor --json`: its own object, never a run result.
+#[derive(serde::Serialize)]
+struct Report<'a> {
+    kernel: &'a str,
+    uid: u32,
+    /// Whether a full sandbox starts here (the exit status is 0 then).
+    ok: bool,
+    findings: &'a [Finding],
 }
 
 fn read(path: &str) -> Option<String> {
@@ -18,19 +31,22 @@ fn read(path: &str) -> Option<String> {
         .map(|s| s.trim().to_string())
 }
 
-/// Runs every check; returns 0 when the full sandbox works here.
-pub fn doctor() -> i32 {
+/// Runs every check; returns 0 when the full sandbox works here. With
+/// `json`, prints one object (kernel, uid, ok, findings) instead of text.
+pub fn doctor(json: bool) -> i32 {
     let mut findings = Vec::new();
     let kernel = read("/proc/sys/kernel/osrelease").unwrap_or_else(|| "unknown".into());
     let (_, euid) = corral_sys::process::uids();
-    println!(
-        "kernel {kernel}; running as uid {euid}{}",
-        if euid == 0 {
-            " (root: sandboxes run as uid 65534)"
-        } else {
-            ""
-        }
-    );
+    if !json {
+        println!(
+            "kernel {kernel}; running as uid {euid}{}",
+            if euid == 0 {
+                " (root: sandboxes run as uid 65534)"
+            } else {
+                ""
+            }
+        );
+    }
 
     // User namespaces: the sysctls that commonly block them, then a real
     // sandbox start, which is the only conclusive test.
@@ -118,9 +134,22 @@ pub fn doctor() -> i32 {
         detail,
         meaning: "`corral run` with the default profile is refused here (fail closed): run as root, delegate a cgroup to this user, or pass --allow-unenforced-limits",
     });
-    let mut all_ok = true;
-    for f in &findings {
-        all_ok &= f.ok || !matches!(f.feature, "full sandbox start");
+    let all_ok = findings
+        .iter()
+        .all(|f| f.ok || !matches!(f.feature, "full sandbox start"));
+    if json {
+        let report = Report {
+            kernel: &kernel,
+            uid: euid,
+            ok: all_ok,
+            findings: &findings,
+        };
+        match serde_json::to_string(&report) {
+            Ok(s) => println!("{s}"),
+            Err(e) => crate::say(&format!("cannot encode the report: {e}")),
+        }
+    }
+    for f in findings.iter().filter(|_| !json) {
         println!(
             "{} {:<46} {}",
             if f.ok { "ok  " } else { "MISS" },

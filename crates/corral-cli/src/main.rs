@@ -28,6 +28,9 @@ enum Cmd {
     Check {
         /// The config file.
         file: PathBuf,
+        /// Print one JSON object (`ok`, `profiles` or `error`).
+        #[arg(long)]
+        json: bool,
     },
     /// Print the effective sandbox of a profile: mounts, env, commands,
     /// limits, layers.
@@ -42,7 +45,11 @@ enum Cmd {
         json: bool,
     },
     /// Report what this host supports, and what each missing piece means.
-    Doctor,
+    Doctor {
+        /// Print one JSON object (`kernel`, `uid`, `ok`, `findings`).
+        #[arg(long)]
+        json: bool,
+    },
     /// Run the HTTP execution service (with MCP at /mcp).
     Serve {
         /// Config file with profiles and a [server] section.
@@ -102,13 +109,13 @@ fn main() {
     }
     let code = match cli.command {
         Cmd::Run(args) => run::run(*args),
-        Cmd::Check { file } => check(&file),
+        Cmd::Check { file, json } => check(&file, json),
         Cmd::Explain {
             profile,
             config,
             json,
         } => explain::explain(profile.as_deref(), config.as_deref(), json),
-        Cmd::Doctor => doctor::doctor(),
+        Cmd::Doctor { json } => doctor::doctor(json),
         Cmd::Serve {
             config,
             listen,
@@ -157,6 +164,20 @@ fn usage_error(e: clap::Error) -> i32 {
         .split_whitespace()
         .collect::<Vec<_>>()
         .join(" ");
+    // Only `run` answers with a run result; the other commands have
+    // objects of their own, so a usage error there is a bare error object.
+    let is_run = std::env::args_os().nth(1).is_some_and(|a| a == "run");
+    if json && !is_run {
+        say(&first);
+        println!(
+            "{}",
+            serde_json::json!({
+                "ok": false,
+                "error": {"code": "request.invalid", "message": first},
+            })
+        );
+        return corral_launcher::EXIT_CORRAL_ERROR;
+    }
     if json {
         return run::refuse(
             true,
@@ -253,20 +274,46 @@ fn mcp(config: Option<&std::path::Path>, code_mode: bool, log_level: Option<&str
     run_async(corral_server::serve_stdio(config))
 }
 
-fn check(file: &std::path::Path) -> i32 {
+/// `corral check FILE [--json]`. The JSON object is
+/// `{"file", "ok": true, "profiles": [...]}` or
+/// `{"file", "ok": false, "error": {"code": "config.invalid", "message",
+/// "line", "key"}}`, never a run result.
+fn check(file: &std::path::Path, json: bool) -> i32 {
     match Config::load(file) {
         Ok(config) => {
             let names: Vec<&str> = config.profiles.keys().map(String::as_str).collect();
-            println!(
-                "{}: ok ({} profiles: {})",
-                file.display(),
-                names.len(),
-                names.join(", ")
-            );
+            if json {
+                println!(
+                    "{}",
+                    serde_json::json!({"file": file, "ok": true, "profiles": names})
+                );
+            } else {
+                println!(
+                    "{}: ok ({} profiles: {})",
+                    file.display(),
+                    names.len(),
+                    names.join(", ")
+                );
+            }
             0
         }
         Err(e) => {
             crate::say(&e.to_string());
+            if json {
+                println!(
+                    "{}",
+                    serde_json::json!({
+                        "file": file,
+                        "ok": false,
+                        "error": {
+                            "code": "config.invalid",
+                            "message": e.to_string(),
+                            "line": e.line,
+                            "key": (!e.key.is_empty()).then_some(&e.key),
+                        },
+                    })
+                );
+            }
             corral_launcher::EXIT_CORRAL_ERROR
         }
     }

@@ -1,11 +1,11 @@
 //! `corral run`.
 
-use std::fs::OpenOptions;
 use std::io::Write;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use clap::Args;
-use corral_launcher::{execute, ExecuteOptions};
+use corral_launcher::{execute, new_run_id, EventSink, EventWriter, ExecuteOptions, RunStamp};
 use corral_launcher::{
     sandbox_identity, CommandTable, ErrorInfo, HelperStart, Outcome, OutputMode, RunRequest,
     RunResult, SandboxIdentity, EXIT_CORRAL_ERROR,
@@ -51,6 +51,10 @@ pub struct RunArgs {
     /// CPU time limit in seconds.
     #[arg(long = "cpu-time", value_name = "SECS")]
     cpu_time: Option<u64>,
+    /// Largest file a process may write (e.g. 10MiB); past it the program
+    /// gets SIGXFSZ (or EFBIG).
+    #[arg(long = "file-size", value_name = "SIZE")]
+    file_size: Option<String>,
     /// Bytes of each output stream kept (head and tail) with --json; the
     /// sandbox is killed once a stream passes the profile's kill ceiling,
     /// which is raised to at least this. Streaming output keeps nothing:
@@ -71,8 +75,9 @@ pub struct RunArgs {
     #[arg(long = "allow-domain", value_name = "PATTERN[:PORT,...]")]
     allow_domain: Vec<String>,
     /// Allow a network (needed for private, loopback or link-local
-    /// addresses and for IP literals). Implies --net allow.
-    #[arg(long = "allow-cidr", value_name = "CIDR")]
+    /// addresses and for IP literals), on every port or only on the listed
+    /// ones (`127.0.0.1/32:8765,8766`). Implies --net allow.
+    #[arg(long = "allow-cidr", value_name = "CIDR[:PORT,...]")]
     allow_cidr: Vec<String>,
     /// A static host entry for the proxy, NAME=IP.
     #[arg(long = "add-host", value_name = "NAME=IP")]
@@ -98,7 +103,9 @@ pub struct RunArgs {
     /// Print one JSON result object instead of streaming output.
     #[arg(long)]
     json: bool,
-    /// Append security events (JSON lines) to this file instead of stderr.
+    /// Append events (JSON lines: run start and exit, timeouts, OOM kills,
+    /// security and network decisions as they happen) to this file instead
+    /// of writing the security events to stderr.
     #[arg(long, value_name = "FILE")]
     events: Option<PathBuf>,
     /// The command and its arguments.
@@ -149,35 +156,27 @@ impl Drop for ScratchDir {
     }
 }
 
-/// Where security events go.
-struct EventSink(Option<PathBuf>);
-
-impl EventSink {
-    fn emit(&self, events: &[AuditEvent]) {
-        if events.is_empty() {
-            return;
-        }
-        let mut text = String::new();
-        for e in events {
-            text.push_str(&e.to_json_line());
-            text.push('\n');
-        }
-        match &self.0 {
-            Some(path) => {
-                let written = OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(path)
-                    .and_then(|mut f| f.write_all(text.as_bytes()));
-                if let Err(e) = written {
-                    eprintln!("corral: cannot write events to {}: {e}", path.display());
-                    let _ = std::io::stderr().write_all(text.as_bytes());
-                }
+/// Where events go: the `--events` file (every kind, one stamped line each,
+/// written as it happens), else stderr (security events only).
+fn event_writer(args: &RunArgs) -> Arc<dyn EventSink> {
+    // Without a random source the run still gets an id, marked as such.
+    let run_id = new_run_id().unwrap_or_else(|e| {
+        eprintln!("corral: no random run id ({e}); using the process id");
+        format!("pid-{}", std::process::id())
+    });
+    let stamp = RunStamp::new(run_id, &args.profile, &args.command);
+    match &args.events {
+        Some(path) => match EventWriter::append_to(path, stamp.clone()) {
+            Ok(w) => w.shared(),
+            Err(e) => {
+                eprintln!(
+                    "corral: cannot open the events file {}: {e}; writing security events to stderr",
+                    path.display()
+                );
+                EventWriter::stderr(stamp).shared()
             }
-            None => {
-                let _ = std::io::stderr().write_all(text.as_bytes());
-            }
-        }
+        },
+        None => EventWriter::stderr(stamp).shared(),
     }
 }
 
@@ -208,6 +207,7 @@ pub fn refuse(
             timed_out: false,
             oom_killed: false,
             output_limit_exceeded: false,
+            limits_hit: Vec::new(),
             stdout: String::new(),
             stderr: String::new(),
             stdout_bytes: 0,
@@ -275,6 +275,9 @@ fn apply_limit_flags(args: &RunArgs, profile: &mut Profile) -> Result<(), String
     };
     if let Some(m) = &args.memory {
         l.memory_bytes = Some(size("--memory", RunLimit::Memory, m)?);
+    }
+    if let Some(f) = &args.file_size {
+        l.file_size_bytes = Some(size("--file-size", RunLimit::FileSize, f)?);
     }
     if let Some(o) = &args.output_limit {
         let o = size("--output-limit", RunLimit::Output, o)?;
@@ -365,7 +368,7 @@ fn request(args: &RunArgs) -> Result<RunRequest, (String, String)> {
 /// Runs `corral run`; returns the exit status.
 pub fn run(args: RunArgs) -> i32 {
     let json = args.json;
-    let sink = EventSink(args.events.clone());
+    let sink = event_writer(&args);
     let config = match crate::load_config(args.config.as_deref()) {
         Ok(c) => c,
         Err(e) => {
@@ -453,14 +456,7 @@ pub fn run(args: RunArgs) -> i32 {
         tap: None,
         prestarted: None,
     };
-    let run = execute(
-        &profile,
-        &commands,
-        &request,
-        &lookup,
-        opts,
-        &mut |events| sink.emit(events),
-    );
+    let run = execute(&profile, &commands, &request, &lookup, opts, &sink);
     match run {
         Err(r) => refuse(json, r.exit_code, &r.code, r.message, r.events),
         Ok(done) => {

@@ -245,3 +245,71 @@ fn runs_node_and_bash_too() {
         text(&out.stderr)
     );
 }
+
+#[test]
+fn check_names_the_dotted_key_and_the_type_in_plain_words() {
+    let (_d, cfg) =
+        config("[profile.x]\nextends = \"code\"\n[profile.x.limits]\npids = \"many\"\n");
+    let out = corral().arg("check").arg(&cfg).output().unwrap();
+    assert_eq!(out.status.code(), Some(125));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("line 4: profile.x.limits.pids: expected a whole number (0 or more), found the string \"many\""),
+        "{err}"
+    );
+    assert!(!err.contains("u64"), "{err}");
+    let out = corral()
+        .args(["check", "--json"])
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(125));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["ok"], false, "{v}");
+    assert_eq!(v["error"]["code"], "config.invalid");
+    assert_eq!(v["error"]["key"], "profile.x.limits.pids");
+    assert_eq!(v["error"]["line"], 4);
+    assert!(v.get("exit_code").is_none(), "not a run result: {v}");
+}
+
+#[test]
+fn check_and_doctor_json_print_their_own_objects() {
+    let (_d, cfg) = config("[profile.x]\nextends = \"code\"\n");
+    let out = corral()
+        .args(["check", "--json"])
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["ok"], true, "{v}");
+    assert!(
+        v["profiles"].as_array().unwrap().contains(&"x".into()),
+        "{v}"
+    );
+    assert!(v.get("exit_code").is_none(), "{v}");
+
+    let out = corral().args(["doctor", "--json"]).output().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(v.get("exit_code").is_none(), "{v}");
+    let findings = v["findings"].as_array().unwrap();
+    assert!(
+        findings
+            .iter()
+            .any(|f| f["feature"] == "full sandbox start" && f["ok"].is_boolean()),
+        "{v}"
+    );
+    assert_eq!(v["ok"].as_bool(), Some(out.status.success()), "{v}");
+
+    // A usage error of check or doctor with --json is an error object.
+    for args in [
+        &["check", "--json", "--bogus"][..],
+        &["doctor", "--json", "--bogus"],
+    ] {
+        let out = corral().args(args).output().unwrap();
+        assert_eq!(out.status.code(), Some(125));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["error"]["code"], "request.invalid", "{v}");
+        assert!(v.get("exit_code").is_none(), "{v}");
+    }
+}

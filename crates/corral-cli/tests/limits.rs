@@ -572,3 +572,52 @@ fn the_output_kill_ceiling_can_be_switched_off() {
         .unwrap();
     assert!(text(&out.stdout).contains("output kill:       none"));
 }
+
+#[test]
+fn the_result_names_the_pids_limit_a_fork_loop_ran_into() {
+    if !is_root() {
+        eprintln!("SKIP: the pids limit needs a cgroup (root on this host)");
+        return;
+    }
+    // Bounded: at most 200 forks, children sleep 5 s; a limit of 32 holds
+    // it, and the outer timeout is 30 s.
+    let forks = "import os, time\n\
+        n = 0\n\
+        try:\n\
+        \x20   for _ in range(200):\n\
+        \x20       if os.fork() == 0:\n\
+        \x20           time.sleep(5)\n\
+        \x20           os._exit(0)\n\
+        \x20       n += 1\n\
+        except OSError as e:\n\
+        \x20   print('stopped', n, e.errno)\n";
+    let (v, _) = run_json(
+        &["--pids", "32", "--timeout", "30"],
+        &["python3", "-c", forks],
+    );
+    assert!(v["stdout"].as_str().unwrap().starts_with("stopped "), "{v}");
+    assert_eq!(v["limits_hit"], serde_json::json!(["pids"]), "{v}");
+    // The same program under a limit it stays inside hits nothing.
+    let few = forks.replace("range(200)", "range(3)");
+    let (v, _) = run_json(
+        &["--pids", "32", "--timeout", "30"],
+        &["python3", "-c", &few],
+    );
+    assert_eq!(v["limits_hit"], serde_json::json!([]), "{v}");
+}
+
+#[test]
+fn the_result_names_the_file_size_limit() {
+    let (v, _) = run_json(
+        &["--file-size", "1MiB"],
+        &["sh", "-c", "exec head -c 2000000 /dev/zero > /tmp/f"],
+    );
+    assert_eq!(v["signal"], 25, "SIGXFSZ: {v}");
+    assert_eq!(v["limits_hit"], serde_json::json!(["file_size"]), "{v}");
+    let (v, _) = run_json(
+        &["--file-size", "4MiB"],
+        &["sh", "-c", "head -c 2000000 /dev/zero > /tmp/f"],
+    );
+    assert_eq!(v["exit_code"], 0, "{v}");
+    assert_eq!(v["limits_hit"], serde_json::json!([]), "{v}");
+}

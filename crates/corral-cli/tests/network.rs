@@ -393,3 +393,40 @@ fn private_link_local_and_ula_addresses_need_an_explicit_cidr() {
         );
     }
 }
+
+#[test]
+fn a_cidr_port_list_admits_one_loopback_port_and_refuses_another() {
+    let (a, b) = (hello_server(), hello_server());
+    let flags = vec![
+        "--allow-domain".to_string(),
+        format!("svc.test:{},{}", a.port, b.port),
+        "--add-host".into(),
+        "svc.test=127.0.0.1".into(),
+        "--allow-cidr".into(),
+        format!("127.0.0.1/32:{}", a.port),
+    ];
+    // By name (the recipe in policy.md), and as an IP literal through the
+    // proxy (curl's NO_PROXY would otherwise skip it for 127.0.0.1).
+    let script = format!(
+        "for u in http://svc.test:{a}/hello.txt http://svc.test:{b}/hello.txt; do \
+           curl -sS -o /dev/null -w '%{{http_code}}\\n' $u; done; \
+         for p in {a} {b}; do \
+           curl -sS --noproxy '' -x \"$HTTP_PROXY\" -o /dev/null -w '%{{http_code}}\\n' http://127.0.0.1:$p/hello.txt; done",
+        a = a.port,
+        b = b.port
+    );
+    let (v, _) = run_net(&flags, &["sh", "-c", &script]);
+    assert_eq!(v["stdout"], "200\n403\n200\n403\n", "{v}");
+    let events = v["events"].as_array().unwrap();
+    let port_of = |code: &str, reason: &str| -> Vec<u64> {
+        events
+            .iter()
+            .filter(|e| e["code"] == code && e["fields"]["reason"] == reason)
+            .map(|e| e["fields"]["port"].as_u64().unwrap())
+            .collect()
+    };
+    let (pa, pb) = (u64::from(a.port), u64::from(b.port));
+    assert_eq!(port_of("net.allowed", "net.allowed"), [pa, pa], "{v}");
+    assert_eq!(port_of("net.denied", "net.denied.address"), [pb], "{v}");
+    assert_eq!(port_of("net.denied", "net.denied.port"), [pb], "{v}");
+}

@@ -18,6 +18,8 @@ pub struct RunCgroupStats {
     pub cpu_ms: Option<u64>,
     /// Peak memory of the whole group.
     pub peak_memory_bytes: Option<u64>,
+    /// Whether a fork failed at the pids limit (`pids.events`, v1 and v2).
+    pub pids_limit_hit: bool,
 }
 
 /// The cgroup one run gets, or the record that it has none (no cgroup
@@ -140,6 +142,7 @@ impl RunCgroup {
             oom_killed: stats.oom_killed,
             cpu_ms: stats.cpu_usage_ns.map(|ns| ns / 1_000_000),
             peak_memory_bytes: stats.peak_memory_bytes,
+            pids_limit_hit: stats.pids_limit_hit,
         }
     }
 }

@@ -1,24 +1,36 @@
 //! The egress proxy as the launcher uses it: `corral-proxy` serving the
 //! listeners the sandbox handed over, its connection records turned into
-//! audit events.
+//! audit events as they happen.
+
+use std::sync::Arc;
 
 use corral_policy::{AuditEvent, Level, NetworkPolicy, ReasonCode};
-use corral_proxy::{ConnectionEvent, ProxyConfig, ProxyHandle};
+use corral_proxy::{ConnectionEvent, EventHook, ProxyConfig, ProxyHandle};
 
+use crate::events::EventSink;
 use crate::launch::EgressProxy;
 
 /// corral's proxy for one sandbox, started when its listeners arrive.
 pub struct ProxyService {
     config: Option<ProxyConfig>,
     handle: Option<ProxyHandle>,
+    sink: Arc<dyn EventSink>,
 }
 
 impl ProxyService {
-    /// A proxy that will enforce `policy`.
-    pub fn new(policy: NetworkPolicy) -> ProxyService {
+    /// A proxy that will enforce `policy`, handing each connection's audit
+    /// event to `sink` from the proxy's thread when the connection ends or
+    /// is refused.
+    pub fn new(policy: NetworkPolicy, sink: Arc<dyn EventSink>) -> ProxyService {
+        let hook_sink = Arc::clone(&sink);
+        let mut config = ProxyConfig::new(policy);
+        config.on_event = Some(EventHook(Arc::new(move |e: &ConnectionEvent| {
+            hook_sink.emit(&audit_event(e));
+        })));
         ProxyService {
-            config: Some(ProxyConfig::new(policy)),
+            config: Some(config),
             handle: None,
+            sink,
         }
     }
 }
@@ -47,18 +59,20 @@ impl EgressProxy for ProxyService {
         let report = handle.stop_report();
         let mut events: Vec<AuditEvent> = report.events.iter().map(audit_event).collect();
         if report.events_dropped > 0 {
-            events.push(
-                AuditEvent::new(
-                    Level::Warn,
-                    ReasonCode::NetError,
-                    format!(
-                        "{} more connection records were not kept",
-                        report.events_dropped
-                    ),
-                )
-                .with("reason", "net.events_dropped")
-                .with("dropped", report.events_dropped),
-            );
+            // They went to the sink as they happened; only the result
+            // leaves them out.
+            let dropped = AuditEvent::new(
+                Level::Warn,
+                ReasonCode::NetError,
+                format!(
+                    "{} more connection records were written to the event stream but not kept in the result",
+                    report.events_dropped
+                ),
+            )
+            .with("reason", "net.events_dropped")
+            .with("dropped", report.events_dropped);
+            self.sink.emit(&dropped);
+            events.push(dropped);
         }
         events
     }

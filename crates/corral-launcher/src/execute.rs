@@ -12,6 +12,7 @@ use corral_helper::{FailureKind, RlimitKind, SandboxIdentity, SandboxPlan, EXIT_
 
 use crate::contain::{LimitsUnenforceable, RunCgroup, RunCgroupStats};
 use crate::egress::ProxyService;
+use crate::events::EventSink;
 use crate::launch::{
     launch, EgressProxy, HelperStart, LaunchOptions, Outcome, OutputMode, StartedHelper,
 };
@@ -90,23 +91,59 @@ fn refusal(exit_code: i32, code: &str, message: String, events: Vec<AuditEvent>)
     }
 }
 
-/// Runs `request` under `profile`. `on_events` sees security events as they
-/// arise (before the program starts, and the proxy's after it ends), so a
-/// streaming front end can print them in order.
+/// Runs `request` under `profile`. `sink` gets every event as it
+/// arises, from whichever thread decides it: security decisions before the
+/// program starts, `limits.unenforced`, `run.start`, each network decision
+/// of the proxy while the program runs, then `run.timeout`, `run.oom` and
+/// `run.exit`. The result's `events` holds the security events (not the
+/// `run.*` ones, whose facts are the result's own fields). A run refused
+/// or failing to start also ends with `run.exit` (outcome `refused`, or
+/// `error` when the sandbox could not be launched).
 pub fn execute(
     profile: &Profile,
     commands: &CommandTable,
     request: &RunRequest,
     lookup_env: &dyn Fn(&str) -> Option<String>,
     opts: ExecuteOptions,
-    on_events: &mut dyn FnMut(&[AuditEvent]),
+    sink: &Arc<dyn EventSink>,
 ) -> Result<Execution, Refusal> {
+    let run = execute_run(profile, commands, request, lookup_env, opts, sink);
+    if let Err(r) = &run {
+        let (level, outcome) = if r.code == "sandbox.launch" {
+            (Level::Error, "error")
+        } else {
+            (Level::Warn, "refused")
+        };
+        sink.emit(
+            &AuditEvent::new(
+                level,
+                ReasonCode::RunExit,
+                format!("run {outcome}: {}", r.message),
+            )
+            .with("outcome", outcome)
+            .with("error", r.code.as_str())
+            .with("exit_code", r.exit_code),
+        );
+    }
+    run
+}
+
+/// [`execute`] but for the `run.exit` of a refusal.
+fn execute_run(
+    profile: &Profile,
+    commands: &CommandTable,
+    request: &RunRequest,
+    lookup_env: &dyn Fn(&str) -> Option<String>,
+    opts: ExecuteOptions,
+    sink: &Arc<dyn EventSink>,
+) -> Result<Execution, Refusal> {
+    let emit_all = |events: &[AuditEvent]| events.iter().for_each(|e| sink.emit(e));
     let identity = sandbox_identity(profile);
     let (plan, mut events) = match build_plan(profile, commands, request, identity, lookup_env) {
         Ok(p) => p,
         Err(e) => {
             let events: Vec<AuditEvent> = e.event().cloned().into_iter().collect();
-            on_events(&events);
+            emit_all(&events);
             return Err(refusal(e.exit_code(), e.code(), e.to_string(), events));
         }
     };
@@ -130,7 +167,7 @@ pub fn execute(
     let protection = match Protection::prepare(&plan.mounts) {
         Ok(p) => p,
         Err(e) => {
-            on_events(&events);
+            emit_all(&events);
             return Err(refusal(
                 EXIT_CORRAL_ERROR,
                 ProtectError::CODE,
@@ -142,7 +179,7 @@ pub fn execute(
     if let Some(event) = protection_event(&plan, &protection) {
         events.push(event);
     }
-    on_events(&events);
+    emit_all(&events);
     // A re-executed helper may be waiting already, maybe in its group.
     let taken = match opts.helper {
         HelperStart::ReExec => {
@@ -204,7 +241,21 @@ pub fn execute(
         stdin: opts.stdin,
         tap: opts.tap,
     };
-    let mut proxy = ProxyService::new(profile.network.clone());
+    if !containment.not_enforced().is_empty() {
+        let unenforced = AuditEvent::new(
+            Level::Warn,
+            ReasonCode::LimitsUnenforced,
+            format!(
+                "running WITHOUT the {} limit (allow_unenforced): this host cannot enforce it for this user",
+                containment.not_enforced().join(" and ")
+            ),
+        )
+        .with("limits", containment.not_enforced().to_vec());
+        sink.emit(&unenforced);
+        events.push(unenforced);
+    }
+    sink.emit(&start_event(profile, &plan, request));
+    let mut proxy = ProxyService::new(profile.network.clone(), Arc::clone(sink));
     let egress: Option<&mut dyn EgressProxy> =
         (plan.network == NetworkMode::Allow).then_some(&mut proxy as _);
     let launched = launch(
@@ -222,7 +273,7 @@ pub fn execute(
             events.clone(),
         )
     })?;
-    on_events(&outcome.network_events);
+    // The proxy's events went to the sink as they happened.
     let in_force = enforced(&plan, identity, &containment, &outcome);
     let stats = containment.finish();
     // Every process of the sandbox is gone: its placeholders can go.
@@ -246,6 +297,7 @@ pub fn execute(
         timed_out: outcome.timed_out,
         oom_killed: stats.oom_killed,
         output_limit_exceeded: outcome.output_killed,
+        limits_hit: limits_hit(&plan, &outcome, &stats),
         stdout: String::from_utf8_lossy(&outcome.stdout.data).into_owned(),
         stderr: String::from_utf8_lossy(&outcome.stderr.data).into_owned(),
         stdout_bytes: outcome.stdout.total,
@@ -261,6 +313,9 @@ pub fn execute(
         events,
         enforced: sandbox_started.then_some(in_force),
     };
+    for e in end_events(&result, profile) {
+        sink.emit(&e);
+    }
     Ok(Execution {
         result,
         outcome,
@@ -299,6 +354,118 @@ fn protection_event(plan: &SandboxPlan, protection: &Protection) -> Option<Audit
         .with("entries", entries)
         .with("placeholders", protection.placeholders()),
     )
+}
+
+/// `run.start`: the sandbox is about to start. The argv itself is not
+/// written (it may hold secrets); every line carries its hash.
+fn start_event(profile: &Profile, plan: &SandboxPlan, request: &RunRequest) -> AuditEvent {
+    let network = match plan.network {
+        NetworkMode::None => "none",
+        NetworkMode::Allow => "allow",
+        NetworkMode::Host => "host",
+    };
+    let mut e = AuditEvent::new(Level::Info, ReasonCode::RunStart, "sandbox starting")
+        .with(
+            "command",
+            request.argv.first().map(String::as_str).unwrap_or(""),
+        )
+        .with("network", network)
+        .with("reduced", plan.reduced.is_some());
+    if let Some(t) = profile.limits.timeout_secs {
+        e = e.with("timeout_secs", t);
+    }
+    e
+}
+
+/// How a run ended, in one word: `error` (corral or the sandbox set-up
+/// failed), `timeout`, `output_limit`, `oom`, `signal` or `exit`.
+fn outcome_word(result: &RunResult) -> &'static str {
+    let setup_failed = result
+        .error
+        .as_ref()
+        .is_some_and(|e| !e.code.starts_with("exec."));
+    if setup_failed {
+        "error"
+    } else if result.timed_out {
+        "timeout"
+    } else if result.output_limit_exceeded {
+        "output_limit"
+    } else if result.oom_killed {
+        "oom"
+    } else if result.signal.is_some() {
+        "signal"
+    } else {
+        "exit"
+    }
+}
+
+/// `run.timeout` and `run.oom` when they happened, then `run.exit`.
+fn end_events(result: &RunResult, profile: &Profile) -> Vec<AuditEvent> {
+    let mut out = Vec::new();
+    if result.timed_out {
+        let secs = profile.limits.timeout_secs.unwrap_or_default();
+        out.push(
+            AuditEvent::new(
+                Level::Warn,
+                ReasonCode::RunTimeout,
+                format!("timed out after {secs}s; the whole sandbox was killed"),
+            )
+            .with("timeout_secs", secs),
+        );
+    }
+    if result.oom_killed {
+        let mut e = AuditEvent::new(
+            Level::Warn,
+            ReasonCode::RunOom,
+            "out of memory: the kernel killed a process at the memory limit",
+        );
+        if let Some(m) = profile.limits.memory_bytes {
+            e = e.with("memory_bytes", m.bytes());
+        }
+        out.push(e);
+    }
+    let outcome = outcome_word(result);
+    let level = match outcome {
+        "exit" | "signal" => Level::Info,
+        "error" => Level::Error,
+        _ => Level::Warn,
+    };
+    let mut exit = AuditEvent::new(level, ReasonCode::RunExit, format!("run ended ({outcome})"))
+        .with("outcome", outcome)
+        .with("exit_code", result.exit_code)
+        .with("signal", result.signal)
+        .with("wall_ms", result.wall_ms)
+        .with("cpu_ms", result.cpu_ms)
+        .with("peak_memory_bytes", result.peak_memory_bytes)
+        .with("limits_hit", result.limits_hit.clone());
+    if let Some(error) = &result.error {
+        exit = exit.with("error", error.code.as_str());
+    }
+    out.push(exit);
+    out
+}
+
+/// Which limits the run ran into (see [`RunResult::limits_hit`]).
+fn limits_hit(plan: &SandboxPlan, outcome: &Outcome, stats: &RunCgroupStats) -> Vec<&'static str> {
+    let rlimit_set = |kind: RlimitKind| plan.rlimits.iter().any(|r| r.kind == kind);
+    [
+        ("timeout", outcome.timed_out),
+        ("output", outcome.output_killed),
+        ("memory", stats.oom_killed),
+        ("pids", stats.pids_limit_hit),
+        (
+            "file_size",
+            outcome.signal == Some(libc::SIGXFSZ) && rlimit_set(RlimitKind::FileSize),
+        ),
+        (
+            "cpu_time",
+            outcome.signal == Some(libc::SIGXCPU) && rlimit_set(RlimitKind::CpuTime),
+        ),
+    ]
+    .into_iter()
+    .filter(|(_, hit)| *hit)
+    .map(|(name, _)| name)
+    .collect()
 }
 
 fn rlimit_name(kind: RlimitKind) -> &'static str {

@@ -23,6 +23,7 @@
 
 mod contain;
 mod egress;
+mod events;
 mod execute;
 mod launch;
 mod output;
@@ -39,6 +40,9 @@ pub use corral_cgroup::{CgroupEnforced, CgroupLimits};
 pub use corral_helper::{
     FailureKind, LandlockOutcome, SandboxIdentity, SandboxPlan, EXIT_CORRAL_ERROR,
     EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND,
+};
+pub use events::{
+    command_sha256, new_run_id, rfc3339, EventSink, EventWriter, NoEvents, RunStamp, MAX_EVENT_LINE,
 };
 pub use execute::{execute, ExecuteOptions, Execution, Prestarted, PrestartedSource, Refusal};
 pub use launch::{

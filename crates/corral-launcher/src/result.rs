@@ -93,6 +93,12 @@ pub struct RunResult {
     /// Whether an output stream passed its kill ceiling, so the sandbox
     /// was killed.
     pub output_limit_exceeded: bool,
+    /// Every limit this run ran into, in this order: `timeout`, `output`
+    /// (the kill ceiling), `memory` (an OOM kill), `pids` (a fork failed at
+    /// the cgroup's pids limit, from its `pids.events`), `file_size` (the
+    /// program was ended by SIGXFSZ under a `file_size` limit), `cpu_time`
+    /// (ended by SIGXCPU under a `cpu_time_secs` limit). Empty when none.
+    pub limits_hit: Vec<&'static str>,
     /// Captured standard output (UTF-8, invalid bytes replaced).
     pub stdout: String,
     /// Captured standard error.

@@ -61,6 +61,22 @@ pub enum ReasonCode {
     /// A permitted connection failed (resolution, connect, protocol).
     #[serde(rename = "net.error")]
     NetError,
+    /// Cgroup limits the profile sets are not enforced on this run
+    /// (`allow_unenforced`); `fields.limits` names them.
+    #[serde(rename = "limits.unenforced")]
+    LimitsUnenforced,
+    /// The sandbox is about to start (a lifecycle event, `event: "run"`).
+    #[serde(rename = "run.start")]
+    RunStart,
+    /// The run ended: outcome, exit code, signal (lifecycle).
+    #[serde(rename = "run.exit")]
+    RunExit,
+    /// The wall-clock timeout killed the sandbox (lifecycle).
+    #[serde(rename = "run.timeout")]
+    RunTimeout,
+    /// The kernel's OOM killer killed a process of the sandbox (lifecycle).
+    #[serde(rename = "run.oom")]
+    RunOom,
 }
 
 impl ReasonCode {
@@ -79,14 +95,32 @@ impl ReasonCode {
             ReasonCode::NetAllowed => "net.allowed",
             ReasonCode::NetDenied => "net.denied",
             ReasonCode::NetError => "net.error",
+            ReasonCode::LimitsUnenforced => "limits.unenforced",
+            ReasonCode::RunStart => "run.start",
+            ReasonCode::RunExit => "run.exit",
+            ReasonCode::RunTimeout => "run.timeout",
+            ReasonCode::RunOom => "run.oom",
         }
+    }
+
+    /// Whether this code is a lifecycle event of a run (`run.*`) rather
+    /// than a security decision.
+    pub fn is_lifecycle(self) -> bool {
+        matches!(
+            self,
+            ReasonCode::RunStart
+                | ReasonCode::RunExit
+                | ReasonCode::RunTimeout
+                | ReasonCode::RunOom
+        )
     }
 }
 
 /// One security decision.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct AuditEvent {
-    /// Always `"security"`, so JSON-lines consumers can tell our events from
+    /// `"security"` for a security decision, `"run"` for a lifecycle event
+    /// (`run.*` codes), so JSON-lines consumers can tell our events from
     /// anything else on the same stream.
     pub event: &'static str,
     /// Severity.
@@ -104,7 +138,11 @@ impl AuditEvent {
     /// A new event with no fields.
     pub fn new(level: Level, code: ReasonCode, message: impl Into<String>) -> Self {
         AuditEvent {
-            event: "security",
+            event: if code.is_lifecycle() {
+                "run"
+            } else {
+                "security"
+            },
             level,
             code,
             message: message.into(),
@@ -142,5 +180,19 @@ mod tests {
             ReasonCode::CommandArgsDenied.as_str(),
             "command.args_denied"
         );
+        let exit = AuditEvent::new(Level::Info, ReasonCode::RunExit, "ended");
+        let v: serde_json::Value = serde_json::from_str(&exit.to_json_line()).unwrap();
+        assert_eq!(
+            (v["event"].as_str(), v["code"].as_str()),
+            (Some("run"), Some("run.exit"))
+        );
+        for code in [
+            ReasonCode::LimitsUnenforced,
+            ReasonCode::RunStart,
+            ReasonCode::RunTimeout,
+            ReasonCode::RunOom,
+        ] {
+            assert_eq!(serde_json::to_value(code).unwrap(), code.as_str());
+        }
     }
 }

@@ -42,7 +42,7 @@ pub enum NetworkError {
     #[error("`{0}` is not a domain pattern: write `example.com` or `*.example.com` (IP addresses go in allow_cidrs)")]
     BadDomain(String),
     /// A CIDR whose address does not parse.
-    #[error("`{0}` is not a CIDR such as 10.0.0.0/8 or fd00::/8")]
+    #[error("`{0}` is not a CIDR such as 10.0.0.0/8, fd00::/8 or 127.0.0.1/32:8080,8081")]
     BadCidr(String),
     /// A CIDR prefix length beyond the address's width.
     #[error("`{text}`: prefix length must be 0-{max}")]
@@ -162,21 +162,53 @@ impl fmt::Display for DomainRule {
     }
 }
 
-/// An IP network, `10.0.0.0/8` or `fd00::/8`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+/// An IP network, `10.0.0.0/8` or `fd00::/8`, optionally limited to some
+/// ports: `127.0.0.1/32:8765,8766`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Cidr {
     /// Network address (host bits zero).
     pub addr: IpAddr,
     /// Prefix length.
     pub prefix: u8,
+    /// The ports it allows; empty: every port.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub ports: Vec<u16>,
+}
+
+/// `PORT[,PORT...]` of a rule, each 1-65535.
+fn parse_ports(list: &str, rule: &str) -> Result<Vec<u16>, NetworkError> {
+    list.split(',')
+        .map(|p| match p.parse::<u16>() {
+            Ok(0) | Err(_) => Err(NetworkError::BadPort {
+                port: p.to_string(),
+                rule: rule.to_string(),
+            }),
+            Ok(n) => Ok(n),
+        })
+        .collect()
 }
 
 impl Cidr {
-    /// Parses `ADDR/LEN` (or a bare address: a single host).
+    /// Parses `ADDR/LEN[:PORT,...]`, or a bare address (a single host):
+    /// `ADDR` or, for IPv4, `ADDR:PORT,...`. An IPv6 network with ports
+    /// needs its prefix length (`::1/128:8080`): a bare IPv6 address is
+    /// all colons.
     pub fn parse(text: &str) -> Result<Cidr, NetworkError> {
-        let (addr, prefix) = match text.split_once('/') {
-            Some((a, p)) => (a, Some(p)),
-            None => (text, None),
+        let (addr, prefix, ports) = match text.split_once('/') {
+            Some((a, rest)) => match rest.split_once(':') {
+                Some((p, ports)) => (a, Some(p), Some(ports)),
+                None => (a, Some(rest), None),
+            },
+            None => match text.rsplit_once(':') {
+                Some((a, ports)) if a.parse::<std::net::Ipv4Addr>().is_ok() => {
+                    (a, None, Some(ports))
+                }
+                _ => (text, None, None),
+            },
+        };
+        let ports = match ports {
+            Some(list) => parse_ports(list, text)?,
+            None => Vec::new(),
         };
         let addr: IpAddr = addr
             .parse()
@@ -191,7 +223,11 @@ impl Cidr {
             })?,
             None => max,
         };
-        let cidr = Cidr { addr, prefix };
+        let cidr = Cidr {
+            addr,
+            prefix,
+            ports,
+        };
         if cidr.network_bits(addr) != addr_bits(addr) {
             return Err(NetworkError::HostBits(text.to_string()));
         }
@@ -207,9 +243,16 @@ impl Cidr {
         }
     }
 
-    /// Whether `addr` lies in this network (same family only).
+    /// Whether `addr` lies in this network (same family only), whatever
+    /// the port.
     pub fn contains(&self, addr: IpAddr) -> bool {
         addr.is_ipv4() == self.addr.is_ipv4() && self.network_bits(addr) == addr_bits(self.addr)
+    }
+
+    /// Whether `addr` lies in this network and `port` is one of its ports
+    /// (any port when it lists none).
+    pub fn allows(&self, addr: IpAddr, port: u16) -> bool {
+        self.contains(addr) && (self.ports.is_empty() || self.ports.contains(&port))
     }
 }
 
@@ -222,7 +265,12 @@ fn addr_bits(addr: IpAddr) -> u128 {
 
 impl fmt::Display for Cidr {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.addr, self.prefix)
+        write!(f, "{}/{}", self.addr, self.prefix)?;
+        if !self.ports.is_empty() {
+            let ports: Vec<String> = self.ports.iter().map(u16::to_string).collect();
+            write!(f, ":{}", ports.join(","))?;
+        }
+        Ok(())
     }
 }
 
@@ -297,9 +345,19 @@ impl NetworkPolicy {
         }
     }
 
-    /// The allowed CIDR covering `addr`, if any.
-    pub fn cidr_allowing(&self, addr: IpAddr) -> Option<&Cidr> {
-        self.allow_cidrs.iter().find(|c| c.contains(addr))
+    /// The allowed CIDR covering `addr` on `port`, if any.
+    pub fn cidr_allowing(&self, addr: IpAddr, port: u16) -> Option<&Cidr> {
+        self.allow_cidrs.iter().find(|c| c.allows(addr, port))
+    }
+
+    /// The ports of the allowed CIDRs covering `addr` on other ports (for
+    /// a refusal that says which ports would do); empty when none does.
+    pub fn cidr_ports(&self, addr: IpAddr) -> Vec<u16> {
+        self.allow_cidrs
+            .iter()
+            .filter(|c| c.contains(addr))
+            .flat_map(|c| c.ports.iter().copied())
+            .collect()
     }
 }
 
@@ -354,6 +412,44 @@ mod tests {
         assert!(Cidr::parse("0.0.0.0/0")
             .unwrap()
             .contains("8.8.8.8".parse().unwrap()));
+    }
+
+    #[test]
+    fn cidrs_with_ports() {
+        let lo: IpAddr = "127.0.0.1".parse().unwrap();
+        let c = Cidr::parse("127.0.0.1/32:8765").unwrap();
+        assert_eq!(c.ports, [8765]);
+        assert!(c.allows(lo, 8765) && !c.allows(lo, 8766));
+        assert_eq!(c.to_string(), "127.0.0.1/32:8765");
+        let several = Cidr::parse("127.0.0.0/8:80,8080").unwrap();
+        assert!(several.allows("127.1.2.3".parse().unwrap(), 8080));
+        assert!(!several.allows(lo, 443));
+        assert_eq!(
+            Cidr::parse("127.0.0.1:9000").unwrap().to_string(),
+            "127.0.0.1/32:9000"
+        );
+        let v6 = Cidr::parse("::1/128:8080").unwrap();
+        assert!(v6.allows("::1".parse().unwrap(), 8080));
+        // A bare IPv6 address takes no port list: `::1:8080` is an address.
+        assert!(Cidr::parse("::1:8080").unwrap().ports.is_empty());
+        assert!(Cidr::parse("10.0.0.0/8")
+            .unwrap()
+            .allows("10.0.0.1".parse().unwrap(), 1));
+        for bad in [
+            "127.0.0.1/32:0",
+            "127.0.0.1/32:",
+            "127.0.0.1/32:x",
+            "127.0.0.1:70000",
+        ] {
+            assert!(Cidr::parse(bad).is_err(), "{bad} must be refused");
+        }
+        let policy = NetworkPolicy {
+            allow_cidrs: vec![c, several],
+            ..NetworkPolicy::default()
+        };
+        assert_eq!(policy.cidr_allowing(lo, 80).map(|c| c.prefix), Some(8));
+        assert!(policy.cidr_allowing(lo, 443).is_none());
+        assert_eq!(policy.cidr_ports(lo), [8765, 80, 8080]);
     }
 
     #[test]

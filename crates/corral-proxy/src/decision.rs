@@ -105,7 +105,7 @@ impl Rules {
     /// Decides on a requested host and port.
     pub fn route(&self, host: &Host, port: u16) -> Result<Route, Refusal> {
         let name = match host {
-            Host::Ip(addr) => return self.route_literal(*addr),
+            Host::Ip(addr) => return self.route_literal(*addr, port),
             Host::Name(name) => name,
         };
         match self.policy.decide_name(name, port) {
@@ -139,13 +139,28 @@ impl Rules {
         }
     }
 
-    /// An IP literal: allowed only through a covering CIDR.
-    fn route_literal(&self, addr: IpAddr) -> Result<Route, Refusal> {
-        match self.policy.cidr_allowing(addr) {
+    /// An IP literal: allowed only through a CIDR covering it and the
+    /// port.
+    fn route_literal(&self, addr: IpAddr, port: u16) -> Result<Route, Refusal> {
+        let other_ports = self.policy.cidr_ports(addr);
+        match self.policy.cidr_allowing(addr, port) {
             Some(cidr) => Ok(Route::Literal {
                 addr,
                 rule: cidr.to_string(),
             }),
+            None if !other_ports.is_empty() => {
+                let ports: Vec<String> = other_ports.iter().map(u16::to_string).collect();
+                Err(Refusal {
+                    address: Some(addr),
+                    ..Refusal::new(
+                        code::DENIED_PORT,
+                        format!(
+                            "port {port} is not allowed for {addr} (allow_cidrs ports: {})",
+                            ports.join(",")
+                        ),
+                    )
+                })
+            }
             None => Err(Refusal {
                 address: Some(addr),
                 ..Refusal::new(
@@ -160,12 +175,19 @@ impl Rules {
         }
     }
 
-    /// The addresses of `name` that may be dialled, in the order given;
-    /// refused with [`code::DENIED_ADDRESS`] when there is none.
-    pub fn screen(&self, name: &str, addrs: &[IpAddr]) -> Result<Vec<Candidate>, Refusal> {
+    /// The addresses of `name` that may be dialled on `port`, in the
+    /// order given; refused with [`code::DENIED_ADDRESS`] when there is
+    /// none. An allowed CIDR with a port list admits an address of a
+    /// refused class only on those ports.
+    pub fn screen(
+        &self,
+        name: &str,
+        addrs: &[IpAddr],
+        port: u16,
+    ) -> Result<Vec<Candidate>, Refusal> {
         let mut ok = Vec::new();
         for &addr in addrs {
-            if let Some(cidr) = self.policy.cidr_allowing(addr) {
+            if let Some(cidr) = self.policy.cidr_allowing(addr, port) {
                 ok.push(Candidate {
                     addr,
                     via_cidr: Some(cidr.to_string()),
@@ -191,12 +213,25 @@ impl Rules {
         } else {
             String::new()
         };
+        let ports = addrs
+            .first()
+            .map(|a| self.policy.cidr_ports(*a))
+            .unwrap_or_default();
+        let hint = if ports.is_empty() {
+            "an allow_cidrs entry covering the address would permit it".to_string()
+        } else {
+            let ports: Vec<String> = ports.iter().map(u16::to_string).collect();
+            format!(
+                "allow_cidrs covers it on port {} only, not {port}",
+                ports.join(",")
+            )
+        };
         Err(Refusal {
             address: addrs.first().copied(),
             ..Refusal::new(
                 code::DENIED_ADDRESS,
                 format!(
-                    "{name} resolves only to refused addresses: {}{more}; an allow_cidrs entry covering the address would permit it",
+                    "{name} resolves only to refused addresses: {}{more}; {hint}",
                     listed.join(", ")
                 ),
             )
@@ -274,6 +309,33 @@ mod tests {
     }
 
     #[test]
+    fn cidr_port_lists_bound_literals_and_refused_classes() {
+        let r = rules(&["svc.test:8765,8766"], &[], &["127.0.0.1/32:8765"]);
+        assert!(matches!(
+            r.route(&Host::Ip(ip("127.0.0.1")), 8765),
+            Ok(Route::Literal { .. })
+        ));
+        let e = r.route(&Host::Ip(ip("127.0.0.1")), 8766).unwrap_err();
+        assert_eq!(e.code, code::DENIED_PORT);
+        assert!(e.reason.contains("allow_cidrs ports: 8765"), "{}", e.reason);
+        // A name allowed on both ports reaches loopback only on the
+        // CIDR's port.
+        assert_eq!(
+            r.screen("svc.test", &[ip("127.0.0.1")], 8765)
+                .unwrap()
+                .len(),
+            1
+        );
+        let e = r.screen("svc.test", &[ip("127.0.0.1")], 8766).unwrap_err();
+        assert_eq!(e.code, code::DENIED_ADDRESS);
+        assert!(
+            e.reason.contains("on port 8765 only, not 8766"),
+            "{}",
+            e.reason
+        );
+    }
+
+    #[test]
     fn names() {
         let r = rules(&["pypi.org", "*.static.test:8080"], &["evil.pypi.org"], &[]);
         assert_eq!(
@@ -342,7 +404,7 @@ mod tests {
     fn screening() {
         let r = rules(&[], &[], &[]);
         let e = r
-            .screen("a.test", &[ip("127.0.0.1"), ip("169.254.169.254")])
+            .screen("a.test", &[ip("127.0.0.1"), ip("169.254.169.254")], 80)
             .unwrap_err();
         assert_eq!(e.code, code::DENIED_ADDRESS);
         assert_eq!(e.address, Some(ip("127.0.0.1")));
@@ -352,7 +414,7 @@ mod tests {
             "{}",
             e.reason
         );
-        let e = r.screen("a.test", &[ip("64:ff9b::a00:1")]).unwrap_err();
+        let e = r.screen("a.test", &[ip("64:ff9b::a00:1")], 80).unwrap_err();
         assert!(
             e.reason.contains("nat64, carries 10.0.0.1: private"),
             "{}",
@@ -360,7 +422,7 @@ mod tests {
         );
         // The public address survives; the private one is skipped.
         let ok = r
-            .screen("a.test", &[ip("10.0.0.1"), ip("93.184.216.34")])
+            .screen("a.test", &[ip("10.0.0.1"), ip("93.184.216.34")], 80)
             .unwrap();
         assert_eq!(
             ok,
@@ -371,7 +433,7 @@ mod tests {
         );
         let r = rules(&[], &[], &["10.0.0.0/8"]);
         let ok = r
-            .screen("a.test", &[ip("10.0.0.1"), ip("::ffff:10.0.0.1")])
+            .screen("a.test", &[ip("10.0.0.1"), ip("::ffff:10.0.0.1")], 80)
             .unwrap();
         assert_eq!(
             ok,
@@ -381,7 +443,7 @@ mod tests {
             }]
         );
         assert_eq!(
-            r.screen("a.test", &[]).unwrap_err().code,
+            r.screen("a.test", &[], 80).unwrap_err().code,
             code::DENIED_ADDRESS
         );
     }

@@ -68,12 +68,12 @@ pub(crate) async fn dial(
             name,
             fixed: Some(addr),
             ..
-        } => rules.screen(name, &[*addr])?,
+        } => rules.screen(name, &[*addr], port)?,
         Route::Name {
             name, fixed: None, ..
         } => {
             let addrs = resolve(name, port, stop).await?;
-            rules.screen(name, &addrs)?
+            rules.screen(name, &addrs, port)?
         }
     };
     let mut last: Option<(SocketAddr, io::Error)> = None;

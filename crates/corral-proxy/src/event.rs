@@ -4,7 +4,7 @@
 //! The code strings in [`code`] are a public contract (monitoring matches
 //! on them), so they never change meaning once released.
 
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
 use serde::Serialize;
@@ -128,12 +128,30 @@ impl Draft {
     }
 }
 
+/// Called with every [`ConnectionEvent`] the moment its connection ends
+/// or is refused, on the proxy's thread, before the event is kept for
+/// [`crate::ProxyHandle::stop`].
+///
+/// Why: a sandbox may run for days; its network decisions must reach the
+/// audit log as they happen, not when the run ends. The hook must not
+/// block for long: the proxy serves every connection on one thread.
+#[derive(Clone)]
+pub struct EventHook(pub Arc<dyn Fn(&ConnectionEvent) + Send + Sync>);
+
+impl std::fmt::Debug for EventHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("EventHook")
+    }
+}
+
 /// Events in the order connections ended, at most `max` of them; the rest
 /// are counted, so a sandbox opening connections in a loop cannot grow
-/// corral's memory without bound.
+/// corral's memory without bound. Every event, kept or not, goes to the
+/// hook first.
 #[derive(Debug)]
 pub(crate) struct EventLog {
     inner: Mutex<LogInner>,
+    hook: Option<EventHook>,
 }
 
 /// The log's state behind its lock.
@@ -145,18 +163,23 @@ struct LogInner {
 }
 
 impl EventLog {
-    /// An empty log keeping at most `max` events.
-    pub fn new(max: usize) -> EventLog {
+    /// An empty log keeping at most `max` events, handing each to `hook`.
+    pub fn new(max: usize, hook: Option<EventHook>) -> EventLog {
         EventLog {
             inner: Mutex::new(LogInner {
                 max,
                 ..LogInner::default()
             }),
+            hook,
         }
     }
 
-    /// Appends one event (or counts it when the log is full).
+    /// Hands one event to the hook, then appends it (or counts it when
+    /// the log is full).
     pub fn push(&self, event: ConnectionEvent) {
+        if let Some(hook) = &self.hook {
+            (hook.0)(&event);
+        }
         let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         if inner.events.len() < inner.max {
             inner.events.push(event);
@@ -179,7 +202,12 @@ mod tests {
 
     #[test]
     fn log_is_bounded_and_ordered() {
-        let log = EventLog::new(2);
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let hook_seen = Arc::clone(&seen);
+        let hook = EventHook(Arc::new(move |e: &ConnectionEvent| {
+            hook_seen.lock().unwrap().push(e.port);
+        }));
+        let log = EventLog::new(2, Some(hook));
         for port in 1..=3 {
             let mut d = Draft::new(protocol::CONNECT);
             d.port = port;
@@ -188,6 +216,8 @@ mod tests {
         let (events, dropped) = log.take();
         assert_eq!(events.iter().map(|e| e.port).collect::<Vec<_>>(), [1, 2]);
         assert_eq!(dropped, 1);
+        // The hook saw all three, the one not kept too.
+        assert_eq!(*seen.lock().unwrap(), [1, 2, 3]);
         assert!(events[0].allowed && events[0].bytes_down == 2);
         let denied = Draft::new(protocol::HTTP).finish(code::DENIED_PORT, (0, 0), "no");
         assert!(!denied.allowed);

@@ -52,7 +52,7 @@ use corral_policy::NetworkPolicy;
 use tokio::sync::watch;
 
 pub use address::{denied_class, embedded_ipv4};
-pub use event::{code, protocol, ConnectionEvent};
+pub use event::{code, protocol, ConnectionEvent, EventHook};
 
 use decision::Rules;
 use event::EventLog;
@@ -80,6 +80,9 @@ pub struct ProxyConfig {
     /// ([`ProxyReport::events_dropped`]), so a sandbox opening connections
     /// in a loop cannot grow corral's memory without bound.
     pub max_events: usize,
+    /// Sees every event as it happens (see [`EventHook`]), including those
+    /// past `max_events`.
+    pub on_event: Option<EventHook>,
 }
 
 impl ProxyConfig {
@@ -88,6 +91,7 @@ impl ProxyConfig {
         ProxyConfig {
             policy,
             max_events: DEFAULT_MAX_EVENTS,
+            on_event: None,
         }
     }
 }
@@ -140,7 +144,7 @@ pub fn start(
         )
     };
     let (stop_tx, stop_rx) = watch::channel(false);
-    let log = Arc::new(EventLog::new(config.max_events));
+    let log = Arc::new(EventLog::new(config.max_events, config.on_event));
     let idle = Duration::from_secs(config.policy.idle_timeout_secs.clamp(1, MAX_IDLE_SECS));
     let ctx = Arc::new(Ctx {
         rules: Rules::new(config.policy),

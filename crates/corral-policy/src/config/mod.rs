@@ -28,6 +28,7 @@ use crate::profile::Profile;
 
 mod apply;
 mod checks;
+mod plain;
 mod raw;
 mod server;
 #[cfg(test)]
@@ -133,8 +134,13 @@ impl Config {
     /// used in error messages.
     pub fn parse(text: &str, file: Option<&Path>) -> Result<Config, ConfigError> {
         let src = Source { text, file };
-        let raw: RawConfig = toml::from_str(text)
-            .map_err(|e| src.err(e.span(), "", e.message().trim().to_string()))?;
+        let raw: RawConfig = toml::from_str(text).map_err(|e| {
+            let key = e
+                .span()
+                .and_then(|span| plain::key_at(text, span.start))
+                .unwrap_or_default();
+            src.err(e.span(), key, plain::plain_message(e.message().trim()))
+        })?;
         let mut config = Config::default();
         let raw_server = raw.server;
         // Resolve `extends` in dependency order; a round that resolves

@@ -460,7 +460,7 @@ fn a_word_other_than_none_is_refused_naming_the_choices() {
     // Limits that cannot be off take no "none".
     let e = err("[profile.a.limits]\npids = \"none\"\n");
     assert_eq!(e.line, Some(2), "{e}");
-    assert!(e.message.contains("expected u64"), "{e}");
+    assert!(e.message.contains("expected a whole number"), "{e}");
     let e = err("[profile.a.limits]\nmemory = \"none\"\n");
     assert_eq!(e.key.as_str(), "profile.a.limits.memory", "{e}");
 }

@@ -14,7 +14,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use corral_launcher::{
-    execute, sandbox_identity, ExecuteOptions, HelperStart, OutputMode, OutputTap, RunRequest,
+    execute, sandbox_identity, EventSink, ExecuteOptions, HelperStart, NoEvents, OutputMode,
+    OutputTap, RunRequest,
 };
 use corral_policy::env::EnvRequest;
 use corral_policy::Profile;
@@ -276,7 +277,7 @@ pub fn execute_in(
         &request,
         &|_| None,
         opts,
-        &mut |_| {},
+        &(Arc::new(NoEvents) as Arc<dyn EventSink>),
     ) {
         Ok(done) => {
             let m = &state.metrics;
