@@ -91,8 +91,9 @@ fn mcp_python_serves_the_official_client_from_a_venv_and_runs_nothing_else() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("client.py"), CLIENT).unwrap();
     let mut command = vec![corral_bin().display().to_string(), "run".into()];
-    if !is_root() {
-        // No cgroup delegation for ordinary users here (tests/limits.rs).
+    if !cpu_limit_enforceable() {
+        // No cgroup (unprivileged here) or no cpu controller: see
+        // mcp_profiles_bound_the_cpu_or_refuse_naming_it.
         command.push("--allow-unenforced-limits".into());
     }
     command.extend(
@@ -138,6 +139,32 @@ fn mcp_python_serves_the_official_client_from_a_venv_and_runs_nothing_else() {
 }
 
 #[test]
+fn mcp_profiles_bound_the_cpu_or_refuse_naming_it() {
+    // Without a wall timeout, a cgroup CPU share bounds a server: in force
+    // where the host can enforce it, else a refusal naming it (fail
+    // closed) until --allow-unenforced-limits accepts that.
+    for (name, program, flag) in [("mcp-python", "python3", "-c"), ("mcp-node", "node", "-e")] {
+        let out = corral()
+            .args(["run", "--json", "--profile", name, "--", program, flag, "1"])
+            .output()
+            .unwrap();
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        if cpu_limit_enforceable() {
+            assert_eq!(
+                v["enforced"]["cgroup"]["cpu_millicores"], 1000,
+                "{name}: {v}"
+            );
+            assert_eq!(v["enforced"]["cgroup"]["pids"], 256, "{name}: {v}");
+        } else {
+            assert_eq!(out.status.code(), Some(125), "{name}: {v}");
+            assert_eq!(v["error"]["code"], "limits.unenforceable", "{name}: {v}");
+            let message = v["error"]["message"].as_str().unwrap();
+            assert!(message.contains("--allow-unenforced-limits"), "{message}");
+        }
+    }
+}
+
+#[test]
 fn mcp_node_lets_node_start_only_node() {
     let script = "const cp = require('child_process');\n\
         const self = cp.spawnSync(process.execPath, ['-e', 'console.log(\"child\")']);\n\
@@ -146,7 +173,11 @@ fn mcp_node_lets_node_start_only_node() {
         const planted = cp.spawnSync('/tmp/x.sh');\n\
         console.log(JSON.stringify({self: self.stdout.toString().trim(),\n\
           sh: sh.error && sh.error.code, planted: planted.error && planted.error.code}));";
-    let out = run(&["--profile", "mcp-node"], &["node", "-e", script]);
+    let mut flags = vec!["--profile", "mcp-node"];
+    if is_root() && !cpu_limit_enforceable() {
+        flags.push("--allow-unenforced-limits");
+    }
+    let out = run(&flags, &["node", "-e", script]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(

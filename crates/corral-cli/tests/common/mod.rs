@@ -425,3 +425,30 @@ fn dechunk(mut body: &str) -> String {
     }
     out
 }
+
+/// Whether corral enforces a cgroup CPU limit on this host (root, and a
+/// cpu controller it can use), as the long-running profiles ask: found by
+/// running `mcp-python` once without accepting unenforced limits.
+/// tests/profiles.rs proves both answers (the limit in force, or a refusal
+/// naming it).
+#[allow(dead_code)] // not every test binary runs long-running profiles
+pub fn cpu_limit_enforceable() -> bool {
+    static ANSWER: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ANSWER.get_or_init(|| {
+        let out = corral()
+            .args([
+                "run",
+                "--json",
+                "--profile",
+                "mcp-python",
+                "--",
+                "python3",
+                "-c",
+                "pass",
+            ])
+            .output()
+            .expect("spawn corral");
+        serde_json::from_slice::<serde_json::Value>(&out.stdout)
+            .is_ok_and(|v| v["enforced"]["cgroup"]["cpu_millicores"] == 1000)
+    })
+}
