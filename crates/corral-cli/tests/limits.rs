@@ -9,19 +9,20 @@ use std::io::Read;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+/// Python that forks up to `max` children, each sleeping `sleep` seconds,
+/// and on the first refusal prints `stopped N ERRNO`: a self-limiting
+/// fork bomb for runs under a pids limit.
+fn fork_loop(max: u32, sleep: u32) -> String {
+    format!(
+        "import os, time\nn = 0\ntry:\n    for _ in range({max}):\n        if os.fork() == 0:\n            \
+         time.sleep({sleep})\n            os._exit(0)\n        n += 1\nexcept OSError as e:\n    print('stopped', n, e.errno)\n"
+    )
+}
+
 #[test]
 fn fork_bomb_is_contained() {
     // Bounded: at most 10000 forks; children sleep and die with the program.
-    let bomb = "import os, time\n\
-        n = 0\n\
-        try:\n\
-        \x20   for _ in range(10000):\n\
-        \x20       if os.fork() == 0:\n\
-        \x20           time.sleep(30)\n\
-        \x20           os._exit(0)\n\
-        \x20       n += 1\n\
-        except OSError as e:\n\
-        \x20   print('stopped', n, e.errno)\n";
+    let bomb = fork_loop(10000, 30);
     let (_d, cfg) = config(
         "[profile.bomb]\nextends = \"code\"\n[profile.bomb.limits]\npids = 64\nprocesses = 64\n",
     );
@@ -35,7 +36,7 @@ fn fork_bomb_is_contained() {
             "--timeout",
             "30",
         ],
-        &["python3", "-c", bomb],
+        &["python3", "-c", &bomb],
     );
     let out = v["stdout"].as_str().unwrap();
     assert!(out.starts_with("stopped "), "{v}");
@@ -581,24 +582,15 @@ fn the_result_names_the_pids_limit_a_fork_loop_ran_into() {
     }
     // Bounded: at most 200 forks, children sleep 5 s; a limit of 32 holds
     // it, and the outer timeout is 30 s.
-    let forks = "import os, time\n\
-        n = 0\n\
-        try:\n\
-        \x20   for _ in range(200):\n\
-        \x20       if os.fork() == 0:\n\
-        \x20           time.sleep(5)\n\
-        \x20           os._exit(0)\n\
-        \x20       n += 1\n\
-        except OSError as e:\n\
-        \x20   print('stopped', n, e.errno)\n";
+    let forks = fork_loop(200, 5);
     let (v, _) = run_json(
         &["--pids", "32", "--timeout", "30"],
-        &["python3", "-c", forks],
+        &["python3", "-c", &forks],
     );
     assert!(v["stdout"].as_str().unwrap().starts_with("stopped "), "{v}");
     assert_eq!(v["limits_hit"], serde_json::json!(["pids"]), "{v}");
     // The same program under a limit it stays inside hits nothing.
-    let few = forks.replace("range(200)", "range(3)");
+    let few = fork_loop(3, 5);
     let (v, _) = run_json(
         &["--pids", "32", "--timeout", "30"],
         &["python3", "-c", &few],

@@ -13,7 +13,7 @@ mod common;
 use common::*;
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
@@ -87,58 +87,9 @@ async def main():
 print(json.dumps(asyncio.run(asyncio.wait_for(main(), 60))))
 "#;
 
-/// The interpreter with the `mcp` package; a clear failure when missing.
-fn python() -> PathBuf {
-    let p = std::env::var_os("CORRAL_TEST_PYTHON")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/opt/corral-test-venv/bin/python"));
-    assert!(
-        p.exists(),
-        "the MCP interop tests need Python with the official `mcp` SDK at {} \
-         (set CORRAL_TEST_PYTHON, or run scripts/test.sh, which does \
-         `python3 -m venv /opt/corral-test-venv && /opt/corral-test-venv/bin/pip install mcp`)",
-        p.display()
-    );
-    p
-}
-
-/// Runs a Python snippet with `args`, `stdin`; returns its stdout as JSON.
-fn run_python(script: &str, args: &[String], stdin: &str) -> Value {
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("client.py");
-    std::fs::write(&file, script).unwrap();
-    let mut child = std::process::Command::new(python())
-        .arg(&file)
-        .args(args)
-        .env_clear()
-        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
-        .env("HOME", dir.path())
-        .env("PYTHONDONTWRITEBYTECODE", "1")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(stdin.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    let stdout = text(&out.stdout);
-    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
-        panic!(
-            "the Python client printed no JSON ({e}); status={:?}\nstdout={stdout}\nstderr={}",
-            out.status,
-            text(&out.stderr)
-        )
-    })
-}
-
 /// One MCP session against `target`, running `steps`.
 fn session(target: Value, steps: Value) -> Vec<Value> {
-    let out = run_python(CLIENT, &[target.to_string()], &steps.to_string());
+    let out = run_sdk_python(CLIENT, &[target.to_string()], &steps.to_string());
     let out = out.as_array().unwrap().clone();
     assert!(
         out[0].get("fatal").is_none(),
@@ -532,14 +483,14 @@ fn http_mcp_needs_a_token_and_sessions_belong_to_their_tenant() {
         (Some("bob\n"), Some("bob"))
     );
     // And without one it is refused.
-    let out = run_python(CLIENT, &[s.target(None).to_string()], "[]");
+    let out = run_sdk_python(CLIENT, &[s.target(None).to_string()], "[]");
     assert!(out[0].get("fatal").is_some(), "{out}");
 }
 
 #[test]
 fn run_code_answers_busy_when_saturated() {
     let s = start_server("", &["--code-mode", "--max-concurrent", "1"]);
-    let out = run_python(SATURATE, &[format!("http://{}/mcp", s.addr)], "");
+    let out = run_sdk_python(SATURATE, &[format!("http://{}/mcp", s.addr)], "");
     let answers = out.as_array().unwrap();
     let busy: Vec<&Value> = answers.iter().filter(|a| a["is_error"] == true).collect();
     let done: Vec<&Value> = answers.iter().filter(|a| a["is_error"] == false).collect();

@@ -13,22 +13,13 @@ mod common;
 use common::*;
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 
 use serde_json::Value;
 
 /// The venv with the `mcp` SDK: its interpreter drives the client, and the
 /// venv itself is the server's runtime tree.
 fn venv() -> PathBuf {
-    let python = std::env::var_os("CORRAL_TEST_PYTHON")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/opt/corral-test-venv/bin/python"));
-    assert!(
-        python.exists(),
-        "these tests need a venv with the official `mcp` SDK at {} (run scripts/test.sh)",
-        python.display()
-    );
-    python
+    sdk_python()
         .parent()
         .and_then(Path::parent)
         .unwrap()
@@ -88,8 +79,6 @@ fn mcp_python_serves_the_official_client_from_a_venv_and_runs_nothing_else() {
     let venv = venv();
     let work = workdir();
     std::fs::write(work.path().join("server.py"), SERVER).unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("client.py"), CLIENT).unwrap();
     let mut command = vec![corral_bin().display().to_string(), "run".into()];
     if !cpu_limit_enforceable() {
         // No cgroup (unprivileged here) or no cpu controller: see
@@ -110,22 +99,7 @@ fn mcp_python_serves_the_official_client_from_a_venv_and_runs_nothing_else() {
         ]
         .map(String::from),
     );
-    let out = std::process::Command::new(venv.join("bin/python"))
-        .arg(dir.path().join("client.py"))
-        .arg(serde_json::to_string(&command).unwrap())
-        .env_clear()
-        .env("PATH", "/usr/bin:/bin")
-        .env("HOME", dir.path())
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "client failed: {}\n{}",
-        text(&out.stdout),
-        text(&out.stderr)
-    );
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = run_sdk_python(CLIENT, &[serde_json::to_string(&command).unwrap()], "");
     assert_eq!(v["tools"], serde_json::json!(["probe"]), "{v}");
     let r = &v["result"];
     // `python3` resolved to the venv's interpreter (the SDK imported).

@@ -315,20 +315,6 @@ server.connect(new StdioServerTransport());
 /// Where scripts/test.sh installs the Node SDK (`npm install` there).
 const NODE_SDK_DIR: &str = "/opt/corral-test-node";
 
-/// Python with the official `mcp` SDK (scripts/test.sh installs it); its
-/// absence fails the test.
-fn sdk_python() -> std::path::PathBuf {
-    let p = std::env::var_os("CORRAL_TEST_PYTHON")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| "/opt/corral-test-venv/bin/python".into());
-    assert!(
-        p.exists(),
-        "the stdio MCP tests need Python with the `mcp` SDK at {} (scripts/test.sh installs it)",
-        p.display()
-    );
-    p
-}
-
 /// Which MCP server runs in the sandbox.
 #[derive(Clone, Copy)]
 enum Runtime {
@@ -425,36 +411,12 @@ fn corral_server_argv(cfg: &std::path::Path, runtime: Runtime) -> Vec<String> {
     argv
 }
 
-/// Runs `script` with the SDK's python; returns its stdout as JSON.
-fn run_sdk_script(script: &str, args: &[String]) -> serde_json::Value {
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("script.py");
-    std::fs::write(&file, script).unwrap();
-    let out = std::process::Command::new(sdk_python())
-        .arg(&file)
-        .args(args)
-        .env_clear()
-        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
-        .env("HOME", dir.path())
-        .env("PYTHONDONTWRITEBYTECODE", "1")
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "{e}: stdout={} stderr={}",
-            text(&out.stdout),
-            text(&out.stderr)
-        )
-    })
-}
-
 /// The official Python client drives `runtime`'s server through corral.
 fn mcp_server_over_stdio_through_corral(runtime: Runtime) {
     let (dir, cfg) = mcp_setup(runtime);
     let errlog = dir.path().join("stderr.txt");
     let argv = serde_json::to_string(&corral_server_argv(&cfg, runtime)).unwrap();
-    let v = run_sdk_script(MCP_CLIENT, &[argv, errlog.display().to_string()]);
+    let v = run_sdk_python(MCP_CLIENT, &[argv, errlog.display().to_string()], "");
     assert_eq!(v["many_calls_ok"], true, "{v}");
     assert_eq!(v["echo_ok"], true, "{v}");
     assert_eq!(v["blob_5mb_ok"], true, "{v}");
@@ -498,9 +460,9 @@ fn an_mcp_session_s_stdout_through_corral_is_byte_for_byte_the_bare_server_s() {
         sdk_python().display().to_string(),
         dir.path().join("server.py").display().to_string(),
     ];
-    let bare = run_sdk_script(RAW_SESSION, &[serde_json::to_string(&bare).unwrap()]);
+    let bare = run_sdk_python(RAW_SESSION, &[serde_json::to_string(&bare).unwrap()], "");
     let sandboxed = serde_json::to_string(&corral_server_argv(&cfg, Runtime::Python)).unwrap();
-    let sandboxed = run_sdk_script(RAW_SESSION, &[sandboxed]);
+    let sandboxed = run_sdk_python(RAW_SESSION, &[sandboxed], "");
     assert_eq!(bare["status"], 0, "{bare}");
     assert_eq!(sandboxed["status"], 0, "{sandboxed}");
     let (b, s) = (

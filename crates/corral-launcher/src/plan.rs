@@ -681,7 +681,8 @@ fn protect_steps(
             continue;
         }
         let root = std::path::Path::new(source);
-        let home = crate::protect::is_home_directory(root);
+        // Reading /etc/passwd only matters when a `~/` entry is listed.
+        let home = entries.iter().any(|e| e.home_only()) && crate::protect::is_home_directory(root);
         let planned = crate::protect::plan_protect(root, dest, entries, home)?;
         steps.extend(
             planned

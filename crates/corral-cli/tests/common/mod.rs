@@ -452,3 +452,58 @@ pub fn cpu_limit_enforceable() -> bool {
             .is_ok_and(|v| v["enforced"]["cgroup"]["cpu_millicores"] == 1000)
     })
 }
+
+/// The interpreter of the venv with the official `mcp` SDK:
+/// `$CORRAL_TEST_PYTHON`, else `/opt/corral-test-venv/bin/python`
+/// (scripts/test.sh installs it). Its absence fails the test: an interop
+/// test that silently skips proves nothing.
+#[allow(dead_code)] // not every test binary drives MCP
+pub fn sdk_python() -> PathBuf {
+    let p = std::env::var_os("CORRAL_TEST_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/opt/corral-test-venv/bin/python"));
+    assert!(
+        p.exists(),
+        "the MCP interop tests need Python with the official `mcp` SDK at {} \
+         (set CORRAL_TEST_PYTHON, or run scripts/test.sh, which does \
+         `python3 -m venv /opt/corral-test-venv && /opt/corral-test-venv/bin/pip install mcp`)",
+        p.display()
+    );
+    p
+}
+
+/// Runs the Python `script` with [`sdk_python`], `args` and `stdin`, in a
+/// clean environment; returns what it printed, parsed as JSON.
+#[allow(dead_code)] // not every test binary drives MCP
+pub fn run_sdk_python(script: &str, args: &[String], stdin: &str) -> serde_json::Value {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("script.py");
+    std::fs::write(&file, script).expect("write script");
+    let mut child = Command::new(sdk_python())
+        .arg(&file)
+        .args(args)
+        .env_clear()
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .env("HOME", dir.path())
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn the SDK's python");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(stdin.as_bytes())
+        .expect("write stdin");
+    let out = child.wait_with_output().expect("wait for python");
+    let stdout = text(&out.stdout);
+    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
+        panic!(
+            "the Python script printed no JSON ({e}); status={:?}\nstdout={stdout}\nstderr={}",
+            out.status,
+            text(&out.stderr)
+        )
+    })
+}
