@@ -77,6 +77,33 @@ pub enum ReasonCode {
     /// The kernel's OOM killer killed a process of the sandbox (lifecycle).
     #[serde(rename = "run.oom")]
     RunOom,
+    /// A supervised MCP server was refused before (or instead of) starting:
+    /// its command, an argument, a declared variable, a missing value.
+    #[serde(rename = "mcp.server_refused")]
+    McpServerRefused,
+    /// A supervised MCP server's process started (`fields`: server,
+    /// tenant, pid, attempt).
+    #[serde(rename = "mcp.server_start")]
+    McpServerStart,
+    /// A supervised MCP server's process ended (`fields.requested` tells
+    /// our own stop from a failure).
+    #[serde(rename = "mcp.server_exit")]
+    McpServerExit,
+    /// A server failed too often in its window and is stopped.
+    #[serde(rename = "mcp.crash_loop")]
+    McpCrashLoop,
+    /// A process logged faster than its limit: `fields.dropped` lines were
+    /// dropped since the last summary.
+    #[serde(rename = "mcp.log_rate_limit_exceeded")]
+    McpLogRateLimited,
+    /// One tool call through the bridge: tenant, server, tool, duration,
+    /// outcome.
+    #[serde(rename = "mcp.call")]
+    McpCall,
+    /// A message was refused: too large, not JSON-RPC, a tool the filter
+    /// hides, a cap reached.
+    #[serde(rename = "mcp.refused")]
+    McpRefused,
 }
 
 impl ReasonCode {
@@ -100,6 +127,13 @@ impl ReasonCode {
             ReasonCode::RunExit => "run.exit",
             ReasonCode::RunTimeout => "run.timeout",
             ReasonCode::RunOom => "run.oom",
+            ReasonCode::McpServerRefused => "mcp.server_refused",
+            ReasonCode::McpServerStart => "mcp.server_start",
+            ReasonCode::McpServerExit => "mcp.server_exit",
+            ReasonCode::McpCrashLoop => "mcp.crash_loop",
+            ReasonCode::McpLogRateLimited => "mcp.log_rate_limit_exceeded",
+            ReasonCode::McpCall => "mcp.call",
+            ReasonCode::McpRefused => "mcp.refused",
         }
     }
 
@@ -120,7 +154,7 @@ impl ReasonCode {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct AuditEvent {
     /// `"security"` for a security decision, `"run"` for a lifecycle event
-    /// (`run.*` codes), so JSON-lines consumers can tell our events from
+    /// (`run.*` codes), `"mcp"` for the supervisor's (`mcp.*`), so JSON-lines consumers can tell our events from
     /// anything else on the same stream.
     pub event: &'static str,
     /// Severity.
@@ -140,6 +174,8 @@ impl AuditEvent {
         AuditEvent {
             event: if code.is_lifecycle() {
                 "run"
+            } else if code.as_str().starts_with("mcp.") {
+                "mcp"
             } else {
                 "security"
             },

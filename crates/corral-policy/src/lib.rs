@@ -13,6 +13,7 @@ pub mod commands;
 pub mod config;
 pub mod env;
 pub mod limits;
+pub mod mcp_server;
 pub mod network;
 pub mod path;
 pub mod profile;
@@ -24,6 +25,9 @@ pub use audit::{AuditEvent, Level, ReasonCode};
 pub use commands::{CommandDecision, CommandRejection};
 pub use config::{Config, ConfigError, HostnameError};
 pub use limits::{LimitError, RunLimit, NO_LIMIT};
+pub use mcp_server::{
+    LogLimits, McpRuntime, McpServer, ProcessMode, RestartPolicy, StartPolicy, ToolFilter,
+};
 pub use network::{Cidr, DomainRule, NetworkError, NetworkMode, NetworkPolicy};
 pub use path::{MountSpec, PathError, SandboxPath};
 pub use profile::{

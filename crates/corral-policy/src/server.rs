@@ -56,6 +56,8 @@ pub struct ServerConfig {
     /// matching any port. On a wildcard listen address (`0.0.0.0`, `::`)
     /// with this list empty, `Host` is not checked.
     pub allowed_hosts: Vec<String>,
+    /// Supervised MCP servers (`[[server.mcp_server]]`), in config order.
+    pub mcp_servers: Vec<crate::mcp_server::McpServer>,
 }
 
 impl Default for ServerConfig {
@@ -73,6 +75,7 @@ impl Default for ServerConfig {
             max_request_bytes: 8 << 20,
             allowed_origins: Vec::new(),
             allowed_hosts: Vec::new(),
+            mcp_servers: Vec::new(),
         }
     }
 }
