@@ -100,6 +100,14 @@ pub struct RunArgs {
     /// search path and on PATH, so `python3` is the venv's interpreter.
     #[arg(long = "runtime", value_name = "DIR")]
     runtime: Option<PathBuf>,
+    /// The sandbox's host name (default: the profile's).
+    #[arg(long, value_name = "NAME")]
+    hostname: Option<String>,
+    /// Die with the process that started corral (PR_SET_PDEATHSIG, like
+    /// bwrap's option of the same name): a supervisor killed with SIGKILL
+    /// takes its sandboxes along.
+    #[arg(long = "die-with-parent")]
+    die_with_parent: bool,
     /// Print one JSON result object instead of streaming output.
     #[arg(long)]
     json: bool,
@@ -365,9 +373,29 @@ fn request(args: &RunArgs) -> Result<RunRequest, (String, String)> {
     Ok(request)
 }
 
+/// `--die-with-parent`: SIGKILL when the parent goes. The parent may have
+/// died before the request took effect (we were then re-parented): the
+/// parent's pid, passed by the supervisor in `CORRAL_PARENT_PID`, tells.
+fn die_with_parent() -> Result<(), String> {
+    corral_sys::process::kill_with_parent()
+        .map_err(|e| format!("--die-with-parent: PR_SET_PDEATHSIG failed: {e}"))?;
+    let expected = std::env::var("CORRAL_PARENT_PID")
+        .ok()
+        .and_then(|p| p.parse::<u32>().ok());
+    if expected.is_some_and(|pid| pid != std::os::unix::process::parent_id()) {
+        return Err("--die-with-parent: the parent is already gone".into());
+    }
+    Ok(())
+}
+
 /// Runs `corral run`; returns the exit status.
 pub fn run(args: RunArgs) -> i32 {
     let json = args.json;
+    if args.die_with_parent {
+        if let Err(message) = die_with_parent() {
+            return refuse(json, EXIT_CORRAL_ERROR, "sandbox.launch", message, vec![]);
+        }
+    }
     let sink = event_writer(&args);
     let config = match crate::load_config(args.config.as_deref()) {
         Ok(c) => c,
@@ -398,6 +426,13 @@ pub fn run(args: RunArgs) -> i32 {
     }
     if args.no_protect {
         profile.filesystem.protect.clear();
+    }
+    if let Some(name) = &args.hostname {
+        if let Err(e) = corral_policy::config::validate_hostname(name) {
+            let message = format!("--hostname: {e}");
+            return refuse(json, EXIT_CORRAL_ERROR, "request.invalid", message, vec![]);
+        }
+        profile.hostname = name.clone();
     }
     if let Some(tree) = &args.runtime {
         let set = std::path::absolute(tree)

@@ -191,6 +191,12 @@ pub fn set_parent_death_signal(sig: i32) -> SysResult<()> {
     prctl(libc::PR_SET_PDEATHSIG, sig)
 }
 
+/// `PR_SET_PDEATHSIG SIGKILL`: die, without a chance to linger, when the
+/// parent thread dies (`corral run --die-with-parent`).
+pub fn kill_with_parent() -> SysResult<()> {
+    set_parent_death_signal(libc::SIGKILL)
+}
+
 /// `PR_SET_DUMPABLE 0`: no core dumps, and `/proc/PID/{mem,environ,...}`
 /// and ptrace are closed to processes without `CAP_SYS_PTRACE`.
 pub fn set_non_dumpable() -> SysResult<()> {
