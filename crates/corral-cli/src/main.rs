@@ -282,14 +282,26 @@ fn check(file: &std::path::Path, json: bool) -> i32 {
     match Config::load(file) {
         Ok(config) => {
             let names: Vec<&str> = config.profiles.keys().map(String::as_str).collect();
+            let servers: Vec<&str> = config
+                .server
+                .mcp_servers
+                .iter()
+                .map(|s| s.name.as_str())
+                .collect();
             if json {
                 println!(
                     "{}",
-                    serde_json::json!({"file": file, "ok": true, "profiles": names})
+                    serde_json::json!({"file": file, "ok": true, "profiles": names, "mcp_servers": servers})
                 );
             } else {
+                // Supervised MCP servers are named only when there are some.
+                let servers = match servers.len() {
+                    0 => String::new(),
+                    1 => format!("; 1 MCP server: {}", servers[0]),
+                    n => format!("; {n} MCP servers: {}", servers.join(", ")),
+                };
                 println!(
-                    "{}: ok ({} profiles: {})",
+                    "{}: ok ({} profiles: {}{servers})",
                     file.display(),
                     names.len(),
                     names.join(", ")

@@ -287,7 +287,22 @@ fn check_and_doctor_json_print_their_own_objects() {
         v["profiles"].as_array().unwrap().contains(&"x".into()),
         "{v}"
     );
+    assert_eq!(v["mcp_servers"], serde_json::json!([]), "{v}");
     assert!(v.get("exit_code").is_none(), "{v}");
+    // The supervised MCP servers are listed by name, in config order.
+    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/example.toml");
+    let out = corral()
+        .args(["check", "--json", example])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["mcp_servers"], serde_json::json!(["time"]), "{v}");
+    let out = corral().args(["check", example]).output().unwrap();
+    assert!(
+        text(&out.stdout).ends_with("; 1 MCP server: time)\n"),
+        "{}",
+        text(&out.stdout)
+    );
 
     let out = corral().args(["doctor", "--json"]).output().unwrap();
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();

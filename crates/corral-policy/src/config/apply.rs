@@ -521,7 +521,11 @@ fn mount_list(
 
 /// Parses a size as written (an integer of bytes or a string with a
 /// unit), without bounds.
-fn parse_size(src: &Source, key: &str, raw: Spanned<RawSize>) -> Result<ByteSize, ConfigError> {
+pub(super) fn parse_size(
+    src: &Source,
+    key: &str,
+    raw: Spanned<RawSize>,
+) -> Result<ByteSize, ConfigError> {
     let span = raw.span();
     match raw.into_inner() {
         RawSize::Bytes(n) => Ok(ByteSize(n)),

@@ -15,7 +15,8 @@
 //!
 //! The module is split along its jobs: `raw` holds what the TOML
 //! deserialises into, `apply` lays a raw profile over its base one
-//! section at a time, `server` applies the `[server]` section, and
+//! section at a time, `server` applies the `[server]` section, `mcp_server` its
+//! `[[server.mcp_server]]` entries, and
 //! `checks` holds the rules that need the merged profile.
 
 use std::collections::BTreeMap;
@@ -28,6 +29,9 @@ use crate::profile::Profile;
 
 mod apply;
 mod checks;
+mod mcp_server;
+#[cfg(test)]
+mod mcp_tests;
 mod plain;
 mod raw;
 mod server;

@@ -33,6 +33,8 @@ pub(super) struct RawServer {
     pub(super) allowed_hosts: Option<Vec<Spanned<String>>>,
     #[serde(default)]
     pub(super) tenant: Vec<Spanned<RawTenant>>,
+    #[serde(default)]
+    pub(super) mcp_server: Vec<Spanned<RawMcpServer>>,
 }
 
 /// One `[[server.tenant]]` entry.
@@ -43,6 +45,64 @@ pub(super) struct RawTenant {
     pub(super) token_sha256: Spanned<String>,
     pub(super) profiles: Spanned<Vec<String>>,
     pub(super) max_concurrent: Option<Spanned<u32>>,
+}
+
+/// One `[[server.mcp_server]]` entry: the required keys are not
+/// optional here, so a missing one is serde's error naming it.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawMcpServer {
+    pub(super) name: Spanned<String>,
+    pub(super) tenants: Option<Spanned<Vec<Spanned<String>>>>,
+    pub(super) runtime: Spanned<String>,
+    pub(super) dir: Spanned<String>,
+    pub(super) entry: Spanned<String>,
+    pub(super) args: Option<Vec<Spanned<String>>>,
+    pub(super) env: Option<Vec<Spanned<String>>>,
+    pub(super) env_values: Option<BTreeMap<String, Spanned<String>>>,
+    pub(super) profile: Option<Spanned<String>>,
+    pub(super) mode: Option<Spanned<String>>,
+    pub(super) start: Option<Spanned<String>>,
+    pub(super) idle_stop_secs: Option<Spanned<u64>>,
+    pub(super) startup_timeout_secs: Option<Spanned<u64>>,
+    pub(super) request_timeout_secs: Option<Spanned<u64>>,
+    pub(super) max_processes: Option<Spanned<u32>>,
+    pub(super) max_processes_per_tenant: Option<Spanned<u32>>,
+    pub(super) max_sessions: Option<Spanned<u32>>,
+    pub(super) max_sessions_per_tenant: Option<Spanned<u32>>,
+    pub(super) max_message_bytes: Option<Spanned<RawSize>>,
+    pub(super) audit_arguments: Option<bool>,
+    pub(super) tools: Option<RawTools>,
+    pub(super) restart: Option<RawRestart>,
+    pub(super) log: Option<RawLog>,
+}
+
+/// `[server.mcp_server.tools]`: `pick` or `omit`, not both.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawTools {
+    pub(super) pick: Option<Spanned<Vec<Spanned<String>>>>,
+    pub(super) omit: Option<Spanned<Vec<Spanned<String>>>>,
+}
+
+/// `[server.mcp_server.restart]`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawRestart {
+    pub(super) max_restarts: Option<Spanned<u32>>,
+    pub(super) window_secs: Option<Spanned<u64>>,
+    pub(super) backoff_initial_ms: Option<Spanned<u64>>,
+    pub(super) backoff_max_ms: Option<Spanned<u64>>,
+    pub(super) stable_after_secs: Option<Spanned<u64>>,
+}
+
+/// `[server.mcp_server.log]`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawLog {
+    pub(super) lines_per_second: Option<Spanned<u32>>,
+    pub(super) line_max_bytes: Option<Spanned<RawSize>>,
+    pub(super) summary_secs: Option<Spanned<u64>>,
 }
 
 /// One `[profile.NAME]` table and its sub-tables.

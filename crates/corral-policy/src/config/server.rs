@@ -117,6 +117,8 @@ pub(super) fn apply_server(
         let tenant = apply_tenant(src, t, &s, config)?;
         s.tenants.push(tenant);
     }
+    // After the tenants: a server names the tenants that may reach it.
+    s.mcp_servers = super::mcp_server::apply_mcp_servers(src, raw.mcp_server, &s.tenants, config)?;
     Ok(s)
 }
 
