@@ -204,6 +204,7 @@ fn serve(
         say(&e.to_string());
         return corral_launcher::EXIT_CORRAL_ERROR;
     }
+    let file = config.map(std::path::Path::to_path_buf);
     let mut config = match load_config(config) {
         Ok(c) => c,
         Err(e) => {
@@ -227,7 +228,7 @@ fn serve(
     if code_mode {
         config.server.code_mode = true;
     }
-    run_async(corral_server::serve(config))
+    run_async(corral_server::serve(config, file))
 }
 
 /// Runs a server future on a multi-threaded runtime built here, after the

@@ -102,6 +102,27 @@ impl AuditRecord {
     }
 }
 
+/// One event of the supervisor, as stored.
+#[derive(Debug, Clone, Serialize)]
+pub struct EventRecord {
+    /// Always `event`: tells these lines from execution records in the
+    /// JSON-lines file.
+    pub kind: &'static str,
+    /// When, ms since the epoch.
+    pub ts_ms: u64,
+    /// Tenant (`*` for a shared process).
+    pub tenant: String,
+    /// Supervised server.
+    pub server: String,
+    /// MCP session, when one is concerned.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub session: Option<String>,
+    /// Stable reason code (`mcp.call`, `net.denied`, ...).
+    pub code: String,
+    /// The event itself (level, message, fields), as its source wrote it.
+    pub event: serde_json::Value,
+}
+
 /// One line of `GET /v1/executions`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ExecutionSummary {
@@ -173,15 +194,25 @@ impl AuditStore {
                 oom_killed INTEGER NOT NULL,
                 result TEXT NOT NULL
             );
-            CREATE INDEX IF NOT EXISTS executions_tenant ON executions (tenant, started_ms);",
+            CREATE INDEX IF NOT EXISTS executions_tenant ON executions (tenant, started_ms);
+            CREATE TABLE IF NOT EXISTS events (
+                ts_ms INTEGER NOT NULL,
+                tenant TEXT NOT NULL,
+                server TEXT NOT NULL,
+                code TEXT NOT NULL,
+                event TEXT NOT NULL
+            );
+            CREATE INDEX IF NOT EXISTS events_server ON events (server, ts_ms);",
         )
         .map_err(sqlite(&path))?;
         let cutoff = now_ms().saturating_sub(u64::from(retention_days) * 86_400_000);
-        conn.execute(
+        for table in [
             "DELETE FROM executions WHERE finished_ms < ?1",
-            params![i64::try_from(cutoff).unwrap_or(i64::MAX)],
-        )
-        .map_err(sqlite(&path))?;
+            "DELETE FROM events WHERE ts_ms < ?1",
+        ] {
+            conn.execute(table, params![i64::try_from(cutoff).unwrap_or(i64::MAX)])
+                .map_err(sqlite(&path))?;
+        }
         let jsonl = match jsonl {
             Some(p) => {
                 let io = |source| AuditError::Io {
@@ -232,6 +263,35 @@ impl AuditStore {
         }
         if let Some((file, path)) = &self.jsonl {
             let line = serde_json::to_string(rec).map_err(AuditError::Encode)?;
+            let mut f = file.lock().map_err(|_| AuditError::Poisoned)?;
+            writeln!(f, "{line}").map_err(|source| AuditError::Io {
+                path: path.clone(),
+                source,
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Stores one supervisor event (`mcp.*`, or an event of a supervised
+    /// server's sandbox) and appends it to the JSON-lines file as
+    /// `{"kind":"event", ...}`.
+    pub fn record_event(&self, ev: &EventRecord) -> Result<(), AuditError> {
+        let line = serde_json::to_string(ev).map_err(AuditError::Encode)?;
+        {
+            let db = self.db.lock().map_err(|_| AuditError::Poisoned)?;
+            db.execute(
+                "INSERT INTO events (ts_ms, tenant, server, code, event) VALUES (?1, ?2, ?3, ?4, ?5)",
+                params![
+                    i64::try_from(ev.ts_ms).unwrap_or(i64::MAX),
+                    ev.tenant,
+                    ev.server,
+                    ev.code,
+                    line,
+                ],
+            )
+            .map_err(sqlite(&self.path))?;
+        }
+        if let Some((file, path)) = &self.jsonl {
             let mut f = file.lock().map_err(|_| AuditError::Poisoned)?;
             writeln!(f, "{line}").map_err(|source| AuditError::Io {
                 path: path.clone(),
@@ -321,20 +381,21 @@ fn private_file(path: &Path, create: bool) -> std::io::Result<()> {
 }
 
 /// Applies the retention to the JSON-lines file: drops the records whose
-/// `finished_ms` is before `cutoff`, by writing the others to a new file
-/// (mode 0600) that replaces it. Lines that are not records (not JSON, no
-/// `finished_ms`) are kept. Nothing is rewritten when nothing is old.
+/// `finished_ms` (events: `ts_ms`) is before `cutoff`, by writing the
+/// others to a new file (mode 0600) that replaces it. Lines that are
+/// neither (not JSON, no time) are kept. Nothing is rewritten when nothing is old.
 fn prune_jsonl(path: &Path, cutoff: u64) -> std::io::Result<()> {
     use std::io::{BufRead, BufReader, BufWriter};
     /// The one field retention looks at; the rest of a line is ignored.
     #[derive(Deserialize)]
     struct Finished {
         finished_ms: Option<u64>,
+        ts_ms: Option<u64>,
     }
     let old = |line: &str| {
         serde_json::from_str::<Finished>(line)
             .ok()
-            .and_then(|f| f.finished_ms)
+            .and_then(|f| f.finished_ms.or(f.ts_ms))
             .is_some_and(|t| t < cutoff)
     };
     let reader = || File::open(path).map(BufReader::new);

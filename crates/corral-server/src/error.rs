@@ -23,6 +23,14 @@ pub enum ServerError {
          Add [[server.tenant]] entries (bearer tokens, stored as SHA-256) or listen on 127.0.0.1"
     )]
     Unauthenticated(SocketAddr),
+    /// The config file could not be copied for the supervised servers.
+    #[error("config {}: {message}", path.display())]
+    ConfigSnapshot {
+        /// The config file.
+        path: PathBuf,
+        /// What went wrong.
+        message: String,
+    },
     /// The audit store could not be opened.
     #[error("audit store: {0}")]
     Audit(#[from] AuditError),

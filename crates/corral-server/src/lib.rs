@@ -25,6 +25,7 @@ mod exec;
 mod logging;
 mod mcp;
 mod state;
+mod supervisor;
 mod warm;
 mod workspace;
 
@@ -58,10 +59,13 @@ fn check_startup(config: &Config) -> Result<(), ServerError> {
 /// Serves HTTP (and MCP at `/mcp`) until SIGINT or SIGTERM. Once it
 /// listens, one line goes to stderr, `corral: serving on http://ADDR`,
 /// before any log line.
-pub async fn serve(config: Config) -> Result<(), ServerError> {
+pub async fn serve(
+    config: Config,
+    config_file: Option<std::path::PathBuf>,
+) -> Result<(), ServerError> {
     check_startup(&config)?;
     let listen: SocketAddr = config.server.listen;
-    let state = Arc::new(AppState::new(config)?);
+    let state = Arc::new(AppState::new(config, config_file.as_deref())?);
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .map_err(|source| ServerError::Bind {
@@ -70,6 +74,7 @@ pub async fn serve(config: Config) -> Result<(), ServerError> {
         })?;
     let local = listener.local_addr().map_err(ServerError::Serve)?;
     start_warm_helpers(&state.config);
+    state.supervisor.boot();
     announce(local);
     tracing::info!(
         listen = %local,
@@ -79,10 +84,11 @@ pub async fn serve(config: Config) -> Result<(), ServerError> {
         code_mode = state.config.server.code_mode,
         "serving"
     );
-    let served = axum::serve(listener, api::router(state, local))
+    let served = axum::serve(listener, api::router(state.clone(), local))
         .with_graceful_shutdown(shutdown_signal())
         .await
         .map_err(ServerError::Serve);
+    state.supervisor.shutdown().await;
     tracing::info!("stopped");
     crate::warm::shutdown();
     served

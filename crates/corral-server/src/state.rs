@@ -58,7 +58,9 @@ pub struct AppState {
     /// Executions running at once, all tenants together.
     pub global: Arc<Semaphore>,
     /// Audit records.
-    pub audit: AuditStore,
+    pub audit: Arc<AuditStore>,
+    /// Supervised MCP servers.
+    pub supervisor: Arc<crate::supervisor::Supervisor>,
     /// Counters.
     pub metrics: Metrics,
     /// This server's own directory for workspaces:
@@ -69,8 +71,13 @@ pub struct AppState {
 }
 
 impl AppState {
-    /// Builds the state: resolves commands, opens the audit store.
-    pub fn new(config: Config) -> Result<AppState, ServerError> {
+    /// Builds the state: resolves commands, opens the audit store, resolves
+    /// the supervised servers (`config_file` is where `config` came from:
+    /// their sandboxes read a private copy of it).
+    pub fn new(
+        config: Config,
+        config_file: Option<&std::path::Path>,
+    ) -> Result<AppState, ServerError> {
         let path = std::env::var("PATH").ok();
         let commands = config
             .profiles
@@ -89,7 +96,7 @@ impl AppState {
         } else {
             s.tenants.clone()
         };
-        let tenants = tenants
+        let tenants: Vec<Arc<TenantState>> = tenants
             .into_iter()
             .map(|t| Arc::new(TenantState::new(t)))
             .collect();
@@ -100,7 +107,24 @@ impl AppState {
             .work_dir
             .join(format!("corral-serve-{}", std::process::id()));
         create_own_dir(&work_dir)?;
+        let audit = Arc::new(audit);
+        let snapshot = match config_file {
+            Some(f) if !config.server.mcp_servers.is_empty() => {
+                Some(snapshot_config(f, &work_dir, &config)?)
+            }
+            _ => None,
+        };
+        let tenant_names = tenants.iter().map(|t| t.tenant.name.clone()).collect();
+        let supervisor = Arc::new(crate::supervisor::Supervisor::new(
+            &config,
+            snapshot.as_deref(),
+            audit.clone(),
+            &work_dir,
+            tenant_names,
+            anonymous,
+        ));
         Ok(AppState {
+            supervisor,
             global: Arc::new(Semaphore::new(s.max_concurrent as usize)),
             commands,
             tenants,
@@ -116,6 +140,42 @@ impl AppState {
     pub fn anonymous(&self) -> bool {
         self.anonymous
     }
+}
+
+/// A private copy of the config file in the server's own directory, for
+/// the sandboxes of supervised servers (`corral run --config`): an edit of
+/// the original while the server runs changes nothing under it. The copy
+/// must say what the server loaded.
+fn snapshot_config(
+    file: &std::path::Path,
+    work_dir: &std::path::Path,
+    loaded: &Config,
+) -> Result<std::path::PathBuf, ServerError> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let copy = work_dir.join("config.toml");
+    let io = |source| ServerError::ConfigSnapshot {
+        path: file.to_path_buf(),
+        message: format!("{source}"),
+    };
+    let text = std::fs::read_to_string(file).map_err(io)?;
+    let same = Config::parse(&text, Some(file))
+        .map(|c| c.server.mcp_servers == loaded.server.mcp_servers && c.profiles == loaded.profiles)
+        .unwrap_or(false);
+    if !same {
+        return Err(ServerError::ConfigSnapshot {
+            path: file.to_path_buf(),
+            message: "the file changed while corral was starting; start it again".into(),
+        });
+    }
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&copy)
+        .and_then(|mut f| f.write_all(text.as_bytes()))
+        .map_err(io)?;
+    Ok(copy)
 }
 
 /// The profiles of a tenant that may use them all (the anonymous one):

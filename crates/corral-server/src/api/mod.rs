@@ -37,7 +37,9 @@ pub fn router(state: Shared, local: std::net::SocketAddr) -> Router {
         )
         .route("/v1/executions/stream", post(executions::stream))
         .route("/v1/executions/{id}", get(executions::get))
+        .route("/v1/mcp-servers", get(mcp_servers))
         .merge(crate::mcp::router(state.clone()))
+        .merge(crate::supervisor::bridge::router(&state))
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(limit))
         .layer(axum::middleware::from_fn_with_state(
@@ -95,6 +97,14 @@ async fn metrics(State(st): State<Shared>) -> Response {
 
 async fn openapi() -> Json<serde_json::Value> {
     Json(openapi::openapi_document())
+}
+
+/// `GET /v1/mcp-servers`: the supervised servers the caller may reach.
+async fn mcp_servers(State(st): State<Shared>, Authed(t): Authed) -> Response {
+    Json(serde_json::json!({
+        "servers": crate::supervisor::list_status(&st.supervisor, &t.tenant.name),
+    }))
+    .into_response()
 }
 
 /// `GET /v1/limits`: what the caller may ask for.

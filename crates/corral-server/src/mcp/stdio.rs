@@ -16,7 +16,7 @@ const LOCAL_TENANT: &str = "local";
 /// `corral mcp`: one MCP session over stdin/stdout until the client closes
 /// it. Nothing else is ever written to stdout.
 pub async fn serve_stdio(config: Config) -> Result<(), ServerError> {
-    let state = Arc::new(AppState::new(config)?);
+    let state = Arc::new(AppState::new(config, None)?);
     let s = &state.config.server;
     let local = Arc::new(TenantState::new(Tenant {
         name: LOCAL_TENANT.into(),
