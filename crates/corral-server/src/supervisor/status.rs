@@ -32,6 +32,8 @@ pub struct ServerStatus {
     pub errors: u64,
     /// Output lines dropped by the log limit.
     pub dropped_log_lines: u64,
+    /// Output lines logged within the limit.
+    pub logged_lines: u64,
 }
 
 /// One process slot.
@@ -116,6 +118,7 @@ pub fn list(sup: &Supervisor, tenant: &str) -> Vec<ServerStatus> {
                 calls: m.calls.load(Ordering::Relaxed),
                 errors: m.errors.load(Ordering::Relaxed),
                 dropped_log_lines: m.log_dropped.load(Ordering::Relaxed),
+                logged_lines: m.log_passed.load(Ordering::Relaxed),
                 instances,
             }
         })
