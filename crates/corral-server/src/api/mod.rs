@@ -92,6 +92,7 @@ async fn metrics(State(st): State<Shared>) -> Response {
         load(&m.timed_out),
         load(&m.oom_killed),
     );
+    let text = text + &crate::supervisor::metrics_text(&st.supervisor);
     ([("content-type", "text/plain; version=0.0.4")], text).into_response()
 }
 

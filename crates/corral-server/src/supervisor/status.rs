@@ -126,3 +126,79 @@ pub fn list(sup: &Supervisor, tenant: &str) -> Vec<ServerStatus> {
     out.sort_by(|a, b| a.name.cmp(&b.name));
     out
 }
+
+/// The supervised servers' lines of `/metrics` (Prometheus text format),
+/// labelled by server (names are `[a-z0-9_-]`: nothing to escape).
+pub fn metrics_text(sup: &Supervisor) -> String {
+    use std::fmt::Write;
+    let mut names: Vec<&String> = sup.servers.keys().collect();
+    names.sort();
+    let mut out = String::new();
+    if names.is_empty() {
+        return out;
+    }
+    let counters: [(&str, &str, fn(&super::ServerMetrics) -> u64); 6] = [
+        (
+            "corral_mcp_calls_total",
+            "Requests forwarded to a supervised server.",
+            |m| m.calls.load(Ordering::Relaxed),
+        ),
+        (
+            "corral_mcp_errors_total",
+            "Forwarded requests that ended in an error.",
+            |m| m.errors.load(Ordering::Relaxed),
+        ),
+        (
+            "corral_mcp_restarts_total",
+            "Restarts after failures.",
+            |m| m.restarts.load(Ordering::Relaxed),
+        ),
+        (
+            "corral_mcp_log_lines_total",
+            "Output lines of supervised processes logged.",
+            |m| m.log_passed.load(Ordering::Relaxed),
+        ),
+        (
+            "corral_mcp_log_lines_dropped_total",
+            "Output lines dropped by the log rate limit.",
+            |m| m.log_dropped.load(Ordering::Relaxed),
+        ),
+        (
+            "corral_mcp_oversized_total",
+            "Messages over max_message_bytes.",
+            |m| m.oversized.load(Ordering::Relaxed),
+        ),
+    ];
+    for (name, help, get) in counters {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+        for n in &names {
+            let m = &sup.servers[*n].metrics;
+            let _ = writeln!(out, "{name}{{server=\"{n}\"}} {}", get(m));
+        }
+    }
+    let h = "corral_mcp_call_duration_seconds";
+    let _ = writeln!(
+        out,
+        "# HELP {h} Tool-call latency through the bridge.\n# TYPE {h} histogram"
+    );
+    for n in &names {
+        let m = &sup.servers[*n].metrics;
+        let mut cumulative = 0;
+        for (i, bound) in super::LATENCY_BUCKETS_MS.iter().enumerate() {
+            cumulative += m.latency[i].load(Ordering::Relaxed);
+            let _ = writeln!(
+                out,
+                "{h}_bucket{{server=\"{n}\",le=\"{}\"}} {cumulative}",
+                bound / 1000.0
+            );
+        }
+        cumulative += m.latency[super::LATENCY_BUCKETS_MS.len()].load(Ordering::Relaxed);
+        let _ = writeln!(out, "{h}_bucket{{server=\"{n}\",le=\"+Inf\"}} {cumulative}");
+        let sum = m.latency_sum_us.load(Ordering::Relaxed) as f64 / 1e6;
+        let _ = writeln!(
+            out,
+            "{h}_sum{{server=\"{n}\"}} {sum}\n{h}_count{{server=\"{n}\"}} {cumulative}"
+        );
+    }
+    out
+}
