@@ -108,7 +108,7 @@ fn is_json(headers: &HeaderMap) -> bool {
 
 /// The headers a cross-origin page of an allowed origin may send.
 const ALLOWED_REQUEST_HEADERS: &str =
-    "authorization, content-type, accept, last-event-id, mcp-session-id, mcp-protocol-version";
+    "authorization, content-type, accept, last-event-id, mcp-session-id, mcp-protocol-version, mcp-method, mcp-name";
 
 /// Middleware: the checks above, then CORS headers on answers to allowed
 /// origins.
