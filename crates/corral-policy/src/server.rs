@@ -56,6 +56,18 @@ pub struct ServerConfig {
     /// matching any port. On a wildcard listen address (`0.0.0.0`, `::`)
     /// with this list empty, `Host` is not checked.
     pub allowed_hosts: Vec<String>,
+    /// Client connections open at once; `None`: as many as the open-file
+    /// limit allows (checked and reported at start-up). One more is
+    /// answered 503 and closed.
+    pub max_connections: Option<u32>,
+    /// Seconds for a request's headers (and for the next request on an
+    /// idle kept-alive connection).
+    pub header_timeout_secs: u64,
+    /// Seconds for a whole request body.
+    pub body_timeout_secs: u64,
+    /// Seconds a response write may make no progress (a client that does
+    /// not read) before the connection is closed.
+    pub write_stall_secs: u64,
     /// Supervised MCP servers (`[[server.mcp_server]]`), in config order.
     pub mcp_servers: Vec<crate::mcp_server::McpServer>,
 }
@@ -75,6 +87,10 @@ impl Default for ServerConfig {
             max_request_bytes: 8 << 20,
             allowed_origins: Vec::new(),
             allowed_hosts: Vec::new(),
+            max_connections: None,
+            header_timeout_secs: 10,
+            body_timeout_secs: 60,
+            write_stall_secs: 30,
             mcp_servers: Vec::new(),
         }
     }

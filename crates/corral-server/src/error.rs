@@ -23,6 +23,9 @@ pub enum ServerError {
          Add [[server.tenant]] entries (bearer tokens, stored as SHA-256) or listen on 127.0.0.1"
     )]
     Unauthenticated(SocketAddr),
+    /// The connection cap does not fit the open-file limit.
+    #[error("{0}")]
+    Connections(String),
     /// The config file could not be copied for the supervised servers.
     #[error("config {}: {message}", path.display())]
     ConfigSnapshot {

@@ -20,6 +20,7 @@ mod api;
 mod audit;
 mod auth;
 mod base64;
+mod conn;
 mod error;
 mod exec;
 mod logging;
@@ -65,6 +66,8 @@ pub async fn serve(
 ) -> Result<(), ServerError> {
     check_startup(&config)?;
     let listen: SocketAddr = config.server.listen;
+    let max_connections =
+        conn::connection_cap(config.server.max_connections).map_err(ServerError::Connections)?;
     let state = Arc::new(AppState::new(config, config_file.as_deref())?);
     let listener = tokio::net::TcpListener::bind(listen)
         .await
@@ -82,12 +85,18 @@ pub async fn serve(
         max_concurrent = state.config.server.max_concurrent,
         tenants = state.tenants.len(),
         code_mode = state.config.server.code_mode,
+        max_connections,
         "serving"
     );
-    let served = axum::serve(listener, api::router(state.clone(), local))
-        .with_graceful_shutdown(shutdown_signal())
-        .await
-        .map_err(ServerError::Serve);
+    let served = conn::serve(
+        listener,
+        api::router(state.clone(), local),
+        max_connections,
+        conn::Deadlines::of(&state.config.server),
+        shutdown_signal(),
+    )
+    .await
+    .map_err(ServerError::Serve);
     state.supervisor.shutdown().await;
     tracing::info!("stopped");
     crate::warm::shutdown();

@@ -312,6 +312,17 @@ pub fn set_rlimit(resource: libc::__rlimit_resource_t, soft: u64, hard: u64) -> 
     cvt(unsafe { libc::setrlimit(resource, &lim) }).map(drop)
 }
 
+/// Raises the soft limit on open files to the hard one (a server's
+/// connections are files); returns the soft limit now in force.
+pub fn raise_open_files() -> SysResult<u64> {
+    let (soft, hard) = get_rlimit(libc::RLIMIT_NOFILE)?;
+    if soft < hard {
+        set_rlimit(libc::RLIMIT_NOFILE, hard, hard)?;
+        return Ok(hard);
+    }
+    Ok(soft)
+}
+
 /// Resource usage of a reaped child and all its reaped descendants.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Usage {

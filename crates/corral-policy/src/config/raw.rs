@@ -29,6 +29,10 @@ pub(super) struct RawServer {
     pub(super) store_code: Option<bool>,
     pub(super) work_dir: Option<Spanned<String>>,
     pub(super) max_request_bytes: Option<Spanned<RawSize>>,
+    pub(super) max_connections: Option<Spanned<u32>>,
+    pub(super) header_timeout_secs: Option<Spanned<u64>>,
+    pub(super) body_timeout_secs: Option<Spanned<u64>>,
+    pub(super) write_stall_secs: Option<Spanned<u64>>,
     pub(super) allowed_origins: Option<Vec<Spanned<String>>>,
     pub(super) allowed_hosts: Option<Vec<Spanned<String>>>,
     #[serde(default)]

@@ -81,6 +81,44 @@ pub(super) fn apply_server(
         }
         s.retention_days = r.into_inner();
     }
+    if let Some(m) = raw.max_connections {
+        if *m.get_ref() < 16 {
+            return Err(src.err(
+                Some(m.span()),
+                format!("{k}.max_connections"),
+                "must be at least 16 (leave it out to follow the open-file limit)",
+            ));
+        }
+        s.max_connections = Some(m.into_inner());
+    }
+    for (value, field, slot) in [
+        (
+            raw.header_timeout_secs,
+            "header_timeout_secs",
+            &mut s.header_timeout_secs,
+        ),
+        (
+            raw.body_timeout_secs,
+            "body_timeout_secs",
+            &mut s.body_timeout_secs,
+        ),
+        (
+            raw.write_stall_secs,
+            "write_stall_secs",
+            &mut s.write_stall_secs,
+        ),
+    ] {
+        if let Some(v) = value {
+            if !(1..=3600).contains(v.get_ref()) {
+                return Err(src.err(
+                    Some(v.span()),
+                    format!("{k}.{field}"),
+                    "must be 1 to 3600 seconds",
+                ));
+            }
+            *slot = v.into_inner();
+        }
+    }
     if let Some(m) = raw.max_request_bytes {
         s.max_request_bytes = size(src, &format!("{k}.max_request_bytes"), m)?.bytes();
     }

@@ -137,7 +137,8 @@ pub fn metrics_text(sup: &Supervisor) -> String {
     if names.is_empty() {
         return out;
     }
-    let counters: [(&str, &str, fn(&super::ServerMetrics) -> u64); 6] = [
+    type Counter = (&'static str, &'static str, fn(&super::ServerMetrics) -> u64);
+    let counters: [Counter; 6] = [
         (
             "corral_mcp_calls_total",
             "Requests forwarded to a supervised server.",

@@ -1,0 +1,191 @@
+//! The service under hostile connections: idle, half-sent, dripped and
+//! unread requests are cut on time, a connection cap answers 503 instead
+//! of running out of descriptors, and `/healthz` keeps answering for
+//! everyone meanwhile. Everything on loopback, bounded in count and time.
+
+#![allow(clippy::unwrap_used)] // test helpers fail loudly, as tests do
+
+mod common;
+use common::*;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+/// Seconds until the server closes `s` (reads until EOF or a reset),
+/// reading whatever it sent; at most `max`.
+fn closed_after(s: &mut TcpStream, max: Duration) -> Option<f64> {
+    let start = Instant::now();
+    s.set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let mut buf = [0u8; 65536];
+    while start.elapsed() < max {
+        match s.read(&mut buf) {
+            Ok(0) => return Some(start.elapsed().as_secs_f64()),
+            Ok(_) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(_) => return Some(start.elapsed().as_secs_f64()),
+        }
+    }
+    None
+}
+
+/// `/healthz` over a fresh connection: (status, seconds it took).
+fn healthz(addr: &str) -> (u16, f64) {
+    let t = Instant::now();
+    let (status, _, _) = http(addr, "GET", "/healthz", None, None);
+    (status, t.elapsed().as_secs_f64())
+}
+
+#[test]
+fn two_thousand_idle_connections_without_a_token_neither_stop_healthz_nor_stay() {
+    let server = start_server("header_timeout_secs = 3\n", &[]);
+    // A thousand silent connections and a thousand that sent half a
+    // request line and stopped.
+    let mut held: Vec<TcpStream> = (0..2000)
+        .map(|i| {
+            let mut s = TcpStream::connect(&server.addr).unwrap();
+            if i % 2 == 1 {
+                s.write_all(b"POST /v1/executions HTTP/1.1\r\nHost: x\r\n")
+                    .unwrap();
+            }
+            s
+        })
+        .collect();
+    let (status, took) = healthz(&server.addr);
+    assert_eq!(status, 200);
+    assert!(
+        took < 1.0,
+        "/healthz took {took} s beside 2000 idle connections"
+    );
+    // Every one is cut once its headers are late, none much later.
+    let start = Instant::now();
+    for s in &mut held {
+        let left = Duration::from_secs(10).saturating_sub(start.elapsed());
+        assert!(
+            closed_after(s, left.max(Duration::from_millis(1))).is_some(),
+            "an idle connection was still open {:?} after the flood",
+            start.elapsed()
+        );
+    }
+    assert!(start.elapsed() < Duration::from_secs(10));
+    let (status, _) = healthz(&server.addr);
+    assert_eq!(status, 200);
+}
+
+#[test]
+fn a_dripped_body_is_cut_at_the_body_deadline() {
+    let server = start_server("body_timeout_secs = 2\n", &[]);
+    let mut s = TcpStream::connect(&server.addr).unwrap();
+    let body = r#"{"command":["true"]}"#;
+    write!(
+        s,
+        "POST /v1/executions HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        server.addr,
+        body.len() + 100
+    )
+    .unwrap();
+    // A byte a second: every single read is quick, the whole is not.
+    let start = Instant::now();
+    let mut answer = Vec::new();
+    s.set_read_timeout(Some(Duration::from_millis(900)))
+        .unwrap();
+    for b in body.bytes().chain(std::iter::repeat(b' ')).take(40) {
+        if s.write_all(&[b]).is_err() {
+            break;
+        }
+        let mut buf = [0u8; 4096];
+        match s.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => {
+                answer.extend_from_slice(&buf[..n]);
+                break;
+            }
+            Err(_) => {}
+        }
+    }
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(
+        start.elapsed() < Duration::from_secs(8),
+        "the dripping body was read for {:?}",
+        start.elapsed()
+    );
+    assert!(answer.starts_with("HTTP/1.1 4"), "answer: {answer}");
+    assert!(answer.contains("body_timeout_secs"), "answer: {answer}");
+}
+
+#[test]
+fn past_the_connection_cap_a_connection_is_answered_503_and_the_cap_frees() {
+    let server = start_server("max_connections = 16\nheader_timeout_secs = 2\n", &[]);
+    let held: Vec<TcpStream> = (0..16)
+        .map(|_| TcpStream::connect(&server.addr).unwrap())
+        .collect();
+    // Give the server time to take them all.
+    std::thread::sleep(Duration::from_millis(300));
+    let (status, head, body) = http(&server.addr, "GET", "/healthz", None, None);
+    assert_eq!(status, 503, "{head}\n{body}");
+    assert!(
+        head.to_ascii_lowercase().contains("retry-after: 1"),
+        "{head}"
+    );
+    assert!(body.contains("\"busy\""), "{body}");
+    // The idle ones are cut after their header deadline: room again.
+    wait_until(10, "the cap frees as idle connections are cut", || {
+        healthz(&server.addr).0 == 200
+    });
+    drop(held);
+}
+
+#[test]
+fn a_client_that_stops_reading_is_disconnected_and_its_execution_ends() {
+    let server = start_server("write_stall_secs = 2\n", &[]);
+    let mut s = TcpStream::connect(&server.addr).unwrap();
+    let body = serde_json::json!({
+        "command": ["python3", "-c", "import sys\nwhile True: sys.stdout.write('x' * 65536)"],
+        "timeout_ms": 60000,
+    })
+    .to_string();
+    write!(
+        s,
+        "POST /v1/executions/stream HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        server.addr,
+        body.len()
+    )
+    .unwrap();
+    // Do not read: the socket buffers fill, the server's writes stall.
+    std::thread::sleep(Duration::from_secs(6));
+    let start = Instant::now();
+    let closed = closed_after(&mut s, Duration::from_secs(20));
+    assert!(
+        closed.is_some(),
+        "the server kept an unread stream open for {:?} more",
+        start.elapsed()
+    );
+    // The execution it fed ended with it (no sandbox left writing).
+    wait_until(30, "the sandbox of the abandoned stream is gone", || {
+        !process_running("", "sys.stdout.write(")
+    });
+    let (status, _) = healthz(&server.addr);
+    assert_eq!(status, 200);
+}
+
+#[test]
+fn the_cap_must_fit_the_open_file_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = serve_config(dir.path(), "max_connections = 4000000000\n");
+    let out = corral()
+        .args(["serve", "--listen", "127.0.0.1:0", "--config"])
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(125));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("max_connections") && err.contains("RLIMIT_NOFILE"),
+        "{err}"
+    );
+}
