@@ -660,3 +660,54 @@ fn stdio_writes_only_json_rpc_to_stdout_and_json_logs_to_stderr() {
     let refused = event("tool call refused", "read_file");
     assert_eq!(refused["span"]["outcome"], "path.traversal", "{refused}");
 }
+
+/// The cgroups named for `pid` (`<pid>-<n>`) in every hierarchy corral
+/// uses, v1 (`<hierarchy>/corral/`) and v2 (`/sys/fs/cgroup/corral/`).
+fn cgroups_of(pid: u32) -> Vec<String> {
+    let prefix = format!("{pid}-");
+    let mut bases = vec![std::path::PathBuf::from("/sys/fs/cgroup/corral")];
+    if let Ok(hierarchies) = std::fs::read_dir("/sys/fs/cgroup") {
+        bases.extend(hierarchies.flatten().map(|h| h.path().join("corral")));
+    }
+    bases
+        .iter()
+        .filter_map(|b| std::fs::read_dir(b).ok())
+        .flat_map(|d| d.flatten())
+        .map(|e| e.path().display().to_string())
+        .filter(|p| p.rsplit('/').next().is_some_and(|n| n.starts_with(&prefix)))
+        .collect()
+}
+
+#[test]
+fn stdio_sessions_that_run_nothing_leave_no_cgroup() {
+    // Its warm helpers wait in cgroups (as root); a session that ends
+    // while the pool is still being filled used to leave one behind.
+    let handshake = concat!(
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#,
+        "\n",
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+        "\n"
+    );
+    for _ in 0..8 {
+        let mut child = corral()
+            .args(["mcp", "--log-level", "off"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(handshake.as_bytes())
+            .unwrap();
+        let mut out = String::new();
+        child.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+        assert!(out.contains("\"serverInfo\""), "{out}");
+        assert!(child.wait().unwrap().success());
+        let left = cgroups_of(pid);
+        assert!(left.is_empty(), "corral mcp {pid} left {left:?}");
+    }
+}

@@ -73,6 +73,10 @@ impl Pool {
 
 static POOL: OnceLock<Pool> = OnceLock::new();
 
+/// The refill thread, joined by [`shutdown`]: a helper (and group) it is
+/// preparing when the process ends would otherwise be left behind.
+static REFILL: Mutex<Option<std::thread::JoinHandle<()>>> = Mutex::new(None);
+
 /// Keeps `count` helpers (at most [`MAX_READY`]) started and waiting from
 /// now on, refilled by a background thread; with `template`, each waits in
 /// a cgroup made for those limits. For long-running, multi-threaded front
@@ -96,9 +100,12 @@ pub fn keep_ready(count: usize, template: Option<Limits>) {
         }
     });
     if first {
-        let _ = std::thread::Builder::new()
+        let thread = std::thread::Builder::new()
             .name("corral-warm-helpers".into())
             .spawn(refill);
+        if let Ok(t) = thread {
+            *REFILL.lock().unwrap_or_else(|p| p.into_inner()) = Some(t);
+        }
     }
 }
 
@@ -116,6 +123,11 @@ pub fn shutdown() {
     pool.changed.notify_all();
     for w in waiting {
         w.release();
+    }
+    // It releases what it was preparing and returns.
+    let refill = REFILL.lock().unwrap_or_else(|p| p.into_inner()).take();
+    if let Some(t) = refill {
+        let _ = t.join();
     }
 }
 
