@@ -704,7 +704,12 @@ fn stdio_sessions_that_run_nothing_leave_no_cgroup() {
             .write_all(handshake.as_bytes())
             .unwrap();
         let mut out = String::new();
-        child.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+        child
+            .stdout
+            .take()
+            .unwrap()
+            .read_to_string(&mut out)
+            .unwrap();
         assert!(out.contains("\"serverInfo\""), "{out}");
         assert!(child.wait().unwrap().success());
         let left = cgroups_of(pid);

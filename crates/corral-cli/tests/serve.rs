@@ -1262,3 +1262,99 @@ fn every_401_names_the_bearer_scheme() {
         );
     }
 }
+
+/// The `event` lines of the audit JSON-lines file.
+fn audit_events(path: &std::path::Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v["kind"] == "event")
+        .collect()
+}
+
+#[test]
+fn every_refusal_leaves_an_audit_record_and_token_floods_are_rate_limited() {
+    let dir = tempfile::tempdir().unwrap();
+    let jsonl = dir.path().join("audit.jsonl");
+    let extra = format!("audit_jsonl = \"{}\"\n", jsonl.display())
+        + &tenant("alice", "alice-token")
+        + &tenant("bob", "bob-token");
+    let cfg = serve_config(dir.path(), &extra);
+    let s = start_server_in(dir, &cfg, &[]);
+    let (status, v) = post(
+        &s,
+        Some("alice-token"),
+        r#"{"command": ["sh", "-c", "true"]}"#,
+    );
+    assert_eq!(status, 200, "{v}");
+    let id = v["id"].as_str().unwrap().to_string();
+    // A traversal, a forbidden profile, and a read of another tenant's
+    // record.
+    let (status, _) = post(
+        &s,
+        Some("bob-token"),
+        r#"{"command": ["sh"], "files": [{"path": "../escape", "content": "x"}]}"#,
+    );
+    assert_eq!(status, 400);
+    let (status, _) = post(
+        &s,
+        Some("bob-token"),
+        r#"{"profile": "nope", "command": ["sh"]}"#,
+    );
+    assert_eq!(status, 403);
+    let (status, _, _) = http(
+        &s.addr,
+        "GET",
+        &format!("/v1/executions/{id}"),
+        Some("bob-token"),
+        None,
+    );
+    assert_eq!(status, 404);
+    // Thirty wrong tokens from one address.
+    for i in 0..30 {
+        let (status, _) = post(&s, Some(&format!("guess-{i}")), "{}");
+        assert_eq!(status, 401);
+    }
+    let mut events = Vec::new();
+    wait_until(10, "the refusals reach the audit file", || {
+        events = audit_events(&jsonl);
+        events.iter().filter(|e| e["code"] == "api.refused").count() >= 3
+            && events
+                .iter()
+                .filter(|e| e["code"] == "auth.refused")
+                .count()
+                >= 20
+    });
+    let api: Vec<&serde_json::Value> = events
+        .iter()
+        .filter(|e| e["code"] == "api.refused")
+        .collect();
+    let by_error = |code: &str| {
+        api.iter()
+            .find(|e| e["event"]["fields"]["error"] == code)
+            .unwrap_or_else(|| panic!("no api.refused with {code}: {api:?}"))
+    };
+    let traversal = by_error("path.traversal");
+    assert_eq!(traversal["tenant"], "bob");
+    assert_eq!(by_error("profile.forbidden")["tenant"], "bob");
+    let cross = by_error("execution.not_found");
+    assert_eq!(cross["tenant"], "bob");
+    assert!(cross["event"]["fields"]["path"]
+        .as_str()
+        .unwrap()
+        .contains(&id));
+    assert!(cross["event"]["fields"]["peer"]
+        .as_str()
+        .unwrap()
+        .starts_with("127.0.0.1:"));
+    // Twenty a minute per address are recorded; the rest only counted.
+    std::thread::sleep(Duration::from_millis(500));
+    let auth: Vec<serde_json::Value> = audit_events(&jsonl)
+        .into_iter()
+        .filter(|e| e["code"] == "auth.refused")
+        .collect();
+    assert_eq!(auth.len(), 20, "{auth:?}");
+    assert_eq!(auth[0]["event"]["fields"]["error"], "auth.unknown_token");
+    assert_eq!(auth[0]["event"]["level"], "warn");
+}

@@ -104,6 +104,16 @@ pub enum ReasonCode {
     /// hides, a cap reached.
     #[serde(rename = "mcp.refused")]
     McpRefused,
+    /// The service refused a request without a valid token (`fields`:
+    /// error code, peer, method, path); rate-limited per peer address.
+    #[serde(rename = "auth.refused")]
+    AuthRefused,
+    /// The service refused an authenticated request (a forbidden profile,
+    /// limits above the ceilings, a path outside the workspace, another
+    /// tenant's record, a foreign origin ...): `fields.error` is the API's
+    /// stable error code.
+    #[serde(rename = "api.refused")]
+    ApiRefused,
 }
 
 impl ReasonCode {
@@ -134,6 +144,8 @@ impl ReasonCode {
             ReasonCode::McpLogRateLimited => "mcp.log_rate_limit_exceeded",
             ReasonCode::McpCall => "mcp.call",
             ReasonCode::McpRefused => "mcp.refused",
+            ReasonCode::AuthRefused => "auth.refused",
+            ReasonCode::ApiRefused => "api.refused",
         }
     }
 

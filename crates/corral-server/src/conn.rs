@@ -123,8 +123,10 @@ pub async fn serve(
             let seen = started.clone();
             let io = TokioIo::new(StallGuard::new(stream, deadlines.write_stall));
             let service = TowerToHyperService::new(router.map_request(
-                move |req: axum::http::Request<Incoming>| {
+                move |mut req: axum::http::Request<Incoming>| {
                     seen.store(true, std::sync::atomic::Ordering::Relaxed);
+                    req.extensions_mut()
+                        .insert(axum::extract::ConnectInfo(peer));
                     req.map(|b| Body::new(Deadline::new(b, deadlines.body)))
                 },
             ));

@@ -452,9 +452,25 @@ pub enum ErrorBody<'a> {
     Record(&'a ExecutionResponse),
 }
 
+/// What a refusal said, attached to its response for the audit layer
+/// (`api::refusals`).
+#[derive(Debug, Clone)]
+pub struct Refusal {
+    /// The stable error code.
+    pub code: String,
+    /// The message.
+    pub message: String,
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let mut resp = (self.status(), axum::Json(self.body())).into_response();
+        if resp.status().is_client_error() {
+            resp.extensions_mut().insert(Refusal {
+                code: self.code().to_string(),
+                message: self.to_string(),
+            });
+        }
         if let Some(secs) = self.retry_after() {
             resp.headers_mut()
                 .insert("retry-after", HeaderValue::from(secs));

@@ -59,6 +59,10 @@ pub struct AppState {
     pub global: Arc<Semaphore>,
     /// Audit records.
     pub audit: Arc<AuditStore>,
+    /// Audit events (refusals, the supervisor's decisions).
+    pub events: crate::supervisor::Audit,
+    /// Per-peer rate limit on recorded authentication refusals.
+    pub refusals: crate::api::RefusalLimiter,
     /// Supervised MCP servers.
     pub supervisor: Arc<crate::supervisor::Supervisor>,
     /// Counters.
@@ -115,16 +119,19 @@ impl AppState {
             _ => None,
         };
         let tenant_names = tenants.iter().map(|t| t.tenant.name.clone()).collect();
+        let events = crate::supervisor::Audit::start(audit.clone());
         let supervisor = Arc::new(crate::supervisor::Supervisor::new(
             &config,
             snapshot.as_deref(),
-            audit.clone(),
+            events.clone(),
             &work_dir,
             tenant_names,
             anonymous,
         ));
         Ok(AppState {
             supervisor,
+            events,
+            refusals: crate::api::RefusalLimiter::default(),
             global: Arc::new(Semaphore::new(s.max_concurrent as usize)),
             commands,
             tenants,

@@ -5,6 +5,9 @@ mod browser;
 mod executions;
 mod fallback;
 mod openapi;
+mod refusals;
+
+pub use refusals::RefusalLimiter;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -51,6 +54,11 @@ pub fn router(state: Shared, local: std::net::SocketAddr) -> Router {
         .layer(axum::middleware::from_fn_with_state(
             browser::BrowserGuard::new(&state.config.server, local),
             browser::guard,
+        ))
+        // Every refusal, the guard's included, becomes an audit event.
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            refusals::record,
         ))
         // Outermost: the span covers authentication and the error body,
         // and sees the final status.

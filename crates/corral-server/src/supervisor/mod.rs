@@ -69,6 +69,16 @@ impl Audit {
         Audit { tx }
     }
 
+    /// Records an event of the service itself (no server).
+    pub async fn emit_service(&self, tenant: &str, event: AuditEvent) {
+        let owner = Owner {
+            server: String::new(),
+            tenant: tenant.to_string(),
+            session: None,
+        };
+        self.emit(&owner, event).await;
+    }
+
     /// Records `event` for `owner`.
     pub async fn emit(&self, owner: &Owner, event: AuditEvent) {
         let code = event.code.as_str().to_string();
@@ -347,7 +357,7 @@ impl Supervisor {
     pub fn new(
         config: &Config,
         config_file: Option<&std::path::Path>,
-        store: Arc<AuditStore>,
+        audit: Audit,
         work_dir: &std::path::Path,
         tenants: Vec<String>,
         anonymous: bool,
@@ -371,7 +381,7 @@ impl Supervisor {
         Supervisor {
             servers,
             sessions: Mutex::default(),
-            audit: Audit::start(store),
+            audit,
             exe,
             dir: work_dir.join("mcp"),
             shutting_down: Default::default(),
