@@ -1358,3 +1358,39 @@ fn every_refusal_leaves_an_audit_record_and_token_floods_are_rate_limited() {
     assert_eq!(auth[0]["event"]["fields"]["error"], "auth.unknown_token");
     assert_eq!(auth[0]["event"]["level"], "warn");
 }
+
+#[test]
+fn ten_thousand_input_files_are_written_in_linear_time_and_more_are_refused_up_front() {
+    let s = start_server("max_request_bytes = \"16MiB\"\n", &[]);
+    let files = |n: usize| {
+        (0..n)
+            .map(|i| serde_json::json!({"path": format!("d{}/f{i}", i % 100), "content": "x"}))
+            .collect::<Vec<_>>()
+    };
+    let body = serde_json::json!({
+        "command": ["sh", "-c", "find . -type f | wc -l"],
+        "files": files(10_000),
+    })
+    .to_string();
+    let t = Instant::now();
+    let (status, v) = post(&s, None, &body);
+    let took = t.elapsed();
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["stdout"].as_str().unwrap().trim(), "10000");
+    // Quadratic bookkeeping took a minute for 8,000 files.
+    assert!(took < Duration::from_secs(10), "10,000 files took {took:?}");
+    let body = serde_json::json!({"command": ["true"], "files": files(10_001)}).to_string();
+    let (status, v) = post(&s, None, &body);
+    assert_eq!(
+        (status, v["error"]["code"].as_str()),
+        (400, Some("request.invalid")),
+        "{v}"
+    );
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("at most 10000"),
+        "{v}"
+    );
+}

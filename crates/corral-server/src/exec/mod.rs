@@ -32,6 +32,9 @@ use crate::workspace::{FileLimits, Workspace, WorkspaceError, DEFAULT_RESERVED};
 /// Largest input file, and all input files together.
 pub const MAX_INPUT_BYTES: u64 = 16 << 20;
 
+/// Most input files of one request.
+pub const MAX_INPUT_FILES: usize = 10_000;
+
 /// An admitted execution: its id, its tenant, what runs, and the tracing
 /// span everything about it is logged in.
 #[derive(Debug)]
@@ -189,10 +192,11 @@ fn run_in_fresh_workspace(
     let ws = new_workspace(state, &prepared.profile)
         .map_err(|e| ApiError::internal(format!("creating the workspace: {e}")))?;
     // Callers may not write corral's reserved names; corral writes the code
-    // file there itself.
+    // file there itself. The totals were checked when the request was
+    // prepared, and the workspace is new: no write measures it again.
     let callers = FileLimits {
         max_file_bytes: MAX_INPUT_BYTES,
-        max_workspace_bytes: MAX_INPUT_BYTES,
+        max_workspace_bytes: u64::MAX,
         reserved: DEFAULT_RESERVED,
     };
     let own = FileLimits {

@@ -115,6 +115,31 @@ pub struct Prepared {
     pub code: String,
 }
 
+/// The input files' count and total size, checked before anything is
+/// written: the workspace is new, so what corral writes is all it holds,
+/// and no write has to measure it again (which made many small files
+/// quadratic).
+fn check_input_totals(files: &[(String, Vec<u8>)]) -> Result<(), ApiError> {
+    use super::{MAX_INPUT_BYTES, MAX_INPUT_FILES};
+    if files.len() > MAX_INPUT_FILES {
+        return Err(ApiError::new(
+            ErrorCode::RequestInvalid,
+            format!(
+                "{} input files: at most {MAX_INPUT_FILES} per request; pack them (a tar or zip file) and unpack them in the sandbox",
+                files.len()
+            ),
+        ));
+    }
+    let total: u64 = files.iter().map(|(_, d)| d.len() as u64).sum();
+    if total > MAX_INPUT_BYTES {
+        return Err(ApiError::new(
+            ErrorCode::RequestInvalid,
+            format!("the input files hold {total} bytes together: at most {MAX_INPUT_BYTES}"),
+        ));
+    }
+    Ok(())
+}
+
 /// Validates a request for a tenant that may use `tenant_profiles`. The
 /// checks run in a fixed order, so a request with several faults always
 /// gets the same code: profile, limits, file encodings, then the shape
@@ -132,6 +157,7 @@ pub fn prepare(
         .into_iter()
         .map(decode_file)
         .collect::<Result<Vec<_>, _>>()?;
+    check_input_totals(&files)?;
     let Program {
         argv,
         code_file,
