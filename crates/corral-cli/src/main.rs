@@ -3,6 +3,7 @@
 //! `corral-launcher`.
 #![forbid(unsafe_code)]
 
+mod deploy;
 mod doctor;
 mod explain;
 mod run;
@@ -24,6 +25,9 @@ struct Cli {
 enum Cmd {
     /// Run a command in a sandbox.
     Run(Box<run::RunArgs>),
+    /// Install a Python or Node source into a pinned, read-only tree
+    /// (sandboxed install and build phases) with a manifest.
+    Deploy(Box<deploy::DeployArgs>),
     /// Validate a config file; errors name the key and the line.
     Check {
         /// The config file.
@@ -109,6 +113,7 @@ fn main() {
     }
     let code = match cli.command {
         Cmd::Run(args) => run::run(*args),
+        Cmd::Deploy(args) => deploy::deploy(*args),
         Cmd::Check { file, json } => check(&file, json),
         Cmd::Explain {
             profile,

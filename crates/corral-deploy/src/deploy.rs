@@ -416,7 +416,10 @@ fn phase_profile(
                 // Named registries replace the public ones: only them.
                 n.allow_domains.clear();
                 for r in &registries {
-                    n.allow_domains.push(r.rule()?);
+                    let rule = r.rule()?;
+                    if !n.allow_domains.contains(&rule) {
+                        n.allow_domains.push(rule);
+                    }
                 }
             }
             n.allow_domains.extend(opts.allow_domains.iter().cloned());

@@ -236,7 +236,9 @@ pub fn discover_interpreters(dirs: &[PathBuf]) -> Vec<Interpreter> {
                         .is_some_and(|m| !m.is_empty() && m.bytes().all(|b| b.is_ascii_digit()))
             })
             .collect();
-        names.sort();
+        // `python3.N` before `python3`: a venv then names the versioned
+        // file, which a change of the `python3` link does not move.
+        names.sort_by_key(|n| (n == "python3", n.clone()));
         for name in names {
             let path = dir.join(&name);
             let Ok(real) = std::fs::canonicalize(&path) else {
