@@ -840,9 +840,13 @@ fn fake_python(dir: &Path, name: &str, version: &str) {
 #[test]
 fn python_version_selection_respects_requires_python_and_skips_the_just_released() {
     let base = Base::new();
-    let fakes = base.path().join("bin");
-    std::fs::create_dir(&fakes).unwrap();
-    std::fs::set_permissions(&fakes, std::fs::Permissions::from_mode(0o755)).unwrap();
+    // An installation prefix of its own, as /opt/python3.x/bin would be:
+    // corral binds the prefix (read-only) into the install phase.
+    let fakes = base.path().join("py/bin");
+    std::fs::create_dir_all(&fakes).unwrap();
+    for d in [base.path().join("py"), fakes.clone()] {
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
     for (name, v) in [
         ("python3.9", "3.9.18"),
         ("python3.12", "3.12.4"),

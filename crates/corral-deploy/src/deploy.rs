@@ -340,6 +340,30 @@ fn interpreter(
     }
 }
 
+/// What of an interpreter outside the system paths the sandbox must see:
+/// its installation prefix (the parent of its `bin`, which holds its
+/// standard library), for the path as found and as resolved.
+fn interpreter_binds(path: &Path) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = Vec::new();
+    let real = std::fs::canonicalize(path).ok();
+    for p in std::iter::once(path.to_path_buf()).chain(real) {
+        let Some(dir) = p.parent() else { continue };
+        let prefix = if dir.file_name().is_some_and(|n| n == "bin") {
+            dir.parent().unwrap_or(dir)
+        } else {
+            dir
+        };
+        let system = corral_policy::builtin::SYSTEM_PATHS
+            .iter()
+            .any(|s| prefix.starts_with(s));
+        if !system && prefix != Path::new("/") && !out.iter().any(|o| prefix.starts_with(o)) {
+            out.retain(|o| !o.starts_with(prefix));
+            out.push(prefix.to_path_buf());
+        }
+    }
+    out
+}
+
 fn lockfiles(tree: &Path) -> BTreeMap<String, String> {
     [
         "pyproject.toml",
@@ -565,21 +589,18 @@ fn deploy_inner(
         .to_str()
         .ok_or_else(|| out_err(&out, "the path is not UTF-8"))?
         .to_string();
-    let mut extra_ro = Vec::new();
-    if d.runtime() == Runtime::Python3 {
-        if let Some(dir) = interp.0.parent() {
-            let system = ["/usr", "/bin", "/sbin", "/lib"]
-                .iter()
-                .any(|s| dir.starts_with(s));
-            if !system {
-                extra_ro.push(dir.to_path_buf());
-            }
-        }
-    }
+    let extra_ro = if d.runtime() == Runtime::Python3 {
+        interpreter_binds(&interp.0)
+    } else {
+        vec![]
+    };
     let inputs = PhaseInputs {
         tree: tree.clone(),
         python: (d.runtime() == Runtime::Python3).then(|| interp.0.to_string_lossy().to_string()),
         uv,
+        interpreter_pip: d.runtime() == Runtime::Python3
+            && !uv
+            && crate::python::has_pip(&interp.0),
         lifecycle_scripts: opts.lifecycle_scripts,
     };
     let specs = plan_phases(&d, &inputs)?;
@@ -837,6 +858,19 @@ mod tests {
                 "{bad}"
             );
         }
+    }
+
+    #[test]
+    fn interpreter_prefixes_are_bound() {
+        assert!(interpreter_binds(Path::new("/usr/bin/python3.11")).is_empty());
+        let d = tempfile::tempdir().unwrap();
+        let bin = d.path().join("py/bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        std::fs::write(bin.join("python3.12"), "").unwrap();
+        assert_eq!(
+            interpreter_binds(&bin.join("python3.12")),
+            vec![d.path().join("py")]
+        );
     }
 
     #[test]

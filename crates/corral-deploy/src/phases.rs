@@ -82,6 +82,9 @@ pub struct PhaseInputs {
     pub python: Option<String>,
     /// Use uv (found on the host) instead of pip.
     pub uv: bool,
+    /// The interpreter has a pip of its own: make the venv without pip
+    /// and install into it with `python -m pip --python VENV/bin/python`.
+    pub interpreter_pip: bool,
     /// Let npm run lifecycle scripts in the install phase.
     pub lifecycle_scripts: bool,
 }
@@ -136,15 +139,15 @@ pub fn plan_phases(d: &Detection, i: &PhaseInputs) -> Result<Vec<PhaseSpec>, Dep
                     }
                 }
             } else {
-                steps.push(s(&[&py, "-m", "venv", &venv]));
-                let mut c = s(&[
-                    &vpy,
-                    "-m",
-                    "pip",
-                    "install",
-                    "--no-input",
-                    "--prefer-binary",
-                ]);
+                let mut c = if i.interpreter_pip {
+                    steps.push(s(&[&py, "-m", "venv", "--without-pip", &venv]));
+                    s(&[&py, "-m", "pip", "--python", &vpy, "install"])
+                } else {
+                    steps.push(s(&[&py, "-m", "venv", &venv]));
+                    s(&[&vpy, "-m", "pip", "install"])
+                };
+                let bare = c.len() + 2;
+                c.extend(s(&["--no-input", "--prefer-binary"]));
                 match d.pattern {
                     Pattern::PythonPackage => c.push(".".into()),
                     _ => {
@@ -155,7 +158,7 @@ pub fn plan_phases(d: &Detection, i: &PhaseInputs) -> Result<Vec<PhaseSpec>, Dep
                         }
                     }
                 }
-                if c.len() > 6 {
+                if c.len() > bare {
                     steps.push(c);
                 }
             }
@@ -359,6 +362,7 @@ mod tests {
             tree: "/srv/t".into(),
             python: Some("/usr/bin/python3.11".into()),
             uv,
+            interpreter_pip: false,
             lifecycle_scripts: lifecycle,
         }
     }
@@ -417,6 +421,29 @@ mod tests {
         )
         .unwrap();
         assert_eq!(p[0].steps[1][..4], ["uv", "pip", "install", "--python"]);
+        let mut host_pip = inputs(false, false);
+        host_pip.interpreter_pip = true;
+        let p = plan_phases(&det(Pattern::PythonRequirements, &[], true, &[]), &host_pip).unwrap();
+        assert_eq!(
+            p[0].steps[0],
+            [
+                "/usr/bin/python3.11",
+                "-m",
+                "venv",
+                "--without-pip",
+                "/srv/t/.venv"
+            ]
+        );
+        assert_eq!(
+            p[0].steps[1][..5],
+            [
+                "/usr/bin/python3.11",
+                "-m",
+                "pip",
+                "--python",
+                "/srv/t/.venv/bin/python"
+            ]
+        );
         // A script with nothing to install gets just the venv.
         let p = plan_phases(
             &det(Pattern::PythonScript, &[], false, &[]),

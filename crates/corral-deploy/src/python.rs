@@ -185,11 +185,11 @@ pub struct Interpreter {
     pub version: PyVersion,
 }
 
-/// Runs `path --version` with a 10 s bound; `None` when it does not answer
-/// like a Python.
-fn ask_version(path: &Path) -> Option<PyVersion> {
+/// Runs a host interpreter with `args`, an empty environment and a 10 s
+/// bound; `None` when it cannot start or does not finish in time.
+fn run_bounded(path: &Path, args: &[&str]) -> Option<std::process::Output> {
     let mut child = std::process::Command::new(path)
-        .arg("--version")
+        .args(args)
         .env_clear()
         .env("PATH", "/usr/local/bin:/usr/bin:/bin")
         .stdin(std::process::Stdio::null())
@@ -209,11 +209,27 @@ fn ask_version(path: &Path) -> Option<PyVersion> {
             }
         }
     }
-    let out = child.wait_with_output().ok()?;
+    child.wait_with_output().ok()
+}
+
+/// Asks `path --version`; `None` when it does not answer like a Python 3.
+fn ask_version(path: &Path) -> Option<PyVersion> {
+    let out = run_bounded(path, &["--version"])?;
     // Python 2 printed its version on stderr.
     let text =
         String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
     PyVersion::parse(text.lines().next()?).filter(|v| v.part(0) == 3)
+}
+
+/// Whether the interpreter has pip of its own (≥ 22.3, for `--python`):
+/// then the venv is made without pip (ensurepip costs seconds) and the
+/// interpreter's pip installs into it.
+pub(crate) fn has_pip(path: &Path) -> bool {
+    run_bounded(
+        path,
+        &["-c", "import pip, sys; v = tuple(int(x) for x in pip.__version__.split('.')[:2]); sys.exit(0 if v >= (22, 3) else 1)"],
+    )
+    .is_some_and(|o| o.status.success())
 }
 
 /// Finds `python3` and `python3.N` in `dirs` (each file once, by its
