@@ -199,6 +199,13 @@ fn sink(args: &DeployArgs) -> Arc<dyn EventSink> {
     }
 }
 
+/// One line on stdout; a closed stdout is not worth a panic (the tree is
+/// in place by then, or nothing is).
+fn print_line(v: &serde_json::Value) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stdout(), "{v}");
+}
+
 /// Runs `corral deploy`; returns the exit status (0, or 125 with the
 /// error's code and message).
 pub fn deploy(args: DeployArgs) -> i32 {
@@ -206,14 +213,11 @@ pub fn deploy(args: DeployArgs) -> i32 {
     let fail = |code: &str, message: String, phases: serde_json::Value| {
         crate::say(&message);
         if json {
-            println!(
-                "{}",
-                serde_json::json!({
-                    "ok": false,
-                    "error": {"code": code, "message": message},
-                    "phases": phases,
-                })
-            );
+            print_line(&serde_json::json!({
+                "ok": false,
+                "error": {"code": code, "message": message},
+                "phases": phases,
+            }));
         }
         EXIT_CORRAL_ERROR
     };
@@ -229,17 +233,14 @@ pub fn deploy(args: DeployArgs) -> i32 {
         Err(e) => fail(e.code(), format!("deploy failed: {e}"), phases),
         Ok(report) => {
             if json {
-                println!(
-                    "{}",
-                    serde_json::json!({
-                        "ok": true,
-                        "noop": report.noop,
-                        "out": report.out,
-                        "detection": report.detection,
-                        "manifest": report.manifest,
-                        "phases": phases,
-                    })
-                );
+                print_line(&serde_json::json!({
+                    "ok": true,
+                    "noop": report.noop,
+                    "out": report.out,
+                    "detection": report.detection,
+                    "manifest": report.manifest,
+                    "phases": phases,
+                }));
             } else if !report.noop {
                 crate::say(&format!(
                     "deployed {} ({} {}, entry {})",

@@ -8,6 +8,7 @@ mod doctor;
 mod explain;
 mod run;
 
+use std::io::Write;
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
@@ -103,12 +104,13 @@ fn main() {
     };
     if !matches!(
         cli.command,
-        Cmd::Run(_) | Cmd::Mcp { .. } | Cmd::Serve { .. }
+        Cmd::Run(_) | Cmd::Mcp { .. } | Cmd::Serve { .. } | Cmd::Deploy(_)
     ) {
         // Reports piped into `head` end quietly; `run` handles EPIPE itself
         // so the sandbox's output drain never stops; `mcp` sees EPIPE when
         // its client goes away and cleans up; `serve` must outlive a closed
-        // stderr (its logs are then dropped).
+        // stderr (its logs are then dropped); `deploy` must finish or clean
+        // up its staging directory whatever happens to its reader.
         corral_sys::signal::default_sigpipe();
     }
     let code = match cli.command {
@@ -339,7 +341,8 @@ pub(crate) fn say(message: &str) {
             }
         })
         .collect();
-    eprintln!("corral: {shown}");
+    // A closed stderr is no reason to stop (or panic) half-way.
+    let _ = writeln!(std::io::stderr(), "corral: {shown}");
 }
 
 /// Loads the config file if one is given, else the built-in profiles.

@@ -264,9 +264,20 @@ fn requirements_pattern_installs_from_the_local_index_and_redeploys_as_a_no_op()
         ],
     );
     let out = base.path().join("tree");
-    let v = deploy(Some(&reg), &src, &out, &[]);
+    let events = base.path().join("events.jsonl");
+    let v = deploy(
+        Some(&reg),
+        &src,
+        &out,
+        &["--events", events.to_str().unwrap()],
+    );
     let m = ok(&v);
     assert_eq!(m["runtime"], "python3");
+    // --events got every event of the phase as it happened.
+    let lines = std::fs::read_to_string(&events).unwrap();
+    for code in ["\"run.start\"", "\"net.allowed\"", "\"run.exit\""] {
+        assert!(lines.contains(code), "{code} not in {lines}");
+    }
     assert_eq!(m["pattern"], "python_requirements");
     assert_eq!(m["entry"]["kind"], "script");
     assert_eq!(m["entry"]["path"], "main.py");
