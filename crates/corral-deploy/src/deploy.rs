@@ -513,6 +513,10 @@ fn deploy_inner(
         });
     }
     let (out, existing) = check_out(&opts.out, &source)?;
+    // Hashing walks the whole source first: a link leaving it, or anything
+    // but files, directories and links, is refused before any file of it
+    // is parsed.
+    let source_hash = hash_and_copy(&source, None, Owner(None))?;
     let d = detect(&source, opts.runtime)?;
     progress(&format!(
         "{}: {} ({})",
@@ -529,10 +533,7 @@ fn deploy_inner(
     }
     if d.requirements_txt {
         let path = source.join("requirements.txt");
-        let text = std::fs::read_to_string(&path).map_err(|e| DeployError::Source {
-            path,
-            reason: format!("cannot read it: {e}"),
-        })?;
+        let text = crate::detect::read_text(&path)?.unwrap_or_default();
         crate::scripts::check_requirements(&text)?;
     }
     let interp = interpreter(opts, &d)?;
@@ -546,8 +547,6 @@ fn deploy_inner(
             .any(|c| c == "uv")
         && find_in(crate::python::PYTHON_SEARCH, "uv").is_some();
     let options_hash = options_sha256(&d, &interp, uv, opts);
-    let owner = Owner(None);
-    let source_hash = hash_and_copy(&source, None, owner)?;
     // 2. The same source with the same options over a sound tree: no-op.
     if let Some(m) = &existing {
         if m.source_sha256 == source_hash

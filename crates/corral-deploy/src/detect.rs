@@ -115,15 +115,38 @@ const NOT_PACKAGES: &[&str] = &[
     "benchmarks",
 ];
 
-fn read_text(path: &Path) -> Result<Option<String>, DeployError> {
-    match std::fs::read_to_string(path) {
-        Ok(t) => Ok(Some(t)),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(DeployError::Source {
-            path: path.to_path_buf(),
-            reason: format!("cannot read it: {e}"),
-        }),
+/// Reads a project file: a regular file, never through a symlink (a
+/// source or a phase could point one at a host file corral may read).
+pub(crate) fn read_text(path: &Path) -> Result<Option<String>, DeployError> {
+    use std::io::Read;
+    use std::os::unix::fs::MetadataExt;
+    let err = |reason: String| DeployError::Source {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let meta = match std::fs::symlink_metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(err(format!("cannot read it: {e}"))),
+    };
+    if !meta.is_file() {
+        return Err(err(
+            "not a regular file (a link, or a directory); corral reads project files only as files"
+                .into(),
+        ));
     }
+    let f = std::fs::File::open(path).map_err(|e| err(format!("cannot read it: {e}")))?;
+    let opened = f
+        .metadata()
+        .map_err(|e| err(format!("cannot read it: {e}")))?;
+    if opened.ino() != meta.ino() || opened.dev() != meta.dev() {
+        return Err(err("it changed while corral read it".into()));
+    }
+    let mut text = String::new();
+    f.take(16 << 20)
+        .read_to_string(&mut text)
+        .map_err(|e| err(format!("cannot read it as UTF-8 text: {e}")))?;
+    Ok(Some(text))
 }
 
 /// Reads `pyproject.toml`, if there is one.
@@ -427,5 +450,10 @@ mod tests {
         assert_eq!(detect(d.path(), None).unwrap_err().code(), "deploy.detect");
         let d = tree(&[("package.json", "{\"scripts\": {\"x\": 1}}")]);
         assert_eq!(detect(d.path(), None).unwrap_err().code(), "deploy.source");
+        // Project files are never read through a link.
+        let d = tree(&[("real.json", "{}")]);
+        std::os::unix::fs::symlink("real.json", d.path().join("package.json")).unwrap();
+        let e = detect(d.path(), None).unwrap_err();
+        assert!(e.to_string().contains("not a regular file"), "{e}");
     }
 }
