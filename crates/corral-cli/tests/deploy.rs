@@ -966,3 +966,52 @@ fn unusable_out_paths_and_sources_are_refused_with_nothing_created() {
     assert_eq!(v["error"]["code"], "deploy.dependency", "{v}");
     assert_nothing_left(&base.path().join("t"));
 }
+
+#[test]
+fn cache_is_the_install_phase_home_and_stays_warm() {
+    let reg = registry();
+    let base = Base::new();
+    let cache = base.path().join("cache");
+    let py = base.source(
+        "py",
+        &[("requirements.txt", "corral-dep==1.0\n"), ("run.py", "")],
+    );
+    let node = base.source(
+        "node",
+        &[
+            (
+                "package.json",
+                r#"{"name": "c", "dependencies": {"corral-left": "1.0.0"}}"#,
+            ),
+            ("index.js", ""),
+        ],
+    );
+    let flags = ["--cache", cache.to_str().unwrap()];
+    ok(&deploy(Some(&reg), &py, &base.path().join("t1"), &flags));
+    ok(&deploy(Some(&reg), &node, &base.path().join("t2"), &flags));
+    // npm's cache landed in the HOME the operator named. (pip keeps no
+    // HTTP cache of this registry: its answers carry no cache headers.)
+    assert!(
+        cache.join(".npm/_cacache").is_dir(),
+        "no npm cache in {}",
+        cache.display()
+    );
+    // Without --cache nothing is kept: a fresh HOME, removed afterwards.
+    let before: Vec<_> = std::fs::read_dir(std::env::temp_dir())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name())
+        .filter(|n| n.to_string_lossy().starts_with("corral-deploy-"))
+        .collect();
+    ok(&deploy(Some(&reg), &py, &base.path().join("t3"), &[]));
+    let after: Vec<_> = std::fs::read_dir(std::env::temp_dir())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name())
+        .filter(|n| n.to_string_lossy().starts_with("corral-deploy-"))
+        .collect();
+    assert!(
+        after.iter().all(|n| before.contains(n)),
+        "a phase HOME was left: {after:?}"
+    );
+}
