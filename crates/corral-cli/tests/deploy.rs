@@ -987,7 +987,9 @@ fn cache_is_the_install_phase_home_and_stays_warm() {
         ],
     );
     let flags = ["--cache", cache.to_str().unwrap()];
-    ok(&deploy(Some(&reg), &py, &base.path().join("t1"), &flags));
+    let v = deploy(Some(&reg), &py, &base.path().join("t1"), &flags);
+    assert_eq!(ok(&v)["phases"][0]["name"], "install");
+    assert_eq!(v["phases"][0]["home"], cache.to_str().unwrap());
     ok(&deploy(Some(&reg), &node, &base.path().join("t2"), &flags));
     // npm's cache landed in the HOME the operator named. (pip keeps no
     // HTTP cache of this registry: its answers carry no cache headers.)
@@ -996,22 +998,26 @@ fn cache_is_the_install_phase_home_and_stays_warm() {
         "no npm cache in {}",
         cache.display()
     );
-    // Without --cache nothing is kept: a fresh HOME, removed afterwards.
-    let before: Vec<_> = std::fs::read_dir(std::env::temp_dir())
-        .unwrap()
-        .filter_map(|e| e.ok())
-        .map(|e| e.file_name())
-        .filter(|n| n.to_string_lossy().starts_with("corral-deploy-"))
-        .collect();
-    ok(&deploy(Some(&reg), &py, &base.path().join("t3"), &[]));
-    let after: Vec<_> = std::fs::read_dir(std::env::temp_dir())
-        .unwrap()
-        .filter_map(|e| e.ok())
-        .map(|e| e.file_name())
-        .filter(|n| n.to_string_lossy().starts_with("corral-deploy-"))
-        .collect();
-    assert!(
-        after.iter().all(|n| before.contains(n)),
-        "a phase HOME was left: {after:?}"
+    // Without --cache nothing is kept: a fresh HOME in corral's TMPDIR,
+    // removed afterwards.
+    let tmp = base.path().join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let v = deploy_env(
+        Some(&reg),
+        &py,
+        &base.path().join("t3"),
+        &[],
+        &[("TMPDIR", tmp.to_str().unwrap())],
     );
+    ok(&v);
+    let home = PathBuf::from(v["phases"][0]["home"].as_str().unwrap());
+    assert!(home.starts_with(&tmp), "{}", home.display());
+    assert!(!home.exists());
+    let left: Vec<_> = std::fs::read_dir(&tmp)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name())
+        .collect();
+    assert!(left.is_empty(), "a phase HOME was left: {left:?}");
 }

@@ -133,6 +133,9 @@ pub struct PhaseAudit {
     pub argv: Vec<String>,
     /// `allow` or `none`.
     pub network: String,
+    /// The phase's HOME on the host (removed afterwards unless it is the
+    /// `--cache` directory).
+    pub home: PathBuf,
     /// Exit status (125 when the sandbox was refused).
     pub exit_code: i32,
     /// Whether the timeout ended it.
@@ -678,6 +681,7 @@ fn deploy_inner(
                     phase: kind.as_str().into(),
                     argv: spec.argv(&tree),
                     network,
+                    home: home.clone(),
                     exit_code: corral_launcher::EXIT_CORRAL_ERROR,
                     timed_out: false,
                     wall_ms: 0,
@@ -691,6 +695,7 @@ fn deploy_inner(
             phase: kind.as_str().into(),
             argv: run.argv.clone(),
             network: network.clone(),
+            home: home.clone(),
             exit_code: run.exit_code,
             timed_out: run.timed_out,
             wall_ms: run.wall_ms,
