@@ -1021,3 +1021,55 @@ fn cache_is_the_install_phase_home_and_stays_warm() {
         .collect();
     assert!(left.is_empty(), "a phase HOME was left: {left:?}");
 }
+
+#[test]
+fn a_phase_that_hangs_is_killed_at_its_timeout() {
+    let reg = registry();
+    let base = Base::new();
+    let src = base.source(
+        "src",
+        &[
+            (
+                "package.json",
+                r#"{"name": "slow", "version": "1.0.0", "scripts": {"postinstall": "node hang.js"}}"#,
+            ),
+            // Self-limiting too: it gives up after 60 s on its own.
+            ("hang.js", "setTimeout(() => process.exit(0), 60000);\n"),
+            ("index.js", ""),
+        ],
+    );
+    let out = base.path().join("tree");
+    let started = std::time::Instant::now();
+    let mut c = corral();
+    c.args([
+        "deploy",
+        "--json",
+        "--allow-lifecycle-scripts",
+        "--timeout",
+        "3",
+    ])
+    .arg(&src)
+    .arg("--out")
+    .arg(&out)
+    .args(reg.flags());
+    if !is_root() {
+        c.arg("--allow-unenforced-limits");
+    }
+    let o = c.output().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(30),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(v["error"]["code"], "deploy.phase", "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("timed out after 3 s"),
+        "{v}"
+    );
+    assert_eq!(v["phases"][0]["timed_out"], true, "{v}");
+    assert_nothing_left(&out);
+}
