@@ -75,7 +75,7 @@ fn is_file(p: &Path) -> bool {
 
 /// A relative path that stays inside the tree: no `..`, not absolute, no
 /// empty or `.` components. Returns it normalised (no leading `./`).
-fn inside(path: &str) -> Option<String> {
+pub(crate) fn inside(path: &str) -> Option<String> {
     let p = path.strip_prefix("./").unwrap_or(path);
     if p.is_empty() || p.starts_with('/') || p.chars().any(|c| c.is_control()) {
         return None;

@@ -91,12 +91,40 @@ pub struct Manifest {
 
 impl Manifest {
     /// Reads the manifest of `tree`, if it has a readable, well-formed
-    /// one of this format.
+    /// one of this format whose paths stay inside the tree.
     pub fn read(tree: &Path) -> Option<Manifest> {
         let text = std::fs::read_to_string(tree.join(MANIFEST_FILE)).ok()?;
-        serde_json::from_str::<Manifest>(&text)
-            .ok()
-            .filter(|m| m.format == MANIFEST_FORMAT)
+        serde_json::from_str::<Manifest>(&text).ok().filter(|m| {
+            m.format == MANIFEST_FORMAT
+                && crate::entry::inside(m.entry.path()).is_some()
+                && m.venv
+                    .as_deref()
+                    .is_none_or(|v| crate::entry::inside(v).is_some())
+        })
+    }
+
+    /// The program's argv for a tree at `tree` (absolute): `python3
+    /// TREE/PATH` for every Python entry (run with [`Manifest::runtime_dir`]
+    /// as `--runtime`, `python3` is the venv's interpreter; a console
+    /// script is a Python file), `node TREE/PATH` for Node. Arguments of
+    /// the server's own come after.
+    pub fn argv(&self, tree: &Path) -> Vec<String> {
+        let program = if self.runtime == "node" {
+            "node"
+        } else {
+            "python3"
+        };
+        vec![
+            program.to_string(),
+            tree.join(self.entry.path()).to_string_lossy().into_owned(),
+        ]
+    }
+
+    /// The runtime tree to give `corral run --runtime` (or a profile's
+    /// `filesystem.runtime`): the venv, for Python; `None` for Node, whose
+    /// `node_modules` is found next to the entry.
+    pub fn runtime_dir(&self, tree: &Path) -> Option<std::path::PathBuf> {
+        self.venv.as_ref().map(|v| tree.join(v))
     }
 
     /// Writes the manifest into `tree` as a new file (never through a
@@ -105,5 +133,87 @@ impl Manifest {
         let text = serde_json::to_string_pretty(self)
             .map_err(|e| DeployError::io("encoding the manifest", std::io::Error::other(e)))?;
         crate::tree::write_new(&tree.join(MANIFEST_FILE), format!("{text}\n").as_bytes())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn manifest(entry: Entry, runtime: &str, venv: Option<&str>) -> Manifest {
+        Manifest {
+            format: MANIFEST_FORMAT,
+            runtime: runtime.into(),
+            pattern: String::new(),
+            interpreter: String::new(),
+            interpreter_version: String::new(),
+            interpreter_reason: String::new(),
+            entry,
+            venv: venv.map(str::to_string),
+            node_modules: None,
+            source: String::new(),
+            source_sha256: String::new(),
+            options_sha256: String::new(),
+            lockfiles: BTreeMap::new(),
+            packages: vec![],
+            phases: vec![],
+            created: String::new(),
+            corral_version: String::new(),
+        }
+    }
+
+    #[test]
+    fn argv_and_runtime_for_a_supervisor() {
+        let t = Path::new("/srv/t");
+        let m = manifest(
+            Entry::ConsoleScript {
+                name: "x".into(),
+                path: ".venv/bin/x".into(),
+                rule: "project.scripts".into(),
+            },
+            "python3",
+            Some(".venv"),
+        );
+        assert_eq!(m.argv(t), ["python3", "/srv/t/.venv/bin/x"]);
+        assert_eq!(m.runtime_dir(t).unwrap(), Path::new("/srv/t/.venv"));
+        let n = manifest(
+            Entry::Node {
+                path: "dist/index.js".into(),
+                rule: "main".into(),
+            },
+            "node",
+            None,
+        );
+        assert_eq!(n.argv(t), ["node", "/srv/t/dist/index.js"]);
+        assert!(n.runtime_dir(t).is_none());
+    }
+
+    #[test]
+    fn read_refuses_paths_leaving_the_tree() {
+        let d = tempfile::tempdir().unwrap();
+        let good = manifest(
+            Entry::Script {
+                path: "server.py".into(),
+                rule: "server.py".into(),
+            },
+            "python3",
+            Some(".venv"),
+        );
+        good.write_new(d.path()).unwrap();
+        assert_eq!(Manifest::read(d.path()).unwrap(), good);
+        let mut bad = good.clone();
+        bad.entry = Entry::Script {
+            path: "../../etc/x".into(),
+            rule: "server.py".into(),
+        };
+        std::fs::remove_file(d.path().join(MANIFEST_FILE)).unwrap();
+        bad.write_new(d.path()).unwrap();
+        assert!(Manifest::read(d.path()).is_none());
+        let mut bad = good;
+        bad.venv = Some("/usr".into());
+        std::fs::remove_file(d.path().join(MANIFEST_FILE)).unwrap();
+        bad.write_new(d.path()).unwrap();
+        assert!(Manifest::read(d.path()).is_none());
     }
 }
