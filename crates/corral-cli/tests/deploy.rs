@@ -955,6 +955,23 @@ fn unusable_out_paths_and_sources_are_refused_with_nothing_created() {
     let v = deploy(None, &src, &other, &[]);
     assert_eq!(v["error"]["code"], "deploy.out", "{v}");
     assert!(other.join("keep").exists());
+    if is_root() {
+        // The phases run as uid 65534: a tree behind a directory it cannot
+        // search is refused up front, naming the directory and the fix.
+        let private = base.path().join("private");
+        std::fs::create_dir(&private).unwrap();
+        std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let v = deploy(None, &src, &private.join("t"), &[]);
+        assert_eq!(v["error"]["code"], "deploy.out", "{v}");
+        assert!(
+            v["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("chmod o+x"),
+            "{v}"
+        );
+        assert_nothing_left(&private.join("t"));
+    }
     let empty = base.source("empty", &[("README", "")]);
     let v = deploy(None, &empty, &base.path().join("t"), &[]);
     assert_eq!(v["error"]["code"], "deploy.detect", "{v}");

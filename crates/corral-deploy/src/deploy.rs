@@ -343,6 +343,36 @@ fn interpreter(
     }
 }
 
+/// As root, the phases run as the sandbox identity, which must be able to
+/// reach the staging directory next to the tree: every directory from `/`
+/// to `dir` searchable by it.
+fn reachable_by(dir: &Path, uid: u32, gid: u32) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    for d in dir.ancestors() {
+        let Ok(m) = std::fs::metadata(d) else {
+            continue;
+        };
+        let mode = m.mode();
+        let ok = if m.uid() == uid {
+            mode & 0o100 != 0
+        } else if m.gid() == gid {
+            mode & 0o010 != 0
+        } else {
+            mode & 0o001 != 0
+        };
+        if !ok {
+            return Err(format!(
+                "the phases run as uid {uid}, which cannot reach {} (mode {:o}, owner {}); `chmod o+x {}` or choose a tree elsewhere",
+                d.display(),
+                mode & 0o7777,
+                m.uid(),
+                d.display()
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// What of an interpreter outside the system paths the sandbox must see:
 /// its installation prefix (the parent of its `bin`, which holds its
 /// standard library), for the path as found and as resolved.
@@ -578,6 +608,11 @@ fn deploy_inner(
             .drop_from_root
             .then_some((identity.uid, identity.gid)),
     );
+    if identity.drop_from_root {
+        if let Some(parent) = out.parent() {
+            reachable_by(parent, identity.uid, identity.gid).map_err(|why| out_err(&out, why))?;
+        }
+    }
     let name = out
         .file_name()
         .map(|n| n.to_string_lossy().to_string())
@@ -875,6 +910,22 @@ mod tests {
             interpreter_binds(&bin.join("python3.12")),
             vec![d.path().join("py")]
         );
+    }
+
+    #[test]
+    fn searchable_parents() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().unwrap();
+        let inner = d.path().join("a/b");
+        std::fs::create_dir_all(&inner).unwrap();
+        std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::set_permissions(d.path().join("a"), std::fs::Permissions::from_mode(0o700))
+            .unwrap();
+        let e = reachable_by(&inner, 4_000_000, 4_000_000).unwrap_err();
+        assert!(e.contains("chmod o+x") && e.contains("/a "), "{e}");
+        std::fs::set_permissions(d.path().join("a"), std::fs::Permissions::from_mode(0o711))
+            .unwrap();
+        reachable_by(&inner, 4_000_000, 4_000_000).unwrap();
     }
 
     #[test]

@@ -313,6 +313,15 @@ pub(crate) fn run_phase(
         }),
         Ok(done) => {
             let r = done.result;
+            if let Some(e) = &r.error {
+                // The sandbox itself failed to start (a bind that could
+                // not be opened, ...): corral's error, not the phase's.
+                return Err(DeployError::Sandbox {
+                    phase: spec.kind.as_str().into(),
+                    code: e.code.clone(),
+                    message: e.message.clone(),
+                });
+            }
             let log = format!(
                 "$ {}\n--- stdout ({} bytes{})\n{}\n--- stderr ({} bytes{})\n{}\n--- exit status {}{}\n",
                 argv.join(" "),
