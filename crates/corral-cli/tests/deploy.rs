@@ -457,6 +457,8 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
             if n.endswith('.py'):
                 p = os.path.join(d, n)
                 files[p] = open(p, 'rb').read()
+    import tempfile
+    files['corral_app/_built.py'] = ('TMP = %r\n' % tempfile.gettempdir()).encode()
     files[info + '/METADATA'] = b'Metadata-Version: 2.1\nName: corral-app\nVersion: 0.1\nRequires-Dist: corral-dep\n'
     files[info + '/WHEEL'] = b'Wheel-Version: 1.0\nGenerator: corral-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n'
     files[info + '/entry_points.txt'] = b'[console_scripts]\ncorral-app = corral_app:main\n'
@@ -508,6 +510,16 @@ fn package_pattern_installs_the_project_and_its_console_script_is_the_entry() {
         pk.iter().any(|p| p == "corral_app==0.1") && pk.iter().any(|p| p == "corral_dep==1.0"),
         "{pk:?}"
     );
+    // The build backend's temporary directory was on disk under the
+    // phase's HOME, not in the sandbox's small /tmp.
+    let lib = std::fs::read_dir(out.join(".venv/lib"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let built = std::fs::read_to_string(lib.join("site-packages/corral_app/_built.py")).unwrap();
+    assert!(built.contains("'/workspace/.tmp-"), "{built}");
     let script = out.join(".venv/bin/corral-app");
     let said = run_in_tree(
         "mcp-python",

@@ -671,6 +671,22 @@ fn deploy_inner(
                 p
             }
         };
+        // Temporary files (pip's downloads and builds) go under HOME, on
+        // disk, rather than into the sandbox's small /tmp tmpfs; a fresh
+        // directory each phase, removed with a fresh HOME.
+        let phase_tmp = home.join(format!(".tmp-{suffix}"));
+        let _tmp_guard = scratch_dir(phase_tmp.clone(), owner)?;
+        let mut profile = profile;
+        profile.env.set.insert(
+            "TMPDIR".into(),
+            format!(
+                "/workspace/{}",
+                phase_tmp
+                    .file_name()
+                    .map(|n| n.to_string_lossy().to_string())
+                    .unwrap_or_default()
+            ),
+        );
         let network = match profile.network.mode {
             NetworkMode::None => "none",
             NetworkMode::Allow => "allow",
