@@ -11,12 +11,20 @@ use corral_policy::network::{normalize_host, Cidr, DomainRule};
 /// Arguments of `corral deploy`.
 #[derive(Args)]
 pub struct DeployArgs {
-    /// The source directory (read, never written).
-    source: PathBuf,
+    /// The source directory (read, never written); with --server, the
+    /// server's `source`.
+    #[arg(required_unless_present = "server")]
+    source: Option<PathBuf>,
     /// The tree to create (or replace): absolute or relative, not under
-    /// /tmp, /proc or /dev; its parent must exist.
-    #[arg(long, value_name = "TREE")]
-    out: PathBuf,
+    /// /tmp, /proc or /dev; its parent must exist. With --server, the
+    /// server's `dir`.
+    #[arg(long, value_name = "TREE", required_unless_present = "server")]
+    out: Option<PathBuf>,
+    /// Deploy the `[[server.mcp_server]]` entry NAME of --config (runtime
+    /// "deployed"): its `source` into its `dir`, which `corral serve` then
+    /// runs.
+    #[arg(long, value_name = "NAME", requires = "config")]
+    server: Option<String>,
     /// Deploy as this runtime only: python3 or node (needed when the
     /// source looks like both).
     #[arg(long, value_name = "python3|node")]
@@ -142,9 +150,10 @@ fn options(args: &DeployArgs) -> Result<DeployOptions, (String, String)> {
             .check(t)
             .map_err(|e| req(format!("--timeout {e}")))?;
     }
+    let (source, out) = targets(args, &config).map_err(req)?;
     Ok(DeployOptions {
-        source: args.source.clone(),
-        out: args.out.clone(),
+        source,
+        out,
         runtime,
         install_profile: profile(&args.install_profile)?,
         build_profile: profile(&args.build_profile)?,
@@ -177,10 +186,61 @@ fn options(args: &DeployArgs) -> Result<DeployOptions, (String, String)> {
     })
 }
 
+/// The source and the tree: the flags', or a supervised server's.
+fn targets(
+    args: &DeployArgs,
+    config: &corral_policy::Config,
+) -> Result<(PathBuf, PathBuf), String> {
+    let Some(name) = &args.server else {
+        return match (&args.source, &args.out) {
+            (Some(s), Some(o)) => Ok((s.clone(), o.clone())),
+            _ => Err("give SOURCE and --out TREE (or --server NAME with --config)".into()),
+        };
+    };
+    let server = config
+        .server
+        .mcp_servers
+        .iter()
+        .find(|s| &s.name == name)
+        .ok_or_else(|| {
+            format!("--server {name}: no [[server.mcp_server]] of that name in the config")
+        })?;
+    if server.runtime != corral_policy::McpRuntime::Deployed {
+        return Err(format!(
+            "--server {name}: its runtime is {}, not \"deployed\": only deployed servers run a tree corral deploy made",
+            server.runtime.as_str()
+        ));
+    }
+    let source = match (&args.source, &server.source) {
+        (Some(s), _) => s.clone(),
+        (None, Some(s)) => s.clone(),
+        (None, None) => {
+            return Err(format!(
+                "--server {name}: it has no `source`: add source = \"/path/of/the/source\" to its entry, or give SOURCE"
+            ))
+        }
+    };
+    if let Some(o) = &args.out {
+        if std::path::absolute(o).ok().as_deref() != Some(server.dir.as_path()) {
+            return Err(format!(
+                "--server {name}: --out {} is not its dir {}: leave --out out",
+                o.display(),
+                server.dir.display()
+            ));
+        }
+    }
+    Ok((source, server.dir.clone()))
+}
+
 fn sink(args: &DeployArgs) -> Arc<dyn EventSink> {
     let id =
         corral_launcher::new_run_id().unwrap_or_else(|_| format!("pid-{}", std::process::id()));
-    let argv = vec!["deploy".to_string(), args.source.display().to_string()];
+    let what = match (&args.source, &args.server) {
+        (Some(s), _) => s.display().to_string(),
+        (None, Some(n)) => format!("--server {n}"),
+        (None, None) => String::new(),
+    };
+    let argv = vec!["deploy".to_string(), what];
     let stamp = RunStamp::new(id, &args.install_profile, &argv);
     match &args.events {
         Some(path) => match EventWriter::append_to(path, stamp.clone()) {

@@ -1102,3 +1102,101 @@ fn a_phase_that_hangs_is_killed_at_its_timeout() {
     assert_eq!(v["phases"][0]["timed_out"], true, "{v}");
     assert_nothing_left(&out);
 }
+
+/// An MCP server in the standard library alone (newline-delimited
+/// JSON-RPC over stdio): one tool answering with the value of the
+/// dependency the install phase put in the venv.
+const STDLIB_MCP_SERVER: &str = r#"
+import json, sys
+import corral_dep
+
+def answer(i, result):
+    sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": i, "result": result}) + "\n")
+    sys.stdout.flush()
+
+for line in sys.stdin:
+    m = json.loads(line)
+    method, i = m.get("method"), m.get("id")
+    if i is None:
+        continue
+    if method == "initialize":
+        answer(i, {"protocolVersion": m["params"]["protocolVersion"], "capabilities": {"tools": {}},
+                   "serverInfo": {"name": "deployed", "version": "1"}})
+    elif method == "tools/list":
+        answer(i, {"tools": [{"name": "dep_value", "description": "the dependency's value",
+                              "inputSchema": {"type": "object", "properties": {}}}]})
+    elif method == "tools/call":
+        answer(i, {"content": [{"type": "text", "text": corral_dep.VALUE}]})
+    else:
+        sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": i, "error": {"code": -32601, "message": method}}) + "\n")
+        sys.stdout.flush()
+"#;
+
+/// The official Python client calls `dep_value` at argv[1].
+const CALL_DEP_VALUE: &str = r#"
+import asyncio, json, sys
+from mcp import Client
+
+async def main():
+    async with Client(sys.argv[1]) as c:
+        tools = [t.name for t in (await c.list_tools()).tools]
+        r = await c.call_tool("dep_value", {})
+        return {"tools": tools, "value": r.content[0].text}
+
+print(json.dumps(asyncio.run(asyncio.wait_for(main(), 120))))
+"#;
+
+#[test]
+fn a_server_deployed_from_its_config_entry_is_supervised_and_answers_through_the_bridge() {
+    let reg = registry();
+    let base = Base::new();
+    let src = base.source(
+        "src",
+        &[
+            ("requirements.txt", "corral-dep==1.0\n"),
+            ("server.py", STDLIB_MCP_SERVER),
+        ],
+    );
+    let tree = base.path().join("tree");
+    let extra = format!(
+        "[profile.mcpx]\nextends = \"mcp-python\"\n[profile.mcpx.limits]\nallow_unenforced = {}\n\
+         [[server.mcp_server]]\nname = \"dep\"\nruntime = \"deployed\"\ndir = \"{}\"\nsource = \"{}\"\nprofile = \"mcpx\"\n",
+        !is_root(),
+        tree.display(),
+        src.display()
+    );
+    let cfg_dir = tempfile::tempdir().unwrap();
+    let cfg = serve_config(cfg_dir.path(), &extra);
+    // Before the deployment the server is refused, saying what to run.
+    let early = start_server_in(tempfile::tempdir().unwrap(), &cfg, &[]);
+    let (_, _, listing) = http(&early.addr, "GET", "/v1/mcp-servers", None, None);
+    let listing: serde_json::Value = serde_json::from_str(&listing).unwrap();
+    assert_eq!(listing["servers"][0]["state"], "refused", "{listing}");
+    let why = listing["servers"][0]["error"].as_str().unwrap();
+    assert!(
+        why.contains("corral deploy --config FILE --server dep"),
+        "{why}"
+    );
+    drop(early);
+    // `corral deploy --config F --server dep` installs its source into its dir.
+    let mut c = corral();
+    c.args(["deploy", "--json", "--timeout", "120", "--config"])
+        .arg(&cfg)
+        .args(["--server", "dep"])
+        .args(reg.flags());
+    if !is_root() {
+        c.arg("--allow-unenforced-limits");
+    }
+    let out = c.output().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {} {}", text(&out.stdout), text(&out.stderr)));
+    let manifest = ok(&v);
+    assert_eq!(manifest["entry"]["path"], "server.py", "{manifest}");
+    assert!(tree.join("corral-manifest.json").is_file());
+    // corral serve runs the tree and the official client calls it.
+    let server = start_server_in(tempfile::tempdir().unwrap(), &cfg, &[]);
+    let url = format!("http://{}/mcp/servers/dep", server.addr);
+    let r = run_sdk_python(CALL_DEP_VALUE, &[url], "");
+    assert_eq!(r["tools"], serde_json::json!(["dep_value"]), "{r}");
+    assert_eq!(r["value"], "dep-1.0", "{r}");
+}

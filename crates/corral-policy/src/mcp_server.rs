@@ -31,6 +31,9 @@ pub enum McpRuntime {
     /// A console script installed in `DIR/.venv/bin` (or `DIR/bin`): `entry`
     /// names it; it runs with the venv's interpreter.
     Uvx,
+    /// A tree `corral deploy` made: its `corral-manifest.json` names the
+    /// runtime, the interpreter's venv and the entry (no `entry` here).
+    Deployed,
 }
 
 impl McpRuntime {
@@ -41,14 +44,18 @@ impl McpRuntime {
             McpRuntime::Node => "node",
             McpRuntime::Npx => "npx",
             McpRuntime::Uvx => "uvx",
+            McpRuntime::Deployed => "deployed",
         }
     }
 
-    /// The built-in profile a server of this runtime gets by default.
+    /// The built-in profile a server of this runtime gets by default
+    /// (empty for a deployed tree: its manifest's runtime decides, at
+    /// start-up).
     pub fn default_profile(self) -> &'static str {
         match self {
             McpRuntime::Python3 | McpRuntime::Uvx => "mcp-python",
             McpRuntime::Node | McpRuntime::Npx => "mcp-node",
+            McpRuntime::Deployed => "",
         }
     }
 }
@@ -169,8 +176,11 @@ pub struct McpServer {
     /// The pre-installed tree, absolute, mounted read-only at its own path.
     pub dir: PathBuf,
     /// What runs, relative to `dir` (python3, node), or the package
-    /// (npx) or console script (uvx) name.
+    /// (npx) or console script (uvx) name; empty for a deployed tree.
     pub entry: String,
+    /// For a deployed tree: the source `corral deploy --config F --server
+    /// NAME` installs into `dir`.
+    pub source: Option<PathBuf>,
     /// Arguments after the entry; checked against the argument deny
     /// patterns.
     pub args: Vec<String>,
@@ -223,6 +233,7 @@ impl McpServer {
             runtime,
             dir,
             entry: entry.to_string(),
+            source: None,
             args: Vec::new(),
             env: Vec::new(),
             env_values: BTreeMap::new(),

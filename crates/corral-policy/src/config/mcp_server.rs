@@ -84,8 +84,50 @@ fn apply_one(
     let name = check_name(src, &r.name)?;
     let runtime = runtime(src, &r.runtime)?;
     let dir = check_dir(src, &r.dir)?;
-    let entry_name = check_entry(src, runtime, &r.entry)?;
+    let entry_name = match (&r.entry, runtime) {
+        (None, McpRuntime::Deployed) => String::new(),
+        (Some(e), McpRuntime::Deployed) => {
+            return Err(err(
+                src,
+                e.span(),
+                "entry",
+                "a deployed tree's manifest names its entry: remove `entry`".to_string(),
+            ))
+        }
+        (Some(e), _) => check_entry(src, runtime, e)?,
+        (None, _) => {
+            return Err(err(
+                src,
+                entry_span.clone(),
+                "entry",
+                format!(
+                    "runtime {} needs an `entry` (what runs inside dir)",
+                    runtime.as_str()
+                ),
+            ))
+        }
+    };
     let mut s = McpServer::new(&name, runtime, dir, &entry_name);
+    if let Some(source) = &r.source {
+        if runtime != McpRuntime::Deployed {
+            return Err(err(
+                src,
+                source.span(),
+                "source",
+                "`source` is for runtime \"deployed\" (corral deploy --config F --server NAME installs it into dir)".to_string(),
+            ));
+        }
+        let p = PathBuf::from(source.get_ref());
+        if !p.is_absolute() || p.components().any(|c| c == Component::ParentDir) {
+            return Err(err(
+                src,
+                source.span(),
+                "source",
+                format!("{:?} is not an absolute path without `..`: write the source directory's full path", source.get_ref()),
+            ));
+        }
+        s.source = Some(p);
+    }
     s.tenants = check_tenants(src, r.tenants, entry_span, tenants)?;
     for arg in r.args.unwrap_or_default() {
         if let Some(why) = denied_argument(arg.get_ref()) {
@@ -253,13 +295,14 @@ fn runtime(src: &Source, v: &Spanned<String>) -> Result<McpRuntime, ConfigError>
         "node" => McpRuntime::Node,
         "npx" => McpRuntime::Npx,
         "uvx" => McpRuntime::Uvx,
+        "deployed" => McpRuntime::Deployed,
         other => {
             return Err(err(
                 src,
                 v.span(),
                 "runtime",
                 format!(
-                    "unknown runtime `{other}`: use \"python3\", \"node\", \"npx\" or \"uvx\" \
+                    "unknown runtime `{other}`: use \"python3\", \"node\", \"npx\", \"uvx\" or \"deployed\" \
                      (an arbitrary command is never started)"
                 ),
             ))
@@ -350,6 +393,8 @@ fn check_entry(
                 );
             }
         }
+        // Its manifest names the entry (checked by the caller).
+        McpRuntime::Deployed => {}
     }
     Ok(e.clone())
 }

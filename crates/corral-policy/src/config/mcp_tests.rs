@@ -269,7 +269,7 @@ fn names_are_lower_case_url_segments_and_unique() {
 
 #[test]
 fn required_keys_and_unknown_keys_are_errors() {
-    for key in ["name", "runtime", "dir", "entry"] {
+    for key in ["name", "runtime", "dir"] {
         let text: String = server("")
             .lines()
             .filter(|l| !l.starts_with(&format!("{key} =")))
@@ -279,6 +279,35 @@ fn required_keys_and_unknown_keys_are_errors() {
         assert!(e.message.contains(&format!("missing field `{key}`")), "{e}");
         assert_eq!(e.line, Some(2), "{e}");
     }
+    // `entry` is required by every runtime but "deployed", which must not
+    // have one.
+    let text: String = server("")
+        .lines()
+        .filter(|l| !l.starts_with("entry ="))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let e = err(&text);
+    assert!(
+        e.message.contains("runtime python3 needs an `entry`"),
+        "{e}"
+    );
+    assert_eq!(e.key, "server.mcp_server.entry", "{e}");
+    let deployed = text.replace("\"python3\"", "\"deployed\"");
+    let c = Config::parse(&deployed, None).unwrap();
+    let s = &c.server.mcp_servers[0];
+    assert_eq!(
+        (s.runtime, s.entry.as_str(), s.profile.as_str()),
+        (McpRuntime::Deployed, "", "")
+    );
+    let e = err(&server("").replace("\"python3\"", "\"deployed\""));
+    assert!(e.message.contains("remove `entry`"), "{e}");
+    let e = err(&server("source = \"/src/x\"\n"));
+    assert!(
+        e.message.contains("`source` is for runtime \"deployed\""),
+        "{e}"
+    );
+    let e = err(&deployed.replace("dir =", "source = \"src\"\ndir ="));
+    assert!(e.message.contains("not an absolute path"), "{e}");
     let text = server("bogus = 1\n");
     let e = err(&text);
     assert_eq!(e.line, Some(line_of(&text, "bogus")), "{e}");
@@ -297,7 +326,7 @@ fn the_runtime_is_one_of_four() {
         let text = server("").replace("\"python3\"", &format!("\"{bad}\""));
         let m = fails_at(&text, "runtime =", "server.mcp_server.runtime");
         assert!(
-            m.contains("\"python3\", \"node\", \"npx\" or \"uvx\""),
+            m.contains("\"python3\", \"node\", \"npx\", \"uvx\" or \"deployed\""),
             "{m}"
         );
     }

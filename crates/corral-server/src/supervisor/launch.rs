@@ -14,7 +14,7 @@ use corral_policy::{Config, McpRuntime, McpServer, SandboxPath};
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("{message}")]
 pub struct LaunchRefused {
-    /// Stable code: `mcp.dir_missing`, `mcp.dir_reserved`, `mcp.entry_missing`,
+    /// Stable code: `mcp.dir_missing`, `mcp.dir_reserved`, `mcp.not_deployed`, `mcp.entry_missing`,
     /// `mcp.runtime_missing`, `mcp.env_missing`, `mcp.profile`.
     pub code: &'static str,
     /// What is wrong and what to do.
@@ -46,6 +46,10 @@ pub fn resolve(
     lookup: &dyn Fn(&str) -> Option<String>,
 ) -> Result<LaunchSpec, LaunchRefused> {
     let dir = &server.dir;
+    if server.runtime == McpRuntime::Deployed && !dir.exists() {
+        // Not deployed yet: say how.
+        deployed(server)?;
+    }
     let meta = std::fs::symlink_metadata(dir).map_err(|e| {
         refused(
             "mcp.dir_missing",
@@ -85,7 +89,16 @@ pub fn resolve(
         .iter()
         .map(|v| dir.join(v))
         .find(|v| v.join("bin/python3").exists());
+    // A deployed tree: its manifest says what runs, with which venv.
+    let deployed = match server.runtime {
+        McpRuntime::Deployed => Some(deployed(server)?),
+        _ => None,
+    };
     let (program, script) = match server.runtime {
+        McpRuntime::Deployed => match &deployed {
+            Some(d) => (d.program, inside(server, &d.script)?),
+            None => return Err(refused("mcp.not_deployed", String::new())),
+        },
         McpRuntime::Python3 => ("python3", inside(server, &dir.join(&server.entry))?),
         McpRuntime::Node => ("node", inside(server, &dir.join(&server.entry))?),
         McpRuntime::Npx => ("node", inside(server, &npm_bin(server)?)?),
@@ -111,11 +124,20 @@ pub fn resolve(
             ("python3", inside(server, &script)?)
         }
     };
+    let profile_name = match &deployed {
+        Some(d) if server.profile.is_empty() => d.profile.to_string(),
+        _ => server.profile.clone(),
+    };
     let mut profile = config
-        .profile(&server.profile)
+        .profile(&profile_name)
         .map_err(|e| refused("mcp.profile", format!("server `{}`: {e}", server.name)))?
         .clone();
-    let python = matches!(server.runtime, McpRuntime::Python3 | McpRuntime::Uvx);
+    let python = matches!(server.runtime, McpRuntime::Python3 | McpRuntime::Uvx)
+        || (deployed.is_some() && program == "python3");
+    let venv = match &deployed {
+        Some(d) => d.venv.clone(),
+        None => venv,
+    };
     let runtime_tree = match (&venv, python) {
         (Some(v), true) => {
             let tree = sandbox_path(server, v)?;
@@ -147,8 +169,8 @@ pub fn resolve(
             return Err(refused(
                 "mcp.runtime_missing",
                 format!(
-                    "server `{}`: profile `{}` does not allow `{program}`: use a profile that does (mcp-python, mcp-node)",
-                    server.name, server.profile
+                    "server `{}`: profile `{profile_name}` does not allow `{program}`: use a profile that does (mcp-python, mcp-node)",
+                    server.name
                 ),
             ))
         }
@@ -175,7 +197,7 @@ pub fn resolve(
     if let Some(f) = config_file {
         run_args.extend(["--config".into(), f.display().to_string()]);
     }
-    run_args.extend(["--profile".into(), server.profile.clone()]);
+    run_args.extend(["--profile".into(), profile_name.clone()]);
     run_args.extend(["--ro".into(), dir.display().to_string()]);
     if let Some(v) = runtime_tree {
         run_args.extend(["--runtime".into(), v.display().to_string()]);
@@ -233,6 +255,40 @@ fn sandbox_path(server: &McpServer, p: &Path) -> Result<SandboxPath, LaunchRefus
                 ),
             )
         })
+}
+
+/// What a deployed tree's manifest says.
+struct Deployed {
+    program: &'static str,
+    script: PathBuf,
+    venv: Option<PathBuf>,
+    profile: &'static str,
+}
+
+fn deployed(server: &McpServer) -> Result<Deployed, LaunchRefused> {
+    let m = corral_deploy::Manifest::read(&server.dir).ok_or_else(|| {
+        let how = match &server.source {
+            Some(_) => format!("corral deploy --config FILE --server {}", server.name),
+            None => format!("corral deploy SOURCE --out {}", server.dir.display()),
+        };
+        refused(
+            "mcp.not_deployed",
+            format!(
+                "server `{}`: {} has no valid {} (runtime \"deployed\" runs what corral deploy made): run `{how}`",
+                server.name,
+                server.dir.display(),
+                corral_deploy::MANIFEST_FILE
+            ),
+        )
+    })?;
+    let argv = m.argv(&server.dir);
+    let node = m.runtime == "node";
+    Ok(Deployed {
+        program: if node { "node" } else { "python3" },
+        script: PathBuf::from(argv.get(1).cloned().unwrap_or_default()),
+        venv: m.runtime_dir(&server.dir),
+        profile: if node { "mcp-node" } else { "mcp-python" },
+    })
 }
 
 /// The file an npm package in `DIR/node_modules` runs: its `bin` (the one
