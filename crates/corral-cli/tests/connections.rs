@@ -146,7 +146,7 @@ fn a_client_that_stops_reading_is_disconnected_and_its_execution_ends() {
     let mut s = TcpStream::connect(&server.addr).unwrap();
     let body = serde_json::json!({
         "command": ["python3", "-c", "import sys\nwhile True: sys.stdout.write('x' * 65536)"],
-        "timeout_ms": 60000,
+        "limits": {"timeout_ms": 25000},
     })
     .to_string();
     write!(
@@ -156,7 +156,18 @@ fn a_client_that_stops_reading_is_disconnected_and_its_execution_ends() {
         body.len()
     )
     .unwrap();
-    // Do not read: the socket buffers fill, the server's writes stall.
+    // The stream starts; then nothing more is read: the socket buffers
+    // fill, the server's writes stall.
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        s.read_exact(&mut byte).unwrap();
+        head.push(byte[0]);
+    }
+    let head = String::from_utf8_lossy(&head);
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(head.contains("text/event-stream"), "{head}");
+    let started = Instant::now();
     std::thread::sleep(Duration::from_secs(6));
     let start = Instant::now();
     let closed = closed_after(&mut s, Duration::from_secs(20));
@@ -164,6 +175,12 @@ fn a_client_that_stops_reading_is_disconnected_and_its_execution_ends() {
         closed.is_some(),
         "the server kept an unread stream open for {:?} more",
         start.elapsed()
+    );
+    // Cut by the stall deadline, well before the execution's own 25 s.
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "closed only after {:?}",
+        started.elapsed()
     );
     // The execution it fed ended with it (no sandbox left writing).
     wait_until(30, "the sandbox of the abandoned stream is gone", || {

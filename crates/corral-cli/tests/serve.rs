@@ -1394,3 +1394,42 @@ fn ten_thousand_input_files_are_written_in_linear_time_and_more_are_refused_up_f
         "{v}"
     );
 }
+
+#[test]
+fn a_stream_of_a_hundred_thousand_tiny_writes_arrives_byte_exact_with_event_ids() {
+    let s = start_server("", &[]);
+    let body = serde_json::json!({
+        "command": ["python3", "-c", "import sys\nfor i in range(100000):\n    sys.stdout.write(f'{i}\\n'); sys.stdout.flush()\n"],
+    })
+    .to_string();
+    let (status, _, raw) = http(&s.addr, "POST", "/v1/executions/stream", None, Some(&body));
+    assert_eq!(status, 200, "{raw}");
+    let events = sse_events(&raw);
+    let stdout: String = events
+        .iter()
+        .filter(|(e, _)| e == "stdout")
+        .map(|(_, d)| d["data"].as_str().unwrap())
+        .collect();
+    let expected: String = (0..100_000).map(|i| format!("{i}\n")).collect();
+    assert!(
+        stdout == expected,
+        "{} of {} bytes arrived",
+        stdout.len(),
+        expected.len()
+    );
+    let (last, result) = events.last().unwrap();
+    assert_eq!(last, "result");
+    assert_eq!(result["stream_dropped_bytes"], 0);
+    assert_eq!(result["exit_code"], 0);
+    // Merged: far fewer events than writes.
+    assert!(events.len() < 20_000, "{} events", events.len());
+    // Every event has an id, its position in the stream.
+    let ids: Vec<u64> = raw
+        .lines()
+        .filter_map(|l| l.strip_prefix("id:"))
+        .map(|v| v.trim().parse().unwrap())
+        .collect();
+    assert_eq!(ids.first(), Some(&1));
+    assert!(ids.windows(2).all(|w| w[1] == w[0] + 1), "ids in order");
+    assert!(ids.len() >= events.len());
+}

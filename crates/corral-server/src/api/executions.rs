@@ -3,7 +3,7 @@
 
 use std::borrow::Cow;
 use std::convert::Infallible;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use tokio::sync::OwnedSemaphorePermit;
 
+use super::chunks::ChunkQueue;
 use super::Shared;
 use crate::audit::ExecutionSummary;
 use crate::auth::Authed;
@@ -25,8 +26,9 @@ use crate::exec::{self, CancelOnDrop, ExecutionRequest, ExecutionResponse, Job};
 
 /// Seconds between heartbeat events on a stream.
 const HEARTBEAT_SECS: u64 = 10;
-/// Events queued between the sandbox's output drain and a stream's client.
-const STREAM_QUEUE: usize = 256;
+/// Lifecycle events (start, result) queued for a stream's client; output
+/// goes through a [`ChunkQueue`] bounded in bytes.
+const STREAM_QUEUE: usize = 4;
 
 /// A request that passed authentication, validation and the concurrency
 /// check, holding its two slots (the tenant's and the server's).
@@ -102,7 +104,8 @@ struct StreamChunk<'a> {
 }
 
 /// The `result` event: the answer `POST /v1/executions` would have given
-/// (with its status when that is an error), plus what the stream dropped.
+/// (with its status when that is an error), plus the output the stream
+/// could not deliver (only ever non-zero once the client has gone).
 #[derive(Serialize)]
 struct StreamEnd<'a> {
     #[serde(flatten)]
@@ -143,20 +146,13 @@ pub(super) async fn stream(
         profile: &job.prepared.profile.name,
     };
     let _ = tx.try_send((false, event("start", &start)));
-    // Chunks a slow client cannot take are dropped from the stream (never
-    // from the result, which keeps head and tail); the drain never waits.
-    let dropped = Arc::new(AtomicU64::new(0));
-    let tap_tx = tx.clone();
-    let tap_dropped = dropped.clone();
-    let tap: corral_launcher::OutputTap = Arc::new(move |stream: u8, data: &[u8]| {
-        let name = if stream == 1 { "stdout" } else { "stderr" };
-        let chunk = StreamChunk {
-            data: String::from_utf8_lossy(data),
-        };
-        if tap_tx.try_send((false, event(name, &chunk))).is_err() {
-            tap_dropped.fetch_add(data.len() as u64, Ordering::Relaxed);
-        }
-    });
+    // Output waits for a slow client (the program's writes block); it is
+    // never dropped while the client is there.
+    let queue = Arc::new(ChunkQueue::default());
+    let tap_queue = queue.clone();
+    let tap: corral_launcher::OutputTap =
+        Arc::new(move |stream: u8, data: &[u8]| tap_queue.push(stream, data));
+    let dropped = queue.clone();
     let cancel = Arc::new(AtomicBool::new(false));
     let guard = CancelOnDrop::new(cancel.clone());
     let state = st.clone();
@@ -164,7 +160,7 @@ pub(super) async fn stream(
         let result = exec::run(&state, &job, cancel, Some(tap));
         state.metrics.finished.fetch_add(1, Ordering::Relaxed);
         drop(slots);
-        let stream_dropped_bytes = dropped.load(Ordering::Relaxed);
+        let stream_dropped_bytes = dropped.lost();
         let end = match &result {
             Ok(r) => StreamEnd {
                 body: StreamBody::Result(r),
@@ -184,17 +180,73 @@ pub(super) async fn stream(
         // room rather than drop it (fails only if the client left).
         let _ = tx.blocking_send((true, event("result", &end)));
     });
-    let events = futures_util::stream::unfold((rx, guard), |(mut rx, mut guard)| async move {
-        let (last, ev) = rx.recv().await?;
-        if last {
-            guard.disarm();
-        }
-        Some((Ok::<_, Infallible>(ev), (rx, guard)))
-    });
+    let events = futures_util::stream::unfold(
+        Outflow {
+            rx,
+            guard,
+            queue: Closing(queue),
+            result: None,
+            seq: 0,
+        },
+        |mut o| async move {
+            let ev = o.next().await?;
+            Some((Ok::<_, Infallible>(ev), o))
+        },
+    );
     let keep_alive = KeepAlive::new()
         .interval(Duration::from_secs(HEARTBEAT_SECS))
         .event(Event::default().event("heartbeat").data("{}"));
     Ok(Sse::new(events).keep_alive(keep_alive).into_response())
+}
+
+/// A stream's events in order: `start`, output merged from the queue,
+/// then `result` once every byte before it has gone out. Each event has
+/// an `id`, its position in the stream.
+struct Outflow {
+    rx: tokio::sync::mpsc::Receiver<(bool, Event)>,
+    guard: CancelOnDrop,
+    queue: Closing,
+    /// The result, held until the output before it is out.
+    result: Option<Event>,
+    seq: u64,
+}
+
+/// Closes the queue when the stream ends (the client left): a drain
+/// waiting for room goes on.
+struct Closing(Arc<ChunkQueue>);
+
+impl Drop for Closing {
+    fn drop(&mut self) {
+        self.0.close();
+    }
+}
+
+impl Outflow {
+    async fn next(&mut self) -> Option<Event> {
+        let ev = loop {
+            if let Some((stream, data)) = self.queue.0.pop() {
+                let name = if stream == 1 { "stdout" } else { "stderr" };
+                let chunk = StreamChunk {
+                    data: String::from_utf8_lossy(&data),
+                };
+                break event(name, &chunk);
+            }
+            if let Some(result) = self.result.take() {
+                self.guard.disarm();
+                break result;
+            }
+            tokio::select! {
+                () = self.queue.0.arrived.notified() => {}
+                msg = self.rx.recv(), if self.result.is_none() => match msg {
+                    Some((true, ev)) => self.result = Some(ev),
+                    Some((false, ev)) => break ev,
+                    None => return None,
+                },
+            }
+        };
+        self.seq += 1;
+        Some(ev.id(self.seq.to_string()))
+    }
 }
 
 /// `GET /v1/executions/{id}`: the stored answer, exactly as it was sent.

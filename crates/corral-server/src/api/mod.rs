@@ -2,6 +2,7 @@
 //! JSON error body of the HTTP layer's own answers in [`fallback`].
 
 mod browser;
+mod chunks;
 mod executions;
 mod fallback;
 mod openapi;
