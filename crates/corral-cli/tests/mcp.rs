@@ -716,3 +716,46 @@ fn stdio_sessions_that_run_nothing_leave_no_cgroup() {
         assert!(left.is_empty(), "corral mcp {pid} left {left:?}");
     }
 }
+
+#[test]
+fn http_mcp_sessions_are_capped_per_tenant_and_a_deleted_one_makes_room() {
+    let extra = tenant("alice", "alice-token") + &tenant("bob", "bob-token");
+    let s = start_server(&extra, &[]);
+    let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}"#;
+    let open = |token: &str| {
+        let auth = format!("Bearer {token}");
+        let h = [
+            ("Content-Type", "application/json"),
+            ("Accept", "application/json, text/event-stream"),
+            ("Authorization", auth.as_str()),
+        ];
+        http_with(&s.addr, "POST", "/mcp", &h, Some(init))
+    };
+    let mut ids = Vec::new();
+    let mut refused_at = None;
+    // 200 opens by one tenant, bounded: the cap answers long before.
+    for i in 0..200 {
+        let (status, head, body) = open("alice-token");
+        if status == 429 {
+            assert!(body.contains("too many MCP sessions"), "{body}");
+            refused_at = Some(i);
+            break;
+        }
+        assert_eq!(status, 200, "{head}\n{body}");
+        ids.push(header(&head, "mcp-session-id").unwrap().to_string());
+    }
+    assert_eq!(refused_at, Some(64), "the per-tenant cap");
+    // Another tenant is not affected.
+    assert_eq!(open("bob-token").0, 200);
+    // Ending one makes room for one.
+    let auth = "Bearer alice-token".to_string();
+    let h = [
+        ("Authorization", auth.as_str()),
+        ("Mcp-Session-Id", ids[0].as_str()),
+        ("MCP-Protocol-Version", "2025-06-18"),
+    ];
+    let (status, _, _) = http_with(&s.addr, "DELETE", "/mcp", &h, None);
+    assert!(status == 204 || status == 200, "{status}");
+    assert_eq!(open("alice-token").0, 200);
+    assert_eq!(open("alice-token").0, 429);
+}

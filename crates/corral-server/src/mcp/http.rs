@@ -72,8 +72,32 @@ struct Gate {
     owners: Mutex<HashMap<String, usize>>,
 }
 
+impl Gate {
+    /// Open sessions of `caller` and of everyone, after forgetting the
+    /// ones the SDK has closed.
+    async fn open_sessions(&self, caller: usize) -> (usize, usize) {
+        let live: HashSet<String> = self
+            .sessions
+            .sessions
+            .read()
+            .await
+            .keys()
+            .map(|k| k.to_string())
+            .collect();
+        let mut owners = self.owners.lock().unwrap_or_else(|p| p.into_inner());
+        owners.retain(|k, _| live.contains(k));
+        let mine = owners.values().filter(|&&o| o == caller).count();
+        (mine, owners.len())
+    }
+}
+
 /// The session header, on requests and on the `initialize` answer.
 const SESSION_HEADER: &str = "mcp-session-id";
+
+/// MCP sessions one tenant may hold open at once.
+pub const MAX_SESSIONS_PER_TENANT: usize = 64;
+/// MCP sessions open at once, all tenants together.
+pub const MAX_SESSIONS: usize = 1024;
 
 /// The API's authentication in front of `/mcp`: 401 with the API's error
 /// body, or the tenant attached to the request for the handler. A session
@@ -102,6 +126,18 @@ async fn authenticate(State(gate): State<Arc<Gate>>, mut req: Request, next: Nex
             .copied();
         if owner.is_some_and(|o| o != caller) {
             return (StatusCode::NOT_FOUND, "Not Found: Session not found").into_response();
+        }
+    }
+    if session.is_none() && req.method() == Method::POST {
+        // A new session: within the caps (sessions the SDK has closed
+        // since are forgotten first).
+        let (mine, all) = gate.open_sessions(caller).await;
+        if mine >= MAX_SESSIONS_PER_TENANT || all >= MAX_SESSIONS {
+            return ApiError::busy(format!(
+                "too many MCP sessions: this tenant holds {mine} (at most {MAX_SESSIONS_PER_TENANT}), \
+                 the server {all} (at most {MAX_SESSIONS}); end one with DELETE or let idle ones expire"
+            ))
+            .into_response();
         }
     }
     req.extensions_mut().insert(Caller(caller));
