@@ -117,6 +117,14 @@ const server = new McpServer({ name: "sv-node", version: "1.0.0" });
 server.registerTool("whoami", { description: "Host name and runtime." }, async () => ({
   content: [{ type: "text", text: JSON.stringify({ host: os.hostname(), runtime: "node " + process.version }) }],
 }));
+const { z } = sdk("zod");
+// Its answer is `{"result":...,"jsonrpc":"2.0","id":N}`: the id comes
+// last, after a result that may hold `"id"` keys of its own.
+server.registerTool("blob", { description: "N bytes, after nested ids.", inputSchema: { n: z.number().int() } },
+  async ({ n }) => ({
+    content: [{ type: "text", text: "x".repeat(n) }],
+    structuredContent: { id: 1, items: [{ id: 2 }] },
+  }));
 server.connect(new StdioServerTransport());
 "#;
 
@@ -918,7 +926,8 @@ fn head_value(head: &str, name: &str) -> Option<String> {
     })
 }
 
-/// POST `body` to server `name` as `token`, in session `session`.
+/// POST `body` to server `name` as `token` ("": none), in session
+/// `session`.
 fn post(
     s: &Serve,
     name: &str,
@@ -930,8 +939,10 @@ fn post(
     let mut headers = vec![
         ("Content-Type", "application/json"),
         ("Accept", "application/json, text/event-stream"),
-        ("Authorization", auth.as_str()),
     ];
+    if !token.is_empty() {
+        headers.push(("Authorization", auth.as_str()));
+    }
     if let Some(sid) = session {
         headers.push(("Mcp-Session-Id", sid));
         headers.push(("MCP-Protocol-Version", "2025-11-25"));
@@ -1044,8 +1055,14 @@ fn http_edges_of_the_bridge() {
 #[test]
 fn an_answer_over_max_message_bytes_fails_that_call_only() {
     let t = tree(&[("server.py", PY_SERVER)], true);
+    let js = tree(&[("server.cjs", NODE_SERVER)], false);
     let s = serve(
-        &py_entry("big", t.path(), "max_message_bytes = \"1MiB\"\n"),
+        &format!(
+            "{}[[server.mcp_server]]\nname = \"nodebig\"\nruntime = \"node\"\ndir = \"{}\"\n\
+             entry = \"server.cjs\"\nprofile = \"mcpnode\"\nmax_message_bytes = \"1MiB\"\n",
+            py_entry("big", t.path(), "max_message_bytes = \"1MiB\"\n"),
+            js.path().display()
+        ),
         &[],
     );
     for mode in ["legacy", "auto"] {
@@ -1076,4 +1093,40 @@ fn an_answer_over_max_message_bytes_fails_that_call_only() {
         .filter(|c| c["event"]["fields"]["outcome"] == "too_large")
         .count();
     assert_eq!(too_large, 2, "{calls:?}");
+    // The TypeScript SDK writes the id last: still the right request
+    // fails at once, not by the request timeout (60 s), and not another
+    // request of the "id"s inside the result.
+    let call = |id: u32, n: u32| {
+        format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"blob","arguments":{{"n":{n}}}}}}}"#
+        )
+    };
+    let (c, head, body) = http(s.addr(), "POST", "/mcp/servers/nodebig", None, Some(INIT));
+    assert_eq!(c, 200, "{body}");
+    let sid = head_value(&head, "mcp-session-id").unwrap();
+    let started = Instant::now();
+    let (c, _, body) = post(&s, "nodebig", "", Some(&sid), &call(7, 2 << 20));
+    assert_eq!(c, 200, "{body}");
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["id"], 7, "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("max_message_bytes"),
+        "{v}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
+    let (c, _, body) = post(&s, "nodebig", "", Some(&sid), &call(8, 1000));
+    assert_eq!(c, 200, "{body}");
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        v["result"]["content"][0]["text"].as_str().unwrap().len(),
+        1000,
+        "{v}"
+    );
 }

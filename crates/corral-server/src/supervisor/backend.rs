@@ -21,7 +21,7 @@ use tokio::process::{Child, ChildStdin, Command};
 use tokio::sync::{mpsc, oneshot, watch, OwnedSemaphorePermit, Semaphore};
 
 use super::launch::LaunchSpec;
-use super::lines::{leading_id, read_line, Line};
+use super::lines::{read_line, Line};
 use super::loglimit::{Admit, LogLimiter};
 use super::{Audit, ServerMetrics};
 
@@ -519,9 +519,9 @@ async fn read_stdout(
     loop {
         match read_line(&mut reader, &mut buf, backend.max_message).await {
             Ok(Line::Complete) => on_message(&backend, &buf, &limiter, &metrics).await,
-            Ok(Line::TooLong { len, prefix }) => {
+            Ok(Line::TooLong { len, id, .. }) => {
                 metrics.oversized.fetch_add(1, Ordering::Relaxed);
-                match leading_id(&prefix) {
+                match id {
                     Some(id) => backend.deliver(id, Reply::TooLarge(len)),
                     None => tracing::warn!(
                         server = %backend.owner.server,
