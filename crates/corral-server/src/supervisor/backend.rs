@@ -309,7 +309,24 @@ impl Backend {
         params: Option<&RawValue>,
         timeout: Duration,
     ) -> Result<Answer, CallError> {
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        self.request_as(self.reserve_id(), method, params, timeout)
+            .await
+    }
+
+    /// A fresh corral id for [`Backend::request_as`], known before the
+    /// request is sent (for cancellation bookkeeping).
+    pub fn reserve_id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// [`Backend::request`] with the id `id` from [`Backend::reserve_id`].
+    pub async fn request_as(
+        &self,
+        id: u64,
+        method: &str,
+        params: Option<&RawValue>,
+        timeout: Duration,
+    ) -> Result<Answer, CallError> {
         let method = serde_json::to_string(method).unwrap_or_else(|_| "\"\"".into());
         let mut line = format!(r#"{{"jsonrpc":"2.0","id":{id},"method":{method}"#).into_bytes();
         if let Some(p) = params {
@@ -365,11 +382,6 @@ impl Backend {
             .into_bytes(),
         )
         .await;
-    }
-
-    /// The id the next request will get (for cancellation bookkeeping).
-    pub fn peek_next_id(&self) -> u64 {
-        self.next_id.load(Ordering::Relaxed)
     }
 
     async fn send(&self, mut line: Vec<u8>) -> bool {

@@ -641,12 +641,15 @@ async fn forward(
         }
     };
     entry.metrics.calls.fetch_add(1, Ordering::Relaxed);
-    let ours = backend.peek_next_id();
+    // The id is taken before the request is sent: a peek at the next one
+    // could be taken by a concurrent request, and a client's cancellation
+    // then cancel another client's call.
+    let ours = backend.reserve_id();
     if let Some(s) = session {
         lock(&s.in_flight).insert(id.get().to_string(), ours);
     }
     let timeout = Duration::from_secs(entry.spec.request_timeout_secs);
-    let answer = backend.request(method, params, timeout).await;
+    let answer = backend.request_as(ours, method, params, timeout).await;
     if let Some(s) = session {
         lock(&s.in_flight).remove(id.get());
     }
