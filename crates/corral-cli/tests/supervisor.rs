@@ -583,7 +583,7 @@ fn typescript_client_and_a_node_server_supervised() {
     assert!(refused.contains("Unknown tool: delete_city"), "{v}");
     // The Node server (runtime "node", TypeScript SDK).
     let v = node_client(&s.url("nodesv"), "tok-ts", "whoami", "");
-    assert_eq!(v["tools"], serde_json::json!(["whoami"]), "{v}");
+    assert_eq!(v["tools"], serde_json::json!(["blob", "whoami"]), "{v}");
     let me: Value = serde_json::from_str(v["text"].as_str().unwrap()).unwrap();
     assert_eq!(me["host"], "mcp-ts", "{v}");
     assert!(me["runtime"].as_str().unwrap().starts_with("node v"), "{v}");
