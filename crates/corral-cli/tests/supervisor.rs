@@ -1130,3 +1130,91 @@ fn an_answer_over_max_message_bytes_fails_that_call_only() {
         "{v}"
     );
 }
+
+// --- per-session processes ---------------------------------------------------
+
+#[test]
+fn per_session_processes_start_per_session_and_end_with_it() {
+    let t = tree(&[("server.py", PY_SERVER)], true);
+    let tag = t.path().display().to_string();
+    let s = serve(
+        &py_entry("persess", t.path(), "mode = \"per-session\"\n"),
+        &[],
+    );
+    let who = |sid: &str| {
+        let (c, _, body) = post(
+            &s,
+            "persess",
+            "",
+            Some(sid),
+            r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"whoami","arguments":{}}}"#,
+        );
+        assert_eq!(c, 200, "{body}");
+        let v: Value = serde_json::from_str(&body).unwrap();
+        let text = v["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{v}"));
+        serde_json::from_str::<Value>(text).unwrap()["id"].clone()
+    };
+    let session = || {
+        let (c, head, body) = post(&s, "persess", "", None, INIT);
+        assert_eq!(c, 200, "{body}");
+        head_value(&head, "mcp-session-id").unwrap()
+    };
+    let (s1, s2) = (session(), session());
+    let (w1, w2) = (who(&s1), who(&s2));
+    assert_ne!(w1, w2, "one process per session");
+    assert_eq!(who(&s1), w1, "the same process for the same session");
+    let st = s.status(None, "persess");
+    let pids: Vec<u64> = st["instances"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|i| i["pid"].as_u64())
+        .collect();
+    assert_eq!(pids.len(), 2, "{st}");
+    assert!(st["instances"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|i| i["kind"] == "session"));
+    // Ending a session ends its process, not the other's.
+    let del = http_with(
+        s.addr(),
+        "DELETE",
+        "/mcp/servers/persess",
+        &[("Mcp-Session-Id", &s1)],
+        None,
+    );
+    assert_eq!(del.0, 204);
+    wait_until(15, "the ended session's process is gone", || {
+        !Path::new(&format!("/proc/{}", pids[0])).exists()
+            || !Path::new(&format!("/proc/{}", pids[1])).exists()
+    });
+    assert_eq!(who(&s2), w2);
+    assert!(process_running("", &tag));
+    // 2026-07-28 needs no session, but a process per session does: the
+    // official client falls back to the handshake and works.
+    let v = py_client(
+        &s.url("persess"),
+        "",
+        "auto",
+        serde_json::json!([["call", "whoami", {}]]),
+    );
+    let w3 = whoami(&v["results"][0]);
+    assert_eq!(v["protocol"], "2025-11-25", "{v}");
+    assert_ne!(w3["id"], w1);
+    assert_ne!(w3["id"], w2);
+    // The client ended its session on close (DELETE): its process too.
+    wait_until(15, "only the open session's process is left", || {
+        let st = s.status(None, "persess");
+        let live = st["instances"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|i| i["pid"].is_u64())
+            .count();
+        live == 1
+    });
+    assert_eq!(who(&s2), w2);
+}
