@@ -298,6 +298,20 @@ impl Serve {
         format!("http://{}/mcp/servers/{name}", self.server.addr)
     }
 
+    /// The Python client (see [`PY_CLIENT`]) against server `name`; it
+    /// must connect (else: what corral logged, and whether it still runs).
+    fn py(&self, name: &str, token: &str, mode: &str, steps: Value) -> Value {
+        let v = py_client_any(&self.url(name), token, mode, steps);
+        if v.get("fatal").is_some() {
+            let status = std::fs::read_to_string(format!("/proc/{}/stat", self.server.child.id()));
+            panic!(
+                "the client failed: {v}\ncorral serve: {status:?}\nits log:\n{}",
+                self.log()
+            );
+        }
+        v
+    }
+
     /// corral's own stderr so far.
     fn log(&self) -> String {
         std::fs::read_to_string(self.server.path().join("serve.err")).unwrap_or_default()
@@ -404,14 +418,8 @@ fn serve(extra: &str, env: &[(&str, &str)]) -> Serve {
     Serve { server }
 }
 
-/// Runs the Python client (see [`PY_CLIENT`]), which must connect.
-fn py_client(url: &str, token: &str, mode: &str, steps: Value) -> Value {
-    let v = py_client_any(url, token, mode, steps);
-    assert!(v.get("fatal").is_none(), "the client failed: {v}");
-    v
-}
-
-/// [`py_client`] that may fail as a whole (`{"fatal": ...}`).
+/// Runs the Python client (see [`PY_CLIENT`]); it prints `{"fatal": ...}`
+/// when it fails as a whole.
 fn py_client_any(url: &str, token: &str, mode: &str, steps: Value) -> Value {
     run_sdk_python(
         PY_CLIENT,
@@ -515,7 +523,7 @@ fn python_server_supervised_for_the_python_client_in_both_revisions() {
     ]);
     let mut ids = Vec::new();
     for (mode, protocol) in [("auto", "2026-07-28"), ("legacy", "2025-11-25")] {
-        let v = py_client(&s.url("weather"), "tok-acme", mode, steps.clone());
+        let v = s.py("weather", "tok-acme", mode, steps.clone());
         assert_eq!(v["protocol"], protocol, "{v}");
         let r = &v["results"];
         let tools = r[0]["tools"].as_array().unwrap_or_else(|| panic!("{v}"));
@@ -606,8 +614,8 @@ fn a_log_flood_is_dropped_counted_and_summarised_exactly() {
         &[],
     );
     // Started, one call answered: whatever it printed so far.
-    let v = py_client(
-        &s.url("noisy"),
+    let v = s.py(
+        "noisy",
         "",
         "auto",
         serde_json::json!([["call", "whoami", {}]]),
@@ -620,8 +628,8 @@ fn a_log_flood_is_dropped_counted_and_summarised_exactly() {
     // its stderr (its events go to the events file, unenforced limits
     // included): every line counted below is the flood's.
     assert_eq!(base, 0, "{before}");
-    let v = py_client(
-        &s.url("noisy"),
+    let v = s.py(
+        "noisy",
         "",
         "auto",
         serde_json::json!([["call", "flood", {"lines": 100000}]]),
@@ -751,8 +759,8 @@ fn per_tenant_processes_are_isolated_and_shared_ones_are_shared() {
     );
     let file = marker("file");
     let sleeper = marker("sleeper");
-    let a = py_client(
-        &s.url("iso"),
+    let a = s.py(
+        "iso",
         "tok-a",
         "auto",
         serde_json::json!([
@@ -768,8 +776,8 @@ fn per_tenant_processes_are_isolated_and_shared_ones_are_shared() {
     assert_eq!(ok_text(&r[2]), "from a", "{a}");
     let a_procs = ok_text(&r[5]);
     assert!(a_procs.contains(&sleeper), "A sees its own child: {a}");
-    let b = py_client(
-        &s.url("iso"),
+    let b = s.py(
+        "iso",
         "tok-b",
         "legacy",
         serde_json::json!([
@@ -800,14 +808,14 @@ fn per_tenant_processes_are_isolated_and_shared_ones_are_shared() {
     let (pa, pb) = (&sa["instances"][0]["pid"], &sb["instances"][0]["pid"]);
     assert!(pa.is_u64() && pb.is_u64() && pa != pb, "{sa} {sb}");
     // Shared: both tenants reach the same process.
-    let ca = py_client(
-        &s.url("common"),
+    let ca = s.py(
+        "common",
         "tok-a",
         "auto",
         serde_json::json!([["call", "whoami", {}]]),
     );
-    let cb = py_client(
-        &s.url("common"),
+    let cb = s.py(
+        "common",
         "tok-b",
         "legacy",
         serde_json::json!([["call", "whoami", {}]]),
@@ -830,8 +838,8 @@ fn an_idle_process_stops_and_the_next_call_starts_a_new_one() {
     let t = tree(&[("server.py", PY_SERVER)], true);
     let tag = t.path().display().to_string();
     let s = serve(&py_entry("sleepy", t.path(), "idle_stop_secs = 2\n"), &[]);
-    let v = py_client(
-        &s.url("sleepy"),
+    let v = s.py(
+        "sleepy",
         "",
         "auto",
         serde_json::json!([["call", "whoami", {}]]),
@@ -856,8 +864,8 @@ fn an_idle_process_stops_and_the_next_call_starts_a_new_one() {
     assert_eq!(exits.len(), 1);
     assert_eq!(exits[0]["event"]["fields"]["requested"], true);
     // The next call starts a new process.
-    let v = py_client(
-        &s.url("sleepy"),
+    let v = s.py(
+        "sleepy",
         "",
         "legacy",
         serde_json::json!([["call", "whoami", {}]]),
@@ -887,8 +895,8 @@ fn killing_corral_serve_leaves_no_sandbox_process() {
         &[],
     );
     for name in ["a", "b"] {
-        let v = py_client(
-            &s.url(name),
+        let v = s.py(
+            name,
             "",
             "auto",
             serde_json::json!([["call", "spawn", {"marker": tag}]]),
@@ -1041,8 +1049,8 @@ fn http_edges_of_the_bridge() {
         })
     });
     // ...while the others work.
-    let v = py_client(
-        &s.url("onlya"),
+    let v = s.py(
+        "onlya",
         "tok-a",
         "auto",
         serde_json::json!([["call", "whoami", {}]]),
@@ -1066,8 +1074,8 @@ fn an_answer_over_max_message_bytes_fails_that_call_only() {
         &[],
     );
     for mode in ["legacy", "auto"] {
-        let v = py_client(
-            &s.url("big"),
+        let v = s.py(
+            "big",
             "",
             mode,
             serde_json::json!([
@@ -1195,8 +1203,8 @@ fn per_session_processes_start_per_session_and_end_with_it() {
     assert!(process_running("", &tag));
     // 2026-07-28 needs no session, but a process per session does: the
     // official client falls back to the handshake and works.
-    let v = py_client(
-        &s.url("persess"),
+    let v = s.py(
+        "persess",
         "",
         "auto",
         serde_json::json!([["call", "whoami", {}]]),
