@@ -99,6 +99,11 @@ def blob(n: int) -> str:
     """N bytes of text."""
     return "x" * n
 
+@server.tool()
+def die(code: int) -> str:
+    """Ends the process at once, in the middle of the call."""
+    os._exit(code)
+
 logging.disable(logging.CRITICAL)
 server.run()
 "#;
@@ -403,8 +408,10 @@ fn serve(extra: &str, env: &[(&str, &str)]) -> Serve {
     let mut addr = None;
     wait_until(30, "corral serve announces its address", || {
         let log = std::fs::read_to_string(&err).unwrap_or_default();
+        // Whole lines only: the file may hold half of the line so far.
         addr = log
-            .lines()
+            .split_inclusive('\n')
+            .filter(|l| l.ends_with('\n'))
             .find_map(|l| l.split("serving on http://").nth(1))
             .map(|a| a.trim().to_string());
         if addr.is_none() {
@@ -1225,4 +1232,53 @@ fn per_session_processes_start_per_session_and_end_with_it() {
         live == 1
     });
     assert_eq!(who(&s2), w2);
+}
+
+// --- a crash in the middle of a call ----------------------------------------
+
+#[test]
+fn a_crash_during_a_call_fails_that_call_and_the_server_restarts() {
+    let t = tree(&[("server.py", PY_SERVER)], true);
+    let s = serve(
+        &py_entry(
+            "fragile",
+            t.path(),
+            "[server.mcp_server.restart]\nbackoff_initial_ms = 300\n",
+        ),
+        &[],
+    );
+    let v = s.py(
+        "fragile",
+        "",
+        "legacy",
+        serde_json::json!([
+            ["call", "whoami", {}],
+            ["call", "die", {"code": 3}],
+            ["sleep", 2],
+            ["call", "whoami", {}],
+        ]),
+    );
+    let r = &v["results"];
+    let first = whoami(&r[0]);
+    let err = r[1]["error"].as_str().unwrap_or_else(|| panic!("{v}"));
+    assert!(
+        err.contains("ended before answering") && err.contains("exit status 3"),
+        "{v}"
+    );
+    // The same session goes on, served by a new process.
+    let second = whoami(&r[3]);
+    assert_ne!(first["id"], second["id"], "{v}");
+    let st = s.status(None, "fragile");
+    assert_eq!(st["state"], "ready", "{st}");
+    assert_eq!(st["restarts"], 1, "{st}");
+    assert_eq!(st["instances"][0]["last_exit"]["code"], 3, "{st}");
+    assert_eq!(st["instances"][0]["last_exit"]["requested"], false, "{st}");
+    let calls = s.events_of("fragile", "mcp.call");
+    assert!(
+        calls
+            .iter()
+            .any(|c| c["event"]["fields"]["tool"] == "die"
+                && c["event"]["fields"]["outcome"] == "gone"),
+        "{calls:?}"
+    );
 }
