@@ -244,8 +244,12 @@ fn tree(files: &[(&str, &str)], venv: bool) -> tempfile::TempDir {
     }
     if venv {
         let v = dir.path().join(".venv");
-        let out = Command::new("/usr/bin/python3")
-            .args(["-m", "venv", "--without-pip"])
+        // umask 022: the sandbox's uid (65534 as root) reads it.
+        let out = Command::new("sh")
+            .args([
+                "-c",
+                "umask 022 && exec /usr/bin/python3 -m venv --without-pip \"$0\"",
+            ])
             .arg(&v)
             .env_clear()
             .env("PATH", "/usr/bin:/bin")
@@ -338,6 +342,17 @@ impl Serve {
             .into_iter()
             .filter(|e| e["server"] == name && e["code"] == code)
             .collect()
+    }
+
+    /// Events with `code` of server `name`, once there are at least `n`
+    /// (the audit writer stores them shortly after the fact), and a moment
+    /// more for any extra one to show.
+    fn events_n(&self, name: &str, code: &str, n: usize) -> Vec<Value> {
+        wait_until(15, &format!("{n} {code} events of {name}"), || {
+            self.events_of(name, code).len() >= n
+        });
+        std::thread::sleep(Duration::from_millis(300));
+        self.events_of(name, code)
     }
 
     /// Server `name` in `GET /v1/mcp-servers` as `token` sees it.
@@ -554,9 +569,9 @@ fn python_server_supervised_for_the_python_client_in_both_revisions() {
     // One process served both (per-tenant, one tenant).
     assert_eq!(ids[0], ids[1]);
     // The hidden call was refused by corral (audited), never forwarded.
-    let refused = s.events_of("weather", "mcp.refused");
+    let refused = s.events_n("weather", "mcp.refused", 2);
     assert_eq!(refused.len(), 2, "{refused:?}");
-    let calls = s.events_of("weather", "mcp.call");
+    let calls = s.events_n("weather", "mcp.call", 8);
     assert!(calls
         .iter()
         .all(|c| c["event"]["fields"]["tool"] != "delete_city"));
@@ -663,12 +678,10 @@ fn a_log_flood_is_dropped_counted_and_summarised_exactly() {
     wait_until(20, "the idle process stops", || {
         s.status(None, "noisy")["instances"][0]["last_exit"]["requested"] == true
     });
-    wait_until(10, "the exit is audited", || {
-        !s.events_of("noisy", "mcp.server_exit").is_empty()
-    });
+    s.events_n("noisy", "mcp.server_exit", 1);
     let st = s.status(None, "noisy");
     let dropped = st["dropped_log_lines"].as_u64().unwrap();
-    assert_eq!(summed(&s), dropped, "{st}");
+    wait_until(10, "the last summary is stored", || summed(&s) == dropped);
     let total = dropped + st["logged_lines"].as_u64().unwrap();
     assert_eq!(total, base + 100_000, "{st} (before: {before})");
     // And after corral stops.
@@ -725,11 +738,11 @@ fn a_server_that_exits_at_once_is_restarted_then_failed_with_clear_errors() {
     // Exactly 3 starts (no more restarts come).
     std::thread::sleep(Duration::from_millis(1500));
     assert_eq!(s.status(None, "crashy")["restarts"], 2);
-    assert_eq!(s.events_of("crashy", "mcp.server_start").len(), 3);
-    let loops = s.events_of("crashy", "mcp.crash_loop");
+    assert_eq!(s.events_n("crashy", "mcp.server_start", 3).len(), 3);
+    let loops = s.events_n("crashy", "mcp.crash_loop", 1);
     assert_eq!(loops.len(), 1, "{loops:?}");
     assert_eq!(loops[0]["event"]["fields"]["failures"], 3);
-    let exits = s.events_of("crashy", "mcp.server_exit");
+    let exits = s.events_n("crashy", "mcp.server_exit", 3);
     assert_eq!(exits.len(), 3, "{exits:?}");
     assert!(exits
         .iter()
@@ -867,7 +880,7 @@ fn an_idle_process_stops_and_the_next_call_starts_a_new_one() {
         !process_running("", &tag)
     });
     assert!(!Path::new(&format!("/proc/{pid}")).exists());
-    let exits = s.events_of("sleepy", "mcp.server_exit");
+    let exits = s.events_n("sleepy", "mcp.server_exit", 1);
     assert_eq!(exits.len(), 1);
     assert_eq!(exits[0]["event"]["fields"]["requested"], true);
     // The next call starts a new process.
@@ -884,7 +897,7 @@ fn an_idle_process_stops_and_the_next_call_starts_a_new_one() {
     let pid2 = st["instances"][0]["pid"].as_u64().unwrap();
     assert_ne!(pid, pid2);
     assert_eq!(st["restarts"], 0, "an idle stop is no failure: {st}");
-    assert_eq!(s.events_of("sleepy", "mcp.server_start").len(), 2);
+    assert_eq!(s.events_n("sleepy", "mcp.server_start", 2).len(), 2);
 }
 
 // --- 7. corral killed -------------------------------------------------------
@@ -1101,8 +1114,8 @@ fn an_answer_over_max_message_bytes_fails_that_call_only() {
     let st = s.status(None, "big");
     assert_eq!(st["state"], "ready", "{st}");
     assert_eq!(st["restarts"], 0, "{st}");
-    assert_eq!(s.events_of("big", "mcp.server_start").len(), 1);
-    let calls = s.events_of("big", "mcp.call");
+    assert_eq!(s.events_n("big", "mcp.server_start", 1).len(), 1);
+    let calls = s.events_n("big", "mcp.call", 6);
     let too_large = calls
         .iter()
         .filter(|c| c["event"]["fields"]["outcome"] == "too_large")
@@ -1273,7 +1286,7 @@ fn a_crash_during_a_call_fails_that_call_and_the_server_restarts() {
     assert_eq!(st["restarts"], 1, "{st}");
     assert_eq!(st["instances"][0]["last_exit"]["code"], 3, "{st}");
     assert_eq!(st["instances"][0]["last_exit"]["requested"], false, "{st}");
-    let calls = s.events_of("fragile", "mcp.call");
+    let calls = s.events_n("fragile", "mcp.call", 3);
     assert!(
         calls
             .iter()
