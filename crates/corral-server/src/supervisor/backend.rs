@@ -87,6 +87,10 @@ pub enum CallError {
     /// The process ended (or is ending).
     #[error("the server's process ended before answering: {0}")]
     Gone(String),
+    /// The process was retired (idle) before the request was sent: the
+    /// request may go to a new process.
+    #[error("the server's process is stopping")]
+    Stopping,
 }
 
 enum Reply {
@@ -337,9 +341,11 @@ impl Backend {
         if line.len() > self.max_message {
             return Err(CallError::RequestTooLarge(line.len(), self.max_message));
         }
+        let Some(_busy) = InFlight::enter(self) else {
+            return Err(CallError::Stopping);
+        };
         let (tx, rx) = oneshot::channel();
         lock(&self.pending).insert(id, tx);
-        let _busy = InFlight::enter(self);
         if self.exit.borrow().is_some() {
             lock(&self.pending).remove(&id);
             return Err(CallError::Gone("it has exited".into()));
@@ -401,14 +407,21 @@ impl Backend {
         self.exit.borrow().is_none() && !self.stop_requested.load(Ordering::Relaxed)
     }
 
-    /// Requests waiting for an answer now.
-    pub fn in_flight(&self) -> usize {
-        self.in_flight.load(Ordering::Relaxed)
-    }
-
-    /// How long since the last request ended (or started).
-    pub fn idle_for(&self) -> Duration {
-        lock(&self.last_used).elapsed()
+    /// Marks the process as stopping if no request is in flight and none
+    /// came for `idle`; true if it did (then [`Backend::stop`] it). Atomic
+    /// with a request's start ([`InFlight::enter`]): a request either
+    /// counts as in flight first, or finds the process retired and is not
+    /// sent to it.
+    pub fn retire_if_idle(&self, idle: Duration) -> bool {
+        let last = lock(&self.last_used);
+        if self.in_flight.load(Ordering::Relaxed) == 0
+            && last.elapsed() >= idle
+            && !self.stop_requested.load(Ordering::Relaxed)
+        {
+            self.stop_requested.store(true, Ordering::Relaxed);
+            return true;
+        }
+        false
     }
 
     /// Waits until the process has exited; returns how.
@@ -488,10 +501,16 @@ pub fn describe_exit(e: &ExitInfo) -> String {
 struct InFlight<'a>(&'a Backend);
 
 impl<'a> InFlight<'a> {
-    fn enter(b: &'a Backend) -> InFlight<'a> {
+    /// Counts a request in, unless the process was retired (see
+    /// [`Backend::retire_if_idle`]; both hold `last_used`'s lock).
+    fn enter(b: &'a Backend) -> Option<InFlight<'a>> {
+        let mut last = lock(&b.last_used);
+        if b.stop_requested.load(Ordering::Relaxed) {
+            return None;
+        }
         b.in_flight.fetch_add(1, Ordering::Relaxed);
-        *lock(&b.last_used) = Instant::now();
-        InFlight(b)
+        *last = Instant::now();
+        Some(InFlight(b))
     }
 }
 

@@ -631,28 +631,39 @@ async fn forward(
     };
     let key = entry.key_for(tenant, sid);
     let started = Instant::now();
-    let backend = match sup.backend(entry, &key, tenant).await {
-        Ok(b) => b,
-        Err(e) => {
-            if let Some(t) = &tool {
-                audit_call(sup, entry, &who, t, started, "unavailable", params).await;
+    let timeout = Duration::from_secs(entry.spec.request_timeout_secs);
+    let mut retried = false;
+    let answer = loop {
+        let backend = match sup.backend(entry, &key, tenant).await {
+            Ok(b) => b,
+            Err(e) => {
+                if let Some(t) = &tool {
+                    audit_call(sup, entry, &who, t, started, "unavailable", params).await;
+                }
+                return unavailable(&e, Some(id));
             }
-            return unavailable(&e, Some(id));
+        };
+        if !retried {
+            entry.metrics.calls.fetch_add(1, Ordering::Relaxed);
+        }
+        // The id is taken before the request is sent: a peek at the next
+        // one could be taken by a concurrent request, and a client's
+        // cancellation then cancel another client's call.
+        let ours = backend.reserve_id();
+        if let Some(s) = session {
+            lock(&s.in_flight).insert(id.get().to_string(), ours);
+        }
+        let answer = backend.request_as(ours, method, params, timeout).await;
+        if let Some(s) = session {
+            lock(&s.in_flight).remove(id.get());
+        }
+        match answer {
+            // Retired (idle) between lookup and send: a new process takes
+            // it.
+            Err(CallError::Stopping) if !retried => retried = true,
+            answer => break answer,
         }
     };
-    entry.metrics.calls.fetch_add(1, Ordering::Relaxed);
-    // The id is taken before the request is sent: a peek at the next one
-    // could be taken by a concurrent request, and a client's cancellation
-    // then cancel another client's call.
-    let ours = backend.reserve_id();
-    if let Some(s) = session {
-        lock(&s.in_flight).insert(id.get().to_string(), ours);
-    }
-    let timeout = Duration::from_secs(entry.spec.request_timeout_secs);
-    let answer = backend.request_as(ours, method, params, timeout).await;
-    if let Some(s) = session {
-        lock(&s.in_flight).remove(id.get());
-    }
     let elapsed = started.elapsed();
     let (resp, outcome) = match answer {
         Ok(a) => answer_response(entry, id, method, a, modern),
@@ -664,7 +675,7 @@ async fn forward(
             let outcome = match e {
                 CallError::Timeout(_) => "timeout",
                 CallError::RequestTooLarge(..) | CallError::AnswerTooLarge(..) => "too_large",
-                CallError::Gone(_) => "gone",
+                CallError::Gone(_) | CallError::Stopping => "gone",
             };
             if matches!(
                 e,
