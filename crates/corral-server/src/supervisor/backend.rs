@@ -346,12 +346,14 @@ impl Backend {
         };
         let (tx, rx) = oneshot::channel();
         lock(&self.pending).insert(id, tx);
+        // Forgotten however this ends, also when the caller goes away
+        // (a client that disconnects or cancels: the server may never
+        // answer).
+        let _pending = Pending(self, id);
         if self.exit.borrow().is_some() {
-            lock(&self.pending).remove(&id);
             return Err(CallError::Gone("it has exited".into()));
         }
         if !self.send(line).await {
-            lock(&self.pending).remove(&id);
             return Err(CallError::Gone("its stdin is closed".into()));
         }
         match tokio::time::timeout(timeout, rx).await {
@@ -359,7 +361,6 @@ impl Backend {
             Ok(Ok(Reply::TooLarge(n))) => Err(CallError::AnswerTooLarge(n, self.max_message)),
             Ok(Err(_)) => Err(CallError::Gone(self.exit_reason())),
             Err(_) => {
-                lock(&self.pending).remove(&id);
                 // The server may stop working on it (MCP cancellation).
                 self.notify(
                     format!(
@@ -494,6 +495,15 @@ pub fn describe_exit(e: &ExitInfo) -> String {
         (Some(c), _) => format!("exit status {c}"),
         (None, Some(s)) => format!("killed by signal {s}"),
         _ => "ended".into(),
+    }
+}
+
+/// Removes a request's entry from `pending` when its waiter ends.
+struct Pending<'a>(&'a Backend, u64);
+
+impl Drop for Pending<'_> {
+    fn drop(&mut self) {
+        lock(&self.0.pending).remove(&self.1);
     }
 }
 
