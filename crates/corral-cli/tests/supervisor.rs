@@ -496,11 +496,7 @@ fn node_client(url: &str, token: &str, tool: &str, hidden: &str) -> Value {
 
 /// A unique marker for this test run.
 fn marker(what: &str) -> String {
-    format!(
-        "{what}-{}-{}",
-        std::process::id(),
-        Instant::now().elapsed().as_nanos() ^ u128::from(rand_u32())
-    )
+    format!("{what}-{}-{:08x}", std::process::id(), rand_u32())
 }
 
 fn rand_u32() -> u32 {
@@ -898,6 +894,12 @@ fn an_idle_process_stops_and_the_next_call_starts_a_new_one() {
     assert_ne!(pid, pid2);
     assert_eq!(st["restarts"], 0, "an idle stop is no failure: {st}");
     assert_eq!(s.events_n("sleepy", "mcp.server_start", 2).len(), 2);
+    // The sandbox's own events of the first process, with its server.
+    let runs = s.events_n("sleepy", "run.start", 2);
+    assert_eq!(runs.len(), 2, "{runs:?}");
+    let ends = s.events_n("sleepy", "run.exit", 1);
+    assert_eq!(ends.len(), 1, "{ends:?}");
+    assert_eq!(ends[0]["tenant"], "anonymous", "{ends:?}");
 }
 
 // --- 7. corral killed -------------------------------------------------------
