@@ -100,6 +100,13 @@ def blob(n: int) -> str:
     return "x" * n
 
 @server.tool()
+async def slow(secs: float) -> str:
+    """Answers after SECS seconds."""
+    import asyncio
+    await asyncio.sleep(secs)
+    return "slept"
+
+@server.tool()
 def die(code: int) -> str:
     """Ends the process at once, in the middle of the call."""
     os._exit(code)
@@ -1296,4 +1303,71 @@ fn a_crash_during_a_call_fails_that_call_and_the_server_restarts() {
                 && c["event"]["fields"]["outcome"] == "gone"),
         "{calls:?}"
     );
+}
+
+// --- cancellation -------------------------------------------------------------
+
+#[test]
+fn a_client_cancellation_reaches_the_server_for_that_call_only() {
+    let t = tree(&[("server.py", PY_SERVER)], true);
+    let s = serve(&py_entry("cancel", t.path(), ""), &[]);
+    let (c, head, body) = post(&s, "cancel", "", None, INIT);
+    assert_eq!(c, 200, "{body}");
+    let sid = head_value(&head, "mcp-session-id").unwrap();
+    let slow = |id: &str, secs: u32| {
+        format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"slow","arguments":{{"secs":{secs}}}}}}}"#
+        )
+    };
+    std::thread::scope(|scope| {
+        let started = Instant::now();
+        let cancelled = scope.spawn(|| post(&s, "cancel", "", Some(&sid), &slow("\"c1\"", 30)));
+        let other = scope.spawn(|| post(&s, "cancel", "", Some(&sid), &slow("\"c2\"", 3)));
+        std::thread::sleep(Duration::from_millis(1000));
+        let (c, _, body) = post(
+            &s,
+            "cancel",
+            "",
+            Some(&sid),
+            r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"c1","reason":"test"}}"#,
+        );
+        assert_eq!(c, 202, "{body}");
+        let (c, _, body) = other.join().unwrap();
+        assert_eq!(c, 200);
+        let v: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(v["id"], "c2", "{v}");
+        assert_eq!(
+            v["result"]["content"][0]["text"], "slept",
+            "the other call goes on: {v}"
+        );
+        // The cancelled call ends at once, not by the request timeout
+        // (60 s: the server, told of the cancellation, never answers it).
+        let (c, _, body) = cancelled.join().unwrap();
+        assert_eq!(c, 200, "{body}");
+        let v: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(v["id"], "c1", "{v}");
+        assert!(
+            v["error"]["message"]
+                .as_str()
+                .unwrap_or("")
+                .contains("cancelled"),
+            "{v}"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "{:?}",
+            started.elapsed()
+        );
+    });
+    let calls = s.events_n("cancel", "mcp.call", 2);
+    let outcomes: Vec<&Value> = calls
+        .iter()
+        .map(|c| &c["event"]["fields"]["outcome"])
+        .collect();
+    assert!(outcomes.contains(&&Value::from("cancelled")), "{calls:?}");
+    assert!(outcomes.contains(&&Value::from("ok")), "{calls:?}");
+    // The session goes on.
+    let (c, _, body) = post(&s, "cancel", "", Some(&sid), LIST);
+    assert_eq!(c, 200, "{body}");
+    assert!(body.contains("slow"), "{body}");
 }

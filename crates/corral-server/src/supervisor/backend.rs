@@ -87,6 +87,9 @@ pub enum CallError {
     /// The process ended (or is ending).
     #[error("the server's process ended before answering: {0}")]
     Gone(String),
+    /// The client cancelled it (the server, told so, answers no more).
+    #[error("cancelled by the client")]
+    Cancelled,
     /// The process was retired (idle) before the request was sent: the
     /// request may go to a new process.
     #[error("the server's process is stopping")]
@@ -96,6 +99,7 @@ pub enum CallError {
 enum Reply {
     Answer(Answer),
     TooLarge(u64),
+    Cancelled,
 }
 
 enum Outgoing {
@@ -359,6 +363,7 @@ impl Backend {
         match tokio::time::timeout(timeout, rx).await {
             Ok(Ok(Reply::Answer(a))) => Ok(a),
             Ok(Ok(Reply::TooLarge(n))) => Err(CallError::AnswerTooLarge(n, self.max_message)),
+            Ok(Ok(Reply::Cancelled)) => Err(CallError::Cancelled),
             Ok(Err(_)) => Err(CallError::Gone(self.exit_reason())),
             Err(_) => {
                 // The server may stop working on it (MCP cancellation).
@@ -380,8 +385,11 @@ impl Backend {
     }
 
     /// The corral id a client's cancellation refers to is the caller's
-    /// business; this forwards `notifications/cancelled` for `id`.
+    /// business; this forwards `notifications/cancelled` for `id` and ends
+    /// its wait at once (a server answers no cancelled request: the wait
+    /// would last the request timeout).
     pub async fn cancel(&self, id: u64) {
+        self.deliver(id, Reply::Cancelled);
         self.notify(
             format!(
                 r#"{{"jsonrpc":"2.0","method":"notifications/cancelled","params":{{"requestId":{id}}}}}"#

@@ -650,13 +650,8 @@ async fn forward(
         // one could be taken by a concurrent request, and a client's
         // cancellation then cancel another client's call.
         let ours = backend.reserve_id();
-        if let Some(s) = session {
-            lock(&s.in_flight).insert(id.get().to_string(), ours);
-        }
+        let _tracked = session.map(|s| InFlightId::track(s, id.get(), ours));
         let answer = backend.request_as(ours, method, params, timeout).await;
-        if let Some(s) = session {
-            lock(&s.in_flight).remove(id.get());
-        }
         match answer {
             // Retired (idle) between lookup and send: a new process takes
             // it.
@@ -676,6 +671,7 @@ async fn forward(
                 CallError::Timeout(_) => "timeout",
                 CallError::RequestTooLarge(..) | CallError::AnswerTooLarge(..) => "too_large",
                 CallError::Gone(_) | CallError::Stopping => "gone",
+                CallError::Cancelled => "cancelled",
             };
             if matches!(
                 e,
@@ -694,6 +690,23 @@ async fn forward(
         audit_call(sup, entry, &who, t, started, outcome, params).await;
     }
     resp
+}
+
+/// A client request id in its session's `in_flight` map while the request
+/// waits, removed however it ends (also when the client goes away).
+struct InFlightId<'a>(&'a Session, String);
+
+impl<'a> InFlightId<'a> {
+    fn track(s: &'a Session, client_id: &str, ours: u64) -> InFlightId<'a> {
+        lock(&s.in_flight).insert(client_id.to_string(), ours);
+        InFlightId(s, client_id.to_string())
+    }
+}
+
+impl Drop for InFlightId<'_> {
+    fn drop(&mut self) {
+        lock(&self.0.in_flight).remove(&self.1);
+    }
 }
 
 /// The client's answer, and the call's outcome (`ok`, `tool_error`,
