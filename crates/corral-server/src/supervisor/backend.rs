@@ -126,6 +126,8 @@ pub struct Backend {
     in_flight: AtomicUsize,
     last_used: Mutex<Instant>,
     stop_requested: AtomicBool,
+    /// Stopped for being idle ([`Backend::retire_if_idle`]).
+    retired_idle: AtomicBool,
     exit: watch::Receiver<Option<ExitInfo>>,
     max_message: usize,
     tail: Arc<Mutex<VecDeque<String>>>,
@@ -214,6 +216,7 @@ impl Backend {
             in_flight: AtomicUsize::new(0),
             last_used: Mutex::new(Instant::now()),
             stop_requested: AtomicBool::new(false),
+            retired_idle: AtomicBool::new(false),
             exit,
             max_message: ctx.max_message,
             tail: Arc::default(),
@@ -346,7 +349,11 @@ impl Backend {
             return Err(CallError::RequestTooLarge(line.len(), self.max_message));
         }
         let Some(_busy) = InFlight::enter(self) else {
-            return Err(CallError::Stopping);
+            return Err(if self.retired_idle.load(Ordering::Relaxed) {
+                CallError::Stopping
+            } else {
+                CallError::Gone("it is stopping".into())
+            });
         };
         let (tx, rx) = oneshot::channel();
         lock(&self.pending).insert(id, tx);
@@ -427,6 +434,7 @@ impl Backend {
             && last.elapsed() >= idle
             && !self.stop_requested.load(Ordering::Relaxed)
         {
+            self.retired_idle.store(true, Ordering::Relaxed);
             self.stop_requested.store(true, Ordering::Relaxed);
             return true;
         }
