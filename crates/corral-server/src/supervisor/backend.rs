@@ -21,7 +21,7 @@ use tokio::process::{Child, ChildStdin, Command};
 use tokio::sync::{mpsc, oneshot, watch, OwnedSemaphorePermit, Semaphore};
 
 use super::launch::LaunchSpec;
-use super::lines::{leading_id, read_line, Line};
+use super::lines::{read_line, Line};
 use super::loglimit::{Admit, LogLimiter};
 use super::{Audit, ServerMetrics};
 
@@ -87,11 +87,19 @@ pub enum CallError {
     /// The process ended (or is ending).
     #[error("the server's process ended before answering: {0}")]
     Gone(String),
+    /// The client cancelled it (the server, told so, answers no more).
+    #[error("cancelled by the client")]
+    Cancelled,
+    /// The process was retired (idle) before the request was sent: the
+    /// request may go to a new process.
+    #[error("the server's process is stopping")]
+    Stopping,
 }
 
 enum Reply {
     Answer(Answer),
     TooLarge(u64),
+    Cancelled,
 }
 
 enum Outgoing {
@@ -118,6 +126,8 @@ pub struct Backend {
     in_flight: AtomicUsize,
     last_used: Mutex<Instant>,
     stop_requested: AtomicBool,
+    /// Stopped for being idle ([`Backend::retire_if_idle`]).
+    retired_idle: AtomicBool,
     exit: watch::Receiver<Option<ExitInfo>>,
     max_message: usize,
     tail: Arc<Mutex<VecDeque<String>>>,
@@ -206,6 +216,7 @@ impl Backend {
             in_flight: AtomicUsize::new(0),
             last_used: Mutex::new(Instant::now()),
             stop_requested: AtomicBool::new(false),
+            retired_idle: AtomicBool::new(false),
             exit,
             max_message: ctx.max_message,
             tail: Arc::default(),
@@ -309,7 +320,24 @@ impl Backend {
         params: Option<&RawValue>,
         timeout: Duration,
     ) -> Result<Answer, CallError> {
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        self.request_as(self.reserve_id(), method, params, timeout)
+            .await
+    }
+
+    /// A fresh corral id for [`Backend::request_as`], known before the
+    /// request is sent (for cancellation bookkeeping).
+    pub fn reserve_id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// [`Backend::request`] with the id `id` from [`Backend::reserve_id`].
+    pub async fn request_as(
+        &self,
+        id: u64,
+        method: &str,
+        params: Option<&RawValue>,
+        timeout: Duration,
+    ) -> Result<Answer, CallError> {
         let method = serde_json::to_string(method).unwrap_or_else(|_| "\"\"".into());
         let mut line = format!(r#"{{"jsonrpc":"2.0","id":{id},"method":{method}"#).into_bytes();
         if let Some(p) = params {
@@ -320,23 +348,31 @@ impl Backend {
         if line.len() > self.max_message {
             return Err(CallError::RequestTooLarge(line.len(), self.max_message));
         }
+        let Some(_busy) = InFlight::enter(self) else {
+            return Err(if self.retired_idle.load(Ordering::Relaxed) {
+                CallError::Stopping
+            } else {
+                CallError::Gone("it is stopping".into())
+            });
+        };
         let (tx, rx) = oneshot::channel();
         lock(&self.pending).insert(id, tx);
-        let _busy = InFlight::enter(self);
+        // Forgotten however this ends, also when the caller goes away
+        // (a client that disconnects or cancels: the server may never
+        // answer).
+        let _pending = Pending(self, id);
         if self.exit.borrow().is_some() {
-            lock(&self.pending).remove(&id);
             return Err(CallError::Gone("it has exited".into()));
         }
         if !self.send(line).await {
-            lock(&self.pending).remove(&id);
             return Err(CallError::Gone("its stdin is closed".into()));
         }
         match tokio::time::timeout(timeout, rx).await {
             Ok(Ok(Reply::Answer(a))) => Ok(a),
             Ok(Ok(Reply::TooLarge(n))) => Err(CallError::AnswerTooLarge(n, self.max_message)),
+            Ok(Ok(Reply::Cancelled)) => Err(CallError::Cancelled),
             Ok(Err(_)) => Err(CallError::Gone(self.exit_reason())),
             Err(_) => {
-                lock(&self.pending).remove(&id);
                 // The server may stop working on it (MCP cancellation).
                 self.notify(
                     format!(
@@ -356,8 +392,11 @@ impl Backend {
     }
 
     /// The corral id a client's cancellation refers to is the caller's
-    /// business; this forwards `notifications/cancelled` for `id`.
+    /// business; this forwards `notifications/cancelled` for `id` and ends
+    /// its wait at once (a server answers no cancelled request: the wait
+    /// would last the request timeout).
     pub async fn cancel(&self, id: u64) {
+        self.deliver(id, Reply::Cancelled);
         self.notify(
             format!(
                 r#"{{"jsonrpc":"2.0","method":"notifications/cancelled","params":{{"requestId":{id}}}}}"#
@@ -365,11 +404,6 @@ impl Backend {
             .into_bytes(),
         )
         .await;
-    }
-
-    /// The id the next request will get (for cancellation bookkeeping).
-    pub fn peek_next_id(&self) -> u64 {
-        self.next_id.load(Ordering::Relaxed)
     }
 
     async fn send(&self, mut line: Vec<u8>) -> bool {
@@ -389,14 +423,22 @@ impl Backend {
         self.exit.borrow().is_none() && !self.stop_requested.load(Ordering::Relaxed)
     }
 
-    /// Requests waiting for an answer now.
-    pub fn in_flight(&self) -> usize {
-        self.in_flight.load(Ordering::Relaxed)
-    }
-
-    /// How long since the last request ended (or started).
-    pub fn idle_for(&self) -> Duration {
-        lock(&self.last_used).elapsed()
+    /// Marks the process as stopping if no request is in flight and none
+    /// came for `idle`; true if it did (then [`Backend::stop`] it). Atomic
+    /// with a request's start ([`InFlight::enter`]): a request either
+    /// counts as in flight first, or finds the process retired and is not
+    /// sent to it.
+    pub fn retire_if_idle(&self, idle: Duration) -> bool {
+        let last = lock(&self.last_used);
+        if self.in_flight.load(Ordering::Relaxed) == 0
+            && last.elapsed() >= idle
+            && !self.stop_requested.load(Ordering::Relaxed)
+        {
+            self.retired_idle.store(true, Ordering::Relaxed);
+            self.stop_requested.store(true, Ordering::Relaxed);
+            return true;
+        }
+        false
     }
 
     /// Waits until the process has exited; returns how.
@@ -472,14 +514,29 @@ pub fn describe_exit(e: &ExitInfo) -> String {
     }
 }
 
+/// Removes a request's entry from `pending` when its waiter ends.
+struct Pending<'a>(&'a Backend, u64);
+
+impl Drop for Pending<'_> {
+    fn drop(&mut self) {
+        lock(&self.0.pending).remove(&self.1);
+    }
+}
+
 /// Counts a request as in flight for its lifetime.
 struct InFlight<'a>(&'a Backend);
 
 impl<'a> InFlight<'a> {
-    fn enter(b: &'a Backend) -> InFlight<'a> {
+    /// Counts a request in, unless the process was retired (see
+    /// [`Backend::retire_if_idle`]; both hold `last_used`'s lock).
+    fn enter(b: &'a Backend) -> Option<InFlight<'a>> {
+        let mut last = lock(&b.last_used);
+        if b.stop_requested.load(Ordering::Relaxed) {
+            return None;
+        }
         b.in_flight.fetch_add(1, Ordering::Relaxed);
-        *lock(&b.last_used) = Instant::now();
-        InFlight(b)
+        *last = Instant::now();
+        Some(InFlight(b))
     }
 }
 
@@ -519,9 +576,9 @@ async fn read_stdout(
     loop {
         match read_line(&mut reader, &mut buf, backend.max_message).await {
             Ok(Line::Complete) => on_message(&backend, &buf, &limiter, &metrics).await,
-            Ok(Line::TooLong { len, prefix }) => {
+            Ok(Line::TooLong { len, id, .. }) => {
                 metrics.oversized.fetch_add(1, Ordering::Relaxed);
-                match leading_id(&prefix) {
+                match id {
                     Some(id) => backend.deliver(id, Reply::TooLarge(len)),
                     None => tracing::warn!(
                         server = %backend.owner.server,

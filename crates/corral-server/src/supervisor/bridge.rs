@@ -631,25 +631,34 @@ async fn forward(
     };
     let key = entry.key_for(tenant, sid);
     let started = Instant::now();
-    let backend = match sup.backend(entry, &key, tenant).await {
-        Ok(b) => b,
-        Err(e) => {
-            if let Some(t) = &tool {
-                audit_call(sup, entry, &who, t, started, "unavailable", params).await;
+    let timeout = Duration::from_secs(entry.spec.request_timeout_secs);
+    let mut retried = false;
+    let answer = loop {
+        let backend = match sup.backend(entry, &key, tenant).await {
+            Ok(b) => b,
+            Err(e) => {
+                if let Some(t) = &tool {
+                    audit_call(sup, entry, &who, t, started, "unavailable", params).await;
+                }
+                return unavailable(&e, Some(id));
             }
-            return unavailable(&e, Some(id));
+        };
+        if !retried {
+            entry.metrics.calls.fetch_add(1, Ordering::Relaxed);
+        }
+        // The id is taken before the request is sent: a peek at the next
+        // one could be taken by a concurrent request, and a client's
+        // cancellation then cancel another client's call.
+        let ours = backend.reserve_id();
+        let _tracked = session.map(|s| InFlightId::track(s, id.get(), ours));
+        let answer = backend.request_as(ours, method, params, timeout).await;
+        match answer {
+            // Retired (idle) between lookup and send: a new process takes
+            // it.
+            Err(CallError::Stopping) if !retried => retried = true,
+            answer => break answer,
         }
     };
-    entry.metrics.calls.fetch_add(1, Ordering::Relaxed);
-    let ours = backend.peek_next_id();
-    if let Some(s) = session {
-        lock(&s.in_flight).insert(id.get().to_string(), ours);
-    }
-    let timeout = Duration::from_secs(entry.spec.request_timeout_secs);
-    let answer = backend.request(method, params, timeout).await;
-    if let Some(s) = session {
-        lock(&s.in_flight).remove(id.get());
-    }
     let elapsed = started.elapsed();
     let (resp, outcome) = match answer {
         Ok(a) => answer_response(entry, id, method, a, modern),
@@ -661,7 +670,8 @@ async fn forward(
             let outcome = match e {
                 CallError::Timeout(_) => "timeout",
                 CallError::RequestTooLarge(..) | CallError::AnswerTooLarge(..) => "too_large",
-                CallError::Gone(_) => "gone",
+                CallError::Gone(_) | CallError::Stopping => "gone",
+                CallError::Cancelled => "cancelled",
             };
             if matches!(
                 e,
@@ -680,6 +690,23 @@ async fn forward(
         audit_call(sup, entry, &who, t, started, outcome, params).await;
     }
     resp
+}
+
+/// A client request id in its session's `in_flight` map while the request
+/// waits, removed however it ends (also when the client goes away).
+struct InFlightId<'a>(&'a Session, String);
+
+impl<'a> InFlightId<'a> {
+    fn track(s: &'a Session, client_id: &str, ours: u64) -> InFlightId<'a> {
+        lock(&s.in_flight).insert(client_id.to_string(), ours);
+        InFlightId(s, client_id.to_string())
+    }
+}
+
+impl Drop for InFlightId<'_> {
+    fn drop(&mut self) {
+        lock(&self.0.in_flight).remove(&self.1);
+    }
 }
 
 /// The client's answer, and the call's outcome (`ok`, `tool_error`,

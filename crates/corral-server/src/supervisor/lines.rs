@@ -1,7 +1,9 @@
 //! Newline-delimited messages with a size limit: a line longer than the
 //! limit is skipped to its end without being kept (corral's memory stays
-//! bounded), and reported with its size and first bytes so the request it
-//! answers can still fail with a clear error.
+//! bounded), and reported with its size, first bytes and top-level numeric
+//! `id` (found by a scan of every byte, wherever the id is: the TypeScript
+//! SDK writes it after the result) so the request it answers can still fail
+//! with a clear error.
 
 use tokio::io::{AsyncBufRead, AsyncBufReadExt};
 
@@ -20,6 +22,8 @@ pub enum Line {
         len: u64,
         /// Its first bytes.
         prefix: Vec<u8>,
+        /// Its top-level numeric `"id"`, if it is a JSON object with one.
+        id: Option<u64>,
     },
     /// End of the stream (a last line without newline is `Complete` first).
     Eof,
@@ -34,12 +38,16 @@ pub async fn read_line<R: AsyncBufRead + Unpin>(
 ) -> std::io::Result<Line> {
     buf.clear();
     let mut len: u64 = 0;
-    let mut prefix: Option<Vec<u8>> = None;
+    let mut prefix: Option<(Vec<u8>, IdScanner)> = None;
     loop {
         let chunk = reader.fill_buf().await?;
         if chunk.is_empty() {
             return Ok(match prefix {
-                Some(prefix) => Line::TooLong { len, prefix },
+                Some((prefix, scan)) => Line::TooLong {
+                    len,
+                    prefix,
+                    id: scan.id(),
+                },
                 None if len == 0 => Line::Eof,
                 None => Line::Complete,
             });
@@ -50,20 +58,27 @@ pub async fn read_line<R: AsyncBufRead + Unpin>(
         };
         len += take as u64;
         match &mut prefix {
-            Some(_) => {}
+            Some((_, scan)) => scan.feed(&chunk[..take]),
             None if buf.len() + take <= max => buf.extend_from_slice(&chunk[..take]),
             None => {
                 let keep = max.min(PREFIX);
+                let mut scan = IdScanner::default();
+                scan.feed(buf);
+                scan.feed(&chunk[..take]);
                 let mut p = std::mem::take(buf);
                 p.extend_from_slice(&chunk[..take.min(keep)]);
                 p.truncate(keep);
-                prefix = Some(p);
+                prefix = Some((p, scan));
             }
         }
         reader.consume(take + usize::from(done));
         if done {
             return Ok(match prefix {
-                Some(prefix) => Line::TooLong { len, prefix },
+                Some((prefix, scan)) => Line::TooLong {
+                    len,
+                    prefix,
+                    id: scan.id(),
+                },
                 None => Line::Complete,
             });
         }
@@ -74,15 +89,128 @@ fn memchr(b: &[u8]) -> Option<usize> {
     b.iter().position(|&c| c == b'\n')
 }
 
-/// The numeric JSON-RPC `id` near the start of a message, if it shows
-/// there (`"id":123`), for answering a request whose reply was too large
-/// to read.
-pub fn leading_id(prefix: &[u8]) -> Option<u64> {
-    let text = String::from_utf8_lossy(prefix);
-    let at = text.find("\"id\"")? + 4;
-    let rest = text[at..].trim_start().strip_prefix(':')?.trim_start();
-    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
-    digits.parse().ok()
+/// Finds the numeric `"id"` member of a JSON object fed to it in pieces,
+/// at the object's top level only (an `"id"` inside the result, or inside
+/// a string, is not the message's), in constant memory.
+#[derive(Debug, Default)]
+pub struct IdScanner {
+    /// Nesting depth: 1 inside the message object.
+    depth: u32,
+    in_string: bool,
+    escaped: bool,
+    /// At depth 1, the next string is a member name.
+    expect_key: bool,
+    /// The member name being read is (so far) a prefix of `id`.
+    key: KeyState,
+    /// The last member name was `id`: its value follows the colon.
+    id_key: bool,
+    /// Reading the id's digits.
+    in_value: bool,
+    value: Option<u64>,
+    found: Option<u64>,
+}
+
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+enum KeyState {
+    /// Not reading a member name (or it cannot be `id`).
+    #[default]
+    No,
+    /// Read this many bytes of `id`.
+    Matched(usize),
+}
+
+impl IdScanner {
+    /// Scans the next bytes.
+    pub fn feed(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.byte(b);
+        }
+    }
+
+    /// The top-level numeric id seen, if any.
+    pub fn id(&self) -> Option<u64> {
+        self.found
+    }
+
+    fn byte(&mut self, b: u8) {
+        if self.in_string {
+            if self.escaped {
+                self.escaped = false;
+                self.key = KeyState::No;
+            } else if b == b'\\' {
+                self.escaped = true;
+                self.key = KeyState::No;
+            } else if b == b'"' {
+                self.in_string = false;
+                self.id_key = self.key == KeyState::Matched(2);
+                self.key = KeyState::No;
+            } else if let KeyState::Matched(n) = self.key {
+                self.key = if n < 2 && b"id"[n] == b {
+                    KeyState::Matched(n + 1)
+                } else {
+                    KeyState::No
+                };
+            }
+            return;
+        }
+        if self.in_value {
+            if b.is_ascii_digit() {
+                let d = u64::from(b - b'0');
+                self.value = self
+                    .value
+                    .unwrap_or(0)
+                    .checked_mul(10)
+                    .and_then(|v| v.checked_add(d));
+                return;
+            }
+            if self.value.is_none() && b.is_ascii_whitespace() {
+                return;
+            }
+            self.in_value = false;
+            if self.found.is_none() {
+                self.found = self.value;
+            }
+        }
+        match b {
+            b'"' => {
+                self.in_string = true;
+                self.key = if self.depth == 1 && self.expect_key {
+                    KeyState::Matched(0)
+                } else {
+                    KeyState::No
+                };
+                self.expect_key = false;
+            }
+            b'{' | b'[' => {
+                self.depth += 1;
+                self.expect_key = self.depth == 1 && b == b'{';
+                self.id_key = false;
+            }
+            b'}' | b']' => {
+                self.depth = self.depth.saturating_sub(1);
+                self.id_key = false;
+            }
+            b',' if self.depth == 1 => {
+                self.expect_key = true;
+                self.id_key = false;
+            }
+            b':' if self.depth == 1 && self.id_key => {
+                self.id_key = false;
+                self.in_value = true;
+                self.value = None;
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The top-level numeric `id` of a whole message.
+#[cfg(test)]
+fn id_of(message: &[u8]) -> Option<u64> {
+    let mut s = IdScanner::default();
+    s.feed(message);
+    s.feed(b"\n");
+    s.id()
 }
 
 #[cfg(test)]
@@ -97,7 +225,7 @@ mod tests {
         loop {
             match read_line(&mut r, &mut buf, max).await.unwrap() {
                 Line::Complete => out.push(Ok(buf.clone())),
-                Line::TooLong { len, prefix } => out.push(Err((len, prefix))),
+                Line::TooLong { len, prefix, .. } => out.push(Err((len, prefix))),
                 Line::Eof => return out,
             }
         }
@@ -120,13 +248,36 @@ mod tests {
     }
 
     #[test]
-    fn the_id_of_a_cut_message() {
+    fn the_top_level_id_wherever_it_is() {
+        assert_eq!(id_of(br#"{"jsonrpc":"2.0","id":42,"result":{}}"#), Some(42));
+        assert_eq!(id_of(br#"{"id" : 7 ,"x":1}"#), Some(7));
+        // The TypeScript SDK's order, with ids inside the result.
         assert_eq!(
-            leading_id(br#"{"jsonrpc":"2.0","id":42,"result":{"#),
-            Some(42)
+            id_of(br#"{"result":{"id":1,"a":[{"id":2}],"s":"\"id\":3"},"jsonrpc":"2.0","id":9}"#),
+            Some(9)
         );
-        assert_eq!(leading_id(br#"{"id" : 7 ,"#), Some(7));
-        assert_eq!(leading_id(br#"{"jsonrpc":"2.0","result":"#), None);
-        assert_eq!(leading_id(br#"{"id":"s1""#), None);
+        assert_eq!(id_of(br#"{"jsonrpc":"2.0","result":{"id":5}}"#), None);
+        assert_eq!(id_of(br#"{"id":"s1"}"#), None);
+        assert_eq!(id_of(br#"{"idx":4,"xid":5}"#), None);
+        assert_eq!(id_of(br#"{"k":"id","v":":3"}"#), None);
+    }
+
+    #[tokio::test]
+    async fn an_oversized_line_reports_its_id_even_after_the_limit() {
+        let line = format!(
+            r#"{{"result":{{"id":1,"t":"{}"}},"jsonrpc":"2.0","id":31}}"#,
+            "x".repeat(100)
+        );
+        let input = format!("{line}\n");
+        let mut r = tokio::io::BufReader::with_capacity(7, input.as_bytes());
+        let mut buf = Vec::new();
+        match read_line(&mut r, &mut buf, 20).await.unwrap() {
+            Line::TooLong { len, prefix, id } => {
+                assert_eq!(len, line.len() as u64);
+                assert_eq!(prefix, line.as_bytes()[..20].to_vec());
+                assert_eq!(id, Some(31));
+            }
+            other => panic!("{other:?}"),
+        }
     }
 }

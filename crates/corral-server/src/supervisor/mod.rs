@@ -653,9 +653,9 @@ impl Supervisor {
                 let slots: Vec<Arc<Slot>> = lock(&entry.slots).values().cloned().collect();
                 for slot in slots {
                     let b = match &*lock(&slot.state) {
-                        SlotState::Ready(b) if b.in_flight() == 0 && b.idle_for() >= idle => {
-                            b.clone()
-                        }
+                        // Retired at once: a request that comes now goes
+                        // to a new process instead of this stopping one.
+                        SlotState::Ready(b) if b.retire_if_idle(idle) => b.clone(),
                         _ => continue,
                     };
                     tracing::info!(server = %entry.spec.name, tenant = %slot.owner.tenant, "stopping an idle process");
