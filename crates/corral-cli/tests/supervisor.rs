@@ -99,12 +99,23 @@ def blob(n: int) -> str:
     """N bytes of text."""
     return "x" * n
 
+CANCELLED = [0]
+
 @server.tool()
 async def slow(secs: float) -> str:
     """Answers after SECS seconds."""
     import asyncio
-    await asyncio.sleep(secs)
+    try:
+        await asyncio.sleep(secs)
+    except asyncio.CancelledError:
+        CANCELLED[0] += 1
+        raise
     return "slept"
+
+@server.tool()
+def cancelled() -> int:
+    """How many `slow` calls were cancelled."""
+    return CANCELLED[0]
 
 @server.tool()
 def die(code: int) -> str:
@@ -1370,4 +1381,52 @@ fn a_client_cancellation_reaches_the_server_for_that_call_only() {
     let (c, _, body) = post(&s, "cancel", "", Some(&sid), LIST);
     assert_eq!(c, 200, "{body}");
     assert!(body.contains("slow"), "{body}");
+}
+
+#[test]
+fn a_session_less_call_whose_client_goes_away_is_cancelled_at_the_server() {
+    use std::io::Write as _;
+    let t = tree(&[("server.py", PY_SERVER)], true);
+    let s = serve(&py_entry("gone", t.path(), ""), &[]);
+    let modern = |body: &str| {
+        let headers = [
+            ("Content-Type", "application/json"),
+            ("Accept", "application/json, text/event-stream"),
+            ("MCP-Protocol-Version", "2026-07-28"),
+            ("Mcp-Method", "tools/call"),
+        ];
+        http_with(s.addr(), "POST", "/mcp/servers/gone", &headers, Some(body))
+    };
+    let count = || {
+        let (c, _, body) = modern(
+            r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"cancelled","arguments":{}}}"#,
+        );
+        assert_eq!(c, 200, "{body}");
+        let v: Value = serde_json::from_str(&body).unwrap();
+        v["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap_or("")
+            .to_string()
+    };
+    assert_eq!(count(), "0");
+    // A 2026-07-28 call (no session, so no cancellation message can name
+    // it): the client closes its connection a second in.
+    let body = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"slow","arguments":{"secs":30}}}"#;
+    let mut conn = std::net::TcpStream::connect(s.addr()).unwrap();
+    write!(
+        conn,
+        "POST /mcp/servers/gone HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\n\
+         Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2026-07-28\r\n\
+         Mcp-Method: tools/call\r\nContent-Length: {}\r\n\r\n{body}",
+        s.addr(),
+        body.len()
+    )
+    .unwrap();
+    std::thread::sleep(Duration::from_secs(1));
+    drop(conn);
+    wait_until(
+        10,
+        "the server is told the abandoned call is cancelled",
+        || count() == "1",
+    );
 }

@@ -373,7 +373,9 @@ impl Backend {
             Ok(Ok(Reply::Cancelled)) => Err(CallError::Cancelled),
             Ok(Err(_)) => Err(CallError::Gone(self.exit_reason())),
             Err(_) => {
-                // The server may stop working on it (MCP cancellation).
+                // The server may stop working on it (MCP cancellation);
+                // this one, not the guard's.
+                lock(&self.pending).remove(&id);
                 self.notify(
                     format!(
                         r#"{{"jsonrpc":"2.0","method":"notifications/cancelled","params":{{"requestId":{id},"reason":"timeout"}}}}"#
@@ -404,6 +406,15 @@ impl Backend {
             .into_bytes(),
         )
         .await;
+    }
+
+    /// Queues a notification if there is room now (never waits).
+    fn try_notify(&self, mut line: Vec<u8>) {
+        line.push(b'\n');
+        let want = u32::try_from(line.len()).unwrap_or(u32::MAX);
+        if let Ok(permit) = self.budget.clone().try_acquire_many_owned(want) {
+            let _ = self.to_stdin.try_send(Outgoing::Line(line, permit));
+        }
     }
 
     async fn send(&self, mut line: Vec<u8>) -> bool {
@@ -519,7 +530,18 @@ struct Pending<'a>(&'a Backend, u64);
 
 impl Drop for Pending<'_> {
     fn drop(&mut self) {
-        lock(&self.0.pending).remove(&self.1);
+        // Still waiting when dropped: its client went away (a closed
+        // connection drops the request's future). The server may stop
+        // working on it, as for an explicit cancellation; best effort,
+        // without waiting (a Drop cannot).
+        if lock(&self.0.pending).remove(&self.1).is_some() {
+            let line = format!(
+                r#"{{"jsonrpc":"2.0","method":"notifications/cancelled","params":{{"requestId":{},"reason":"the client went away"}}}}"#,
+                self.1
+            )
+            .into_bytes();
+            self.0.try_notify(line);
+        }
     }
 }
 
