@@ -99,6 +99,11 @@ def blob(n: int) -> str:
     """N bytes of text."""
     return "x" * n
 
+@server.tool()
+def size(text: str) -> int:
+    """The length of TEXT."""
+    return len(text)
+
 CANCELLED = [0]
 
 @server.tool()
@@ -1429,4 +1434,76 @@ fn a_session_less_call_whose_client_goes_away_is_cancelled_at_the_server() {
         "the server is told the abandoned call is cancelled",
         || count() == "1",
     );
+}
+
+/// A standard-library MCP server that lists one tool twice.
+const DUPLICATE_TOOLS: &str = r#"
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("id") is None:
+        continue
+    if m["method"] == "initialize":
+        r = {"protocolVersion": m["params"]["protocolVersion"], "capabilities": {"tools": {}}, "serverInfo": {"name": "dup", "version": "1"}}
+    elif m["method"] == "tools/list":
+        t = {"name": "x", "inputSchema": {"type": "object"}}
+        r = {"tools": [t, t]}
+    else:
+        r = {}
+    sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": m["id"], "result": r}) + "\n")
+    sys.stdout.flush()
+"#;
+
+#[test]
+fn a_server_listing_a_tool_twice_is_refused_at_start() {
+    let t = tree(&[("server.py", DUPLICATE_TOOLS)], true);
+    let s = serve(&py_entry("dup", t.path(), ""), &[]);
+    let (c, _, body) = post(&s, "dup", "", None, INIT);
+    assert_eq!(c, 503, "{body}");
+    assert!(body.contains("lists the tool `x` twice"), "{body}");
+}
+
+#[test]
+fn sixteen_megabyte_messages_pass_both_ways() {
+    let t = tree(&[("server.py", PY_SERVER)], true);
+    let s = serve(&py_entry("big", t.path(), ""), &[]);
+    let (c, head, body) = post(&s, "big", "", None, INIT);
+    assert_eq!(c, 200, "{body}");
+    let sid = head_value(&head, "mcp-session-id").unwrap();
+    // The SDK answers with the text twice (content and structuredContent):
+    // an answer of about 16.6 MB.
+    let n = 8_300_000;
+    let (c, _, body) = post(
+        &s,
+        "big",
+        "",
+        Some(&sid),
+        &format!(
+            r#"{{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{{"name":"blob","arguments":{{"n":{n}}}}}}}"#
+        ),
+    );
+    assert_eq!(c, 200);
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        v["result"]["content"][0]["text"].as_str().map(str::len),
+        Some(n),
+        "{}",
+        &body[..body.len().min(400)]
+    );
+    assert!(body.len() > 16_000_000, "{}", body.len());
+    // A request of 16 MB.
+    let n = 16_000_000;
+    let text = "y".repeat(n);
+    let (c, _, body) = post(
+        &s,
+        "big",
+        "",
+        Some(&sid),
+        &format!(
+            r#"{{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{{"name":"size","arguments":{{"text":"{text}"}}}}}}"#
+        ),
+    );
+    assert_eq!(c, 200, "{}", &body[..body.len().min(300)]);
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["result"]["content"][0]["text"], n.to_string(), "{v}");
 }

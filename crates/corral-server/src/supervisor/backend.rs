@@ -155,6 +155,8 @@ pub struct StartContext {
     pub audit: Audit,
     /// The server's counters.
     pub metrics: Arc<ServerMetrics>,
+    /// Its tool filter (picked tools it lacks are reported at start).
+    pub tools: corral_policy::ToolFilter,
 }
 
 /// The first fields of any JSON-RPC message, parsed once.
@@ -266,8 +268,31 @@ impl Backend {
                 .with("pid", pid),
             )
             .await;
-        match backend.handshake(ctx.startup_timeout).await {
-            Ok(()) => Ok(backend),
+        let ready = match backend.handshake(ctx.startup_timeout).await {
+            Ok(()) => backend.check_tools(ctx.startup_timeout, &ctx.tools).await,
+            Err(e) => Err(format!("initialize failed: {e}")),
+        };
+        match ready {
+            Ok(missing) => {
+                if !missing.is_empty() {
+                    ctx.audit
+                        .emit(
+                            &ctx.owner,
+                            AuditEvent::new(
+                                Level::Warn,
+                                ReasonCode::McpServerStart,
+                                format!(
+                                    "server `{}` does not offer the picked tools {}: they stay unavailable",
+                                    ctx.owner.server,
+                                    missing.join(", ")
+                                ),
+                            )
+                            .with("missing_tools", missing),
+                        )
+                        .await;
+                }
+                Ok(backend)
+            }
             Err(e) => {
                 backend.stop(Duration::from_secs(1)).await;
                 let tail: Vec<String> = backend.stderr_tail();
@@ -276,9 +301,84 @@ impl Backend {
                 } else {
                     format!("; its last stderr lines: {}", tail.join(" | "))
                 };
-                Err(format!("initialize failed: {e}{hint}"))
+                Err(format!("{e}{hint}"))
             }
         }
+    }
+
+    /// Lists the server's tools once at start-up: a server that names two
+    /// tools alike is refused (a call could not say which it means, and a
+    /// filter could hide one and not the other); returns the picked tools
+    /// it does not offer.
+    async fn check_tools(
+        &self,
+        timeout: Duration,
+        filter: &corral_policy::ToolFilter,
+    ) -> Result<Vec<String>, String> {
+        let offers_tools = self
+            .init_result()
+            .is_some_and(|i| i.get("capabilities").and_then(|c| c.get("tools")).is_some());
+        if !offers_tools {
+            return Ok(Vec::new());
+        }
+        let mut names: Vec<String> = Vec::new();
+        let mut cursor: Option<String> = None;
+        // A bounded number of pages: a server cannot keep corral listing.
+        for _ in 0..16 {
+            let params = cursor
+                .as_ref()
+                .map(|c| serde_json::value::to_raw_value(&serde_json::json!({ "cursor": c })))
+                .transpose()
+                .map_err(|e| e.to_string())?;
+            let answer = self
+                .request("tools/list", params.as_deref(), timeout)
+                .await
+                .map_err(|e| format!("tools/list failed: {e}"))?;
+            let Some(result) = answer.result else {
+                return Err(format!(
+                    "tools/list failed: {}",
+                    answer
+                        .error
+                        .map(|e| e.get().to_string())
+                        .unwrap_or_default()
+                ));
+            };
+            let page: serde_json::Value =
+                serde_json::from_str(result.get()).map_err(|e| format!("tools/list: {e}"))?;
+            for t in page
+                .get("tools")
+                .and_then(|t| t.as_array())
+                .into_iter()
+                .flatten()
+            {
+                let name = t
+                    .get("name")
+                    .and_then(|n| n.as_str())
+                    .unwrap_or("")
+                    .to_string();
+                if names.contains(&name) {
+                    return Err(format!(
+                        "the server lists the tool `{name}` twice: a call could not say which it means; corral refuses it"
+                    ));
+                }
+                names.push(name);
+            }
+            cursor = page
+                .get("nextCursor")
+                .and_then(|c| c.as_str())
+                .map(str::to_owned);
+            if cursor.is_none() {
+                break;
+            }
+        }
+        Ok(match filter {
+            corral_policy::ToolFilter::Pick(picked) => picked
+                .iter()
+                .filter(|p| !names.contains(p))
+                .cloned()
+                .collect(),
+            _ => Vec::new(),
+        })
     }
 
     async fn handshake(&self, timeout: Duration) -> Result<(), String> {

@@ -518,6 +518,7 @@ impl Supervisor {
             startup_timeout: Duration::from_secs(entry.spec.startup_timeout_secs),
             audit: self.audit.clone(),
             metrics: entry.metrics.clone(),
+            tools: entry.spec.tools.clone(),
         };
         match Backend::start(ctx).await {
             Ok(b) => {
