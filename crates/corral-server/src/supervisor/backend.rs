@@ -126,6 +126,9 @@ pub struct Backend {
     in_flight: AtomicUsize,
     last_used: Mutex<Instant>,
     stop_requested: AtomicBool,
+    /// Its start failed (handshake, tools): corral's stop then ends a
+    /// failure, not a requested stop.
+    start_failed: AtomicBool,
     /// Stopped for being idle ([`Backend::retire_if_idle`]).
     retired_idle: AtomicBool,
     exit: watch::Receiver<Option<ExitInfo>>,
@@ -218,6 +221,7 @@ impl Backend {
             in_flight: AtomicUsize::new(0),
             last_used: Mutex::new(Instant::now()),
             stop_requested: AtomicBool::new(false),
+            start_failed: AtomicBool::new(false),
             retired_idle: AtomicBool::new(false),
             exit,
             max_message: ctx.max_message,
@@ -294,6 +298,7 @@ impl Backend {
                 Ok(backend)
             }
             Err(e) => {
+                backend.start_failed.store(true, Ordering::Relaxed);
                 backend.stop(Duration::from_secs(1)).await;
                 let tail: Vec<String> = backend.stderr_tail();
                 let hint = if tail.is_empty() {
@@ -874,7 +879,8 @@ async fn watch_exit(
     let info = ExitInfo {
         code,
         signal,
-        requested: backend.stop_requested.load(Ordering::Relaxed),
+        requested: backend.stop_requested.load(Ordering::Relaxed)
+            && !backend.start_failed.load(Ordering::Relaxed),
         at_ms: crate::audit::now_ms(),
         ran_ms: u64::try_from(backend.started.elapsed().as_millis()).unwrap_or(u64::MAX),
         stderr_tail: backend.stderr_tail(),
