@@ -427,17 +427,9 @@ async fn initialize(
         Err(e) => return rpc_error(StatusCode::INTERNAL_SERVER_ERROR, Some(id), -32603, &e),
     };
     let key = entry.key_for(tenant, Some(&sid));
-    let backend = match sup.backend(entry, &key, tenant).await {
-        Ok(b) => b,
-        Err(e) => return unavailable(&e, Some(id)),
-    };
-    let Some(init) = backend.init_result() else {
-        return rpc_error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            Some(id),
-            -32000,
-            "the server is not initialised",
-        );
+    let init = match handshake_result(sup, entry, &key, tenant, id).await {
+        Ok(i) => i,
+        Err(r) => return *r,
     };
     let mut result = (*init).clone();
     if let Some(o) = result.as_object_mut() {
@@ -461,6 +453,29 @@ async fn initialize(
         serde_json::to_string(&result).unwrap_or_else(|_| "{}".into())
     );
     json_answer(body, Some(&sid))
+}
+
+/// The `initialize` result of the process serving `key` (started if
+/// needed), or the answer saying why there is none.
+async fn handshake_result(
+    sup: &Arc<Supervisor>,
+    entry: &Arc<ServerEntry>,
+    key: &super::InstanceKey,
+    tenant: &str,
+    id: &RawValue,
+) -> Result<Arc<serde_json::Value>, Box<Response>> {
+    let backend = sup
+        .backend(entry, key, tenant)
+        .await
+        .map_err(|e| Box::new(unavailable(&e, Some(id))))?;
+    backend.init_result().ok_or_else(|| {
+        Box::new(rpc_error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            Some(id),
+            -32000,
+            "the server is not initialised",
+        ))
+    })
 }
 
 /// A new session id: 16 bytes of `getrandom(2)` as hex (the spec asks
@@ -489,17 +504,9 @@ async fn discover(
         );
     }
     let key = entry.key_for(tenant, None);
-    let backend = match sup.backend(entry, &key, tenant).await {
-        Ok(b) => b,
-        Err(e) => return unavailable(&e, Some(id)),
-    };
-    let Some(init) = backend.init_result() else {
-        return rpc_error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            Some(id),
-            -32000,
-            "the server is not initialised",
-        );
+    let init = match handshake_result(sup, entry, &key, tenant, id).await {
+        Ok(i) => i,
+        Err(r) => return *r,
     };
     let mut versions: Vec<&str> = HANDSHAKE_VERSIONS.to_vec();
     versions.extend(MODERN_VERSIONS);
