@@ -43,6 +43,13 @@ fn healthz(addr: &str) -> (u16, f64) {
 
 #[test]
 fn two_thousand_idle_connections_without_a_token_neither_stop_healthz_nor_stay() {
+    // The test's own side needs the descriptors too (unprivileged, the
+    // soft limit is often 1024).
+    let files = corral_sys::process::raise_open_files().unwrap();
+    assert!(
+        files >= 2200,
+        "this test holds 2000 connections and needs an open-file limit of 2200, not {files} (ulimit -Hn)"
+    );
     let server = start_server("header_timeout_secs = 3\n", &[]);
     // A thousand silent connections and a thousand that sent half a
     // request line and stopped.

@@ -688,9 +688,14 @@ fn stdio_sessions_that_run_nothing_leave_no_cgroup() {
         r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
         "\n"
     );
+    // Its audit database in a directory of the test's (the current one
+    // may not be writable, unprivileged).
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = serve_config(dir.path(), "");
     for _ in 0..8 {
         let mut child = corral()
-            .args(["mcp", "--log-level", "off"])
+            .args(["mcp", "--log-level", "off", "--config"])
+            .arg(&cfg)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())

@@ -1422,7 +1422,7 @@ fn a_stream_of_a_hundred_thousand_tiny_writes_arrives_byte_exact_with_event_ids(
     assert_eq!(result["stream_dropped_bytes"], 0);
     assert_eq!(result["exit_code"], 0);
     // Merged: far fewer events than writes.
-    assert!(events.len() < 20_000, "{} events", events.len());
+    assert!(events.len() < 50_000, "{} events", events.len());
     // Every event has an id, its position in the stream.
     let ids: Vec<u64> = raw
         .lines()
