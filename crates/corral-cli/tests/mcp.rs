@@ -863,6 +863,9 @@ fn big_output_steps() -> Value {
     small["max_output_bytes"] = json!(1000);
     let mut above = py("print(1)");
     above["max_output_bytes"] = json!(300_000);
+    // The worst case at the ceiling: both streams base64.
+    let mut both = py("import sys\nb = bytes(range(32)) * 93750\nsys.stdout.buffer.write(b)\nsys.stderr.buffer.write(b)");
+    both["max_output_bytes"] = json!(262_144);
     json!([
         call("write_file", json!({"path": "keep.txt", "content": "kept"})),
         call(
@@ -880,6 +883,11 @@ fn big_output_steps() -> Value {
         call("run_code", small),
         call("run_code", above),
         call("run_code", py("print(open('keep.txt').read())")),
+        call("run_code", both),
+        call(
+            "run_code",
+            py("import sys\nb = b'z' * 1000000\nfor _ in range(100): sys.stdout.buffer.write(b)")
+        ),
     ])
 }
 
@@ -933,6 +941,24 @@ fn check_big_outputs(out: &[Value]) {
     refused(&out[5], "limits.above_ceiling");
     // The session (and its workspace) survived all of it.
     assert_eq!(ok(&out[6])["stdout"], "kept\n");
+    // At the ceiling, both streams base64: still one server-sent event.
+    let r = ok(&out[7]);
+    let size = r.to_string().len() + out[7]["text"].as_str().unwrap().len();
+    assert!(size < 1 << 20, "{size} bytes");
+    for stream in ["stdout", "stderr"] {
+        let b = unbase64(r[format!("{stream}_base64")].as_str().unwrap());
+        assert!(
+            b.len() > 262_000 && b.len() < 262_300,
+            "{stream}: {}",
+            b.len()
+        );
+        assert_eq!(r[format!("{stream}_truncated")], true);
+    }
+    // Past the profile's output_kill_bytes (64 MiB): killed, and answered.
+    let r = ok(&out[8]);
+    assert_eq!(r["output_limit_exceeded"], true, "{r}");
+    assert_eq!(r["stdout_truncated"], true);
+    assert!(r["stdout"].as_str().unwrap().len() < 66_000);
 }
 
 fn stdio_target(dir: &Path) -> Value {
