@@ -866,6 +866,8 @@ fn big_output_steps() -> Value {
     // The worst case at the ceiling: both streams base64.
     let mut both = py("import sys\nb = bytes(range(32)) * 93750\nsys.stdout.buffer.write(b)\nsys.stderr.buffer.write(b)");
     both["max_output_bytes"] = json!(262_144);
+    let mut tiny = py("print(1)");
+    tiny["max_output_bytes"] = json!(10);
     json!([
         call("write_file", json!({"path": "keep.txt", "content": "kept"})),
         call(
@@ -884,6 +886,7 @@ fn big_output_steps() -> Value {
         call("run_code", above),
         call("run_code", py("print(open('keep.txt').read())")),
         call("run_code", both),
+        call("run_code", tiny),
         call(
             "run_code",
             py("import sys\nb = b'z' * 1000000\nfor _ in range(100): sys.stdout.buffer.write(b)")
@@ -954,8 +957,13 @@ fn check_big_outputs(out: &[Value]) {
         );
         assert_eq!(r[format!("{stream}_truncated")], true);
     }
+    refused(&out[8], "limits.invalid");
+    assert!(out[8]["text"]
+        .as_str()
+        .unwrap()
+        .contains("max_output_bytes"));
     // Past the profile's output_kill_bytes (64 MiB): killed, and answered.
-    let r = ok(&out[8]);
+    let r = ok(&out[9]);
     assert_eq!(r["output_limit_exceeded"], true, "{r}");
     assert_eq!(r["stdout_truncated"], true);
     assert!(r["stdout"].as_str().unwrap().len() < 66_000);

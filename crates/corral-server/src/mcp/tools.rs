@@ -32,6 +32,9 @@ pub const DEFAULT_RESULT_STREAM_BYTES: u64 = 64 << 10;
 /// even base64-encoded, stay under the 1 MiB that the SDKs' SSE readers
 /// take (and far under the 10 MiB of their stdio line buffers).
 pub const MAX_RESULT_STREAM_BYTES: u64 = 256 << 10;
+/// Fewest bytes of each output stream `run_code` returns: the output
+/// limit's own minimum (room for the elision marker).
+pub const MIN_RESULT_STREAM_BYTES: u64 = corral_policy::RunLimit::Output.minimum();
 /// Output (both streams together) up to this size is repeated whole in
 /// the text content; above it the text shows a preview.
 const SMALL_OUTPUT: usize = 4 << 10;
@@ -165,6 +168,12 @@ impl CorralMcp {
             )));
         }
         if let Some(n) = args.max_output_bytes {
+            if n < MIN_RESULT_STREAM_BYTES {
+                return Err(refused(ApiError::new(
+                    ErrorCode::LimitsInvalid,
+                    format!("max_output_bytes = {n} is below {MIN_RESULT_STREAM_BYTES}"),
+                )));
+            }
             if n > MAX_RESULT_STREAM_BYTES {
                 return Err(refused(ApiError::new(
                     ErrorCode::LimitsAboveCeiling,
