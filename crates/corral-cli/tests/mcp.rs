@@ -764,3 +764,241 @@ fn http_mcp_sessions_are_capped_per_tenant_and_a_deleted_one_makes_room() {
     assert_eq!(open("alice-token").0, 200);
     assert_eq!(open("alice-token").0, 429);
 }
+
+/// The TypeScript SDK's counterpart of [`CLIENT`]: argv[2] the target,
+/// the steps on stdin; prints one answer per step (no protocol line).
+const NODE_CLIENT: &str = r#"
+const { createRequire } = require("module");
+const sdk = createRequire("/opt/corral-test-node/package.json");
+const { Client } = sdk("@modelcontextprotocol/sdk/client/index.js");
+const { StreamableHTTPClientTransport } = sdk("@modelcontextprotocol/sdk/client/streamableHttp.js");
+const { StdioClientTransport } = sdk("@modelcontextprotocol/sdk/client/stdio.js");
+(async () => {
+  const target = JSON.parse(process.argv[2]);
+  let input = "";
+  for await (const chunk of process.stdin) input += chunk;
+  const steps = JSON.parse(input);
+  const transport = target.url
+    ? new StreamableHTTPClientTransport(new URL(target.url))
+    : new StdioClientTransport({ command: target.command[0], args: target.command.slice(1), env: target.env, stderr: "ignore" });
+  const client = new Client({ name: "size-test", version: "1.0.0" });
+  await client.connect(transport);
+  const out = [];
+  for (const [, tool, args] of steps) {
+    try {
+      const r = await client.callTool({ name: tool, arguments: args }, undefined, { timeout: 120000 });
+      const text = r.content.filter((c) => c.type === "text").map((c) => c.text).join("");
+      out.push({ is_error: !!r.isError, text, structured: r.structuredContent });
+    } catch (e) {
+      out.push({ rpc_error: String(e) });
+    }
+  }
+  await client.close();
+  console.log(JSON.stringify(out));
+})().catch((e) => { console.log(JSON.stringify([{ fatal: String(e && e.stack || e) }])); process.exit(1); });
+"#;
+
+/// Runs [`NODE_CLIENT`] against `target` with `steps`.
+fn node_session(target: Value, steps: Value) -> Vec<Value> {
+    let sdk = Path::new("/opt/corral-test-node/node_modules/@modelcontextprotocol/sdk");
+    assert!(
+        sdk.is_dir(),
+        "the Node MCP tests need `npm install @modelcontextprotocol/sdk` in /opt/corral-test-node (scripts/test.sh does it)"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("client.cjs");
+    std::fs::write(&script, NODE_CLIENT).unwrap();
+    let mut child = std::process::Command::new("node")
+        .arg(&script)
+        .arg(target.to_string())
+        .env_clear()
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .env("HOME", dir.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(steps.to_string().as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "the Node client printed no JSON ({e}); status={:?}\nstdout={}\nstderr={}",
+            out.status,
+            text(&out.stdout),
+            text(&out.stderr)
+        )
+    });
+    let v = v.as_array().unwrap().clone();
+    assert!(v[0].get("fatal").is_none(), "node client failed: {}", v[0]);
+    assert_eq!(v.len(), steps.as_array().unwrap().len(), "{v:?}");
+    v
+}
+
+/// Standard base64, decoded (the answers' `stdout_base64`).
+fn unbase64(s: &str) -> Vec<u8> {
+    const ABC: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = Vec::new();
+    let (mut acc, mut bits) = (0u32, 0);
+    for c in s.bytes().filter(|&c| c != b'=') {
+        let v = ABC.iter().position(|&a| a == c).expect("base64 alphabet");
+        let v = u32::try_from(v).unwrap();
+        acc = (acc << 6) | v;
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push(u8::try_from((acc >> bits) & 0xff).unwrap());
+        }
+    }
+    out
+}
+
+/// The calls of the size tests: a file kept across them, 600 KB of
+/// ASCII, 3 MB of control bytes, 25 MB, a small `max_output_bytes`, one
+/// above the ceiling, then the file read back by code.
+fn big_output_steps() -> Value {
+    let py = |code: &str| json!({"language": "python", "code": code});
+    let mut small =
+        py("import sys\nsys.stdout.write(''.join(f'{i:07d}\\n' for i in range(75000)))");
+    small["max_output_bytes"] = json!(1000);
+    let mut above = py("print(1)");
+    above["max_output_bytes"] = json!(300_000);
+    // The worst case at the ceiling: both streams base64.
+    let mut both = py("import sys\nb = bytes(range(32)) * 93750\nsys.stdout.buffer.write(b)\nsys.stderr.buffer.write(b)");
+    both["max_output_bytes"] = json!(262_144);
+    let mut tiny = py("print(1)");
+    tiny["max_output_bytes"] = json!(10);
+    json!([
+        call("write_file", json!({"path": "keep.txt", "content": "kept"})),
+        call(
+            "run_code",
+            py("import sys\nsys.stdout.write(''.join(f'{i:07d}\\n' for i in range(75000)))")
+        ),
+        call(
+            "run_code",
+            py("import sys\nsys.stdout.buffer.write(bytes(range(32)) * 93750)")
+        ),
+        call(
+            "run_code",
+            py("import sys\nb = b'y' * 1000000\nfor _ in range(25): sys.stdout.buffer.write(b)\nsys.stderr.write('e' * 100)")
+        ),
+        call("run_code", small),
+        call("run_code", above),
+        call("run_code", py("print(open('keep.txt').read())")),
+        call("run_code", both),
+        call("run_code", tiny),
+        call(
+            "run_code",
+            py("import sys\nb = b'z' * 1000000\nfor _ in range(100): sys.stdout.buffer.write(b)")
+        ),
+    ])
+}
+
+/// What every client must have got back from [`big_output_steps`].
+fn check_big_outputs(out: &[Value]) {
+    ok(&out[0]);
+    for (i, written) in [(1, 600_000), (2, 3_000_000), (3, 25_000_000)] {
+        let r = ok(&out[i]);
+        let size = r.to_string().len() + out[i]["text"].as_str().unwrap().len();
+        assert!(size < 256 << 10, "call {i}: {size} bytes");
+        assert_eq!(r["exit_code"], 0, "call {i}: {r}");
+        assert_eq!(r["stdout_bytes"], written, "call {i}");
+        assert_eq!(r["stdout_truncated"], true, "call {i}");
+        assert_eq!(r["limits"]["output_bytes"], 65536, "call {i}");
+        let t = out[i]["text"].as_str().unwrap();
+        assert!(
+            t.contains("truncated") && t.contains(&format!("{written} bytes")),
+            "call {i}: {t}"
+        );
+    }
+    // ASCII stays text: head and tail, one copy; the text is a preview.
+    let r = ok(&out[1]);
+    let s = r["stdout"].as_str().unwrap();
+    assert!(s.starts_with("0000000\n0000001\n") && s.ends_with("0074998\n0074999\n"));
+    assert!(
+        s.contains("bytes elided]") && s.len() < 66_000,
+        "{}",
+        s.len()
+    );
+    assert!(out[1]["text"].as_str().unwrap().len() < 2000);
+    // Control bytes come as base64, never as \u0000 escapes.
+    let r = ok(&out[2]);
+    assert!(r.get("stdout").is_none(), "{r}");
+    let bytes = unbase64(r["stdout_base64"].as_str().unwrap());
+    assert!(bytes.len() < 66_000);
+    assert!(bytes.starts_with(&(0u8..32).chain(0..32).collect::<Vec<u8>>()));
+    assert!(bytes.ends_with(&(0u8..32).collect::<Vec<u8>>()));
+    assert!(out[2]["text"].as_str().unwrap().contains("stdout_base64"));
+    // 25 MB (under the profile's kill ceiling), and the small stderr whole.
+    let r = ok(&out[3]);
+    assert_eq!(r["stderr"], "e".repeat(100));
+    assert_eq!(r["stderr_truncated"], false);
+    // A per-call budget, and its ceiling.
+    let r = ok(&out[4]);
+    let s = r["stdout"].as_str().unwrap();
+    assert!(
+        s.starts_with("0000000\n") && s.ends_with("0074999\n") && s.len() < 1100,
+        "{s}"
+    );
+    assert_eq!(r["limits"]["output_bytes"], 1000);
+    refused(&out[5], "limits.above_ceiling");
+    // The session (and its workspace) survived all of it.
+    assert_eq!(ok(&out[6])["stdout"], "kept\n");
+    // At the ceiling, both streams base64: still one server-sent event.
+    let r = ok(&out[7]);
+    let size = r.to_string().len() + out[7]["text"].as_str().unwrap().len();
+    assert!(size < 1 << 20, "{size} bytes");
+    for stream in ["stdout", "stderr"] {
+        let b = unbase64(r[format!("{stream}_base64")].as_str().unwrap());
+        assert!(
+            b.len() > 262_000 && b.len() < 262_300,
+            "{stream}: {}",
+            b.len()
+        );
+        assert_eq!(r[format!("{stream}_truncated")], true);
+    }
+    refused(&out[8], "limits.invalid");
+    assert!(out[8]["text"]
+        .as_str()
+        .unwrap()
+        .contains("max_output_bytes"));
+    // Past the profile's output_kill_bytes (64 MiB): killed, and answered.
+    let r = ok(&out[9]);
+    assert_eq!(r["output_limit_exceeded"], true, "{r}");
+    assert_eq!(r["stdout_truncated"], true);
+    assert!(r["stdout"].as_str().unwrap().len() < 66_000);
+}
+
+fn stdio_target(dir: &Path) -> Value {
+    let cfg = serve_config(dir, "");
+    let bin = corral_bin().to_string_lossy().into_owned();
+    json!({
+        "command": [bin, "mcp", "--code-mode", "--log-level", "off", "--config", cfg.display().to_string()],
+        "env": {"PATH": "/usr/local/bin:/usr/bin:/bin"},
+    })
+}
+
+#[test]
+fn python_sdk_gets_big_outputs_cut_to_size_over_http_and_stdio() {
+    let s = start_server("", &["--code-mode"]);
+    let out = session(s.target(None), big_output_steps());
+    check_big_outputs(&out[1..]);
+    let dir = tempfile::tempdir().unwrap();
+    let out = session(stdio_target(dir.path()), big_output_steps());
+    check_big_outputs(&out[1..]);
+}
+
+#[test]
+fn typescript_sdk_gets_big_outputs_cut_to_size_over_http_and_stdio() {
+    let s = start_server("", &["--code-mode"]);
+    let out = node_session(s.target(None), big_output_steps());
+    check_big_outputs(&out);
+    let dir = tempfile::tempdir().unwrap();
+    let out = node_session(stdio_target(dir.path()), big_output_steps());
+    check_big_outputs(&out);
+}

@@ -49,6 +49,7 @@ pub use launch::{
     is_helper_invocation, launch, Containment, EgressProxy, HelperStart, LaunchError,
     LaunchOptions, Outcome, OutputMode, OutputTap, StartedHelper, StreamResult, FORWARDED_SIGNALS,
 };
+pub use output::elision_marker;
 pub use plan::{build_plan, sandbox_identity, PlanError, RunRequest, WORKSPACE};
 pub use protect::PLACEHOLDER_XATTR;
 pub use reexec::ReadyHelper;

@@ -206,19 +206,25 @@ pub fn prepare(
 
 /// Validates code to run (MCP's `run_code`): the same checks as
 /// [`prepare`] for a `language`/`code` request under the tenant's first
-/// profile, with only a timeout.
+/// profile, with only a timeout and the bytes kept per output stream
+/// (`None`: `default_output_bytes`, or the profile's ceiling if lower).
 pub fn prepare_code(
     state: &AppState,
     tenant_profiles: &[String],
     language: Language,
     code: String,
     timeout_ms: Option<u64>,
+    output_bytes: Option<u64>,
+    default_output_bytes: u64,
 ) -> Result<Prepared, ApiError> {
     let mut profile = choose_profile(state, tenant_profiles, None)?;
+    let output_bytes = output_bytes
+        .unwrap_or_else(|| default_output_bytes.min(profile.limits.output_bytes.bytes()));
     apply_limits(
         &mut profile,
         RequestLimits {
             timeout_ms,
+            output_bytes: Some(output_bytes),
             ..RequestLimits::default()
         },
     )?;

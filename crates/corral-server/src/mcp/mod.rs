@@ -4,12 +4,18 @@
 //!
 //! Tools ([`tools`]):
 //!
-//! - `run_code` {language, code, timeout_ms?}: only listed (and only
-//!   callable) when code mode is on. It goes through the same validation
+//! - `run_code` {language, code, timeout_ms?, max_output_bytes?}: only
+//!   listed (and only callable) when code mode is on. It goes through the same validation
 //!   as `POST /v1/executions` ([`crate::exec::prepare_code`]: profile,
 //!   ceilings, code mode gate), takes a tenant slot and a global slot
 //!   without waiting (saturated: a `busy` tool error, never a queue), and
-//!   is audited like every other execution.
+//!   is audited like every other execution. Its result is sized for the
+//!   SDKs (whose SSE readers take 1 MiB per event): each stream is cut to
+//!   `max_output_bytes` (default 64 KiB, at most 256 KiB; head and tail
+//!   around an elision marker), sent once (as structured content; the text
+//!   is a summary, the streams whole only when small), as
+//!   `stdout_base64`/`stderr_base64` when JSON escaping would make it
+//!   larger than base64 (control bytes).
 //! - `write_file` {path, content, encoding?}, `read_file` {path},
 //!   `list_files` {path?}: the session's workspace, through
 //!   [`crate::workspace::Workspace`] (openat2 beneath the workspace, no
@@ -293,7 +299,7 @@ fn caller(ctx: &RequestContext<RoleServer>) -> Option<usize> {
 #[tool_router]
 impl CorralMcp {
     #[tool(
-        description = "Run a program (python, node or bash) in a fresh sandbox whose working directory is this session's workspace: files written with write_file are there, and files the program writes can be read back with read_file. No network. Returns exit_code, stdout, stderr, timed_out and usage."
+        description = "Run a program (python, node or bash) in a fresh sandbox whose working directory is this session's workspace: files written with write_file are there, and files the program writes can be read back with read_file. No network. Returns exit_code, stdout, stderr, timed_out and usage as structured content. Each stream is cut to max_output_bytes (default 65536, at most 262144): head and tail, marked stdout_truncated/stderr_truncated, with stdout_bytes/stderr_bytes the size written. Output mostly of control bytes comes as stdout_base64/stderr_base64 instead."
     )]
     async fn run_code(
         &self,

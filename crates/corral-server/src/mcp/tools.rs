@@ -25,6 +25,21 @@ pub const MAX_FILE_BYTES: u64 = 1 << 20;
 pub const MAX_WORKSPACE_BYTES: u64 = 64 << 20;
 /// Most entries `list_files` returns.
 pub const MAX_LIST_ENTRIES: usize = 1000;
+/// Bytes of each output stream `run_code` returns unless asked otherwise:
+/// both streams, even base64-encoded, and the summary stay under 256 KiB.
+pub const DEFAULT_RESULT_STREAM_BYTES: u64 = 64 << 10;
+/// Most bytes of each output stream `run_code` returns: both streams,
+/// even base64-encoded, stay under the 1 MiB that the SDKs' SSE readers
+/// take (and far under the 10 MiB of their stdio line buffers).
+pub const MAX_RESULT_STREAM_BYTES: u64 = 256 << 10;
+/// Fewest bytes of each output stream `run_code` returns: the output
+/// limit's own minimum (room for the elision marker).
+pub const MIN_RESULT_STREAM_BYTES: u64 = corral_policy::RunLimit::Output.minimum();
+/// Output (both streams together) up to this size is repeated whole in
+/// the text content; above it the text shows a preview.
+const SMALL_OUTPUT: usize = 4 << 10;
+/// Bytes of each stream the text content previews.
+const PREVIEW_BYTES: usize = 512;
 
 /// Arguments of `run_code`.
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -37,6 +52,10 @@ pub struct RunCodeArgs {
     /// Wall-clock limit in milliseconds (rounded up to whole seconds; at
     /// most the profile's ceiling).
     pub timeout_ms: Option<u64>,
+    /// Bytes returned of each output stream (stdout, stderr); more output
+    /// is cut to its head and tail and marked `stdout_truncated`. Default
+    /// 65536, at most 262144.
+    pub max_output_bytes: Option<u64>,
 }
 
 /// How `write_file`'s content is encoded: `utf8` (default) or `base64`.
@@ -148,13 +167,32 @@ impl CorralMcp {
                 "code mode is off on this server",
             )));
         }
-        // The validation of `POST /v1/executions`, on the typed arguments.
+        if let Some(n) = args.max_output_bytes {
+            if n < MIN_RESULT_STREAM_BYTES {
+                return Err(refused(ApiError::new(
+                    ErrorCode::LimitsInvalid,
+                    format!("max_output_bytes = {n} is below {MIN_RESULT_STREAM_BYTES}"),
+                )));
+            }
+            if n > MAX_RESULT_STREAM_BYTES {
+                return Err(refused(ApiError::new(
+                    ErrorCode::LimitsAboveCeiling,
+                    format!(
+                        "max_output_bytes = {n} is above run_code's ceiling of {MAX_RESULT_STREAM_BYTES}"
+                    ),
+                )));
+            }
+        }
+        // The validation of `POST /v1/executions`, on the typed arguments;
+        // the launcher keeps only the head and tail of what is returned.
         let prepared = exec::prepare_code(
             st,
             &t.tenant.profiles,
             args.language,
             args.code,
             args.timeout_ms,
+            args.max_output_bytes,
+            DEFAULT_RESULT_STREAM_BYTES,
         )
         .map_err(refused)?;
         let ws = self.workspace(t)?;
@@ -343,14 +381,91 @@ impl CorralMcp {
     }
 }
 
-/// `run_code`'s answer: the result object (as `POST /v1/executions`) as
-/// structured content, and a readable summary as text.
+/// `run_code`'s answer: the result object (as `POST /v1/executions`,
+/// each stream at most `limits.output_bytes` plus the elision marker) as
+/// structured content, the only full copy of the output; a stream that
+/// JSON escaping would make larger than base64 (control bytes) is
+/// `stdout_base64` instead of `stdout`. The text content is a summary,
+/// with the streams whole only when they are small.
 fn run_result(response: &ExecutionResponse) -> CallToolResult {
-    answer(summary(response), response)
+    let mut value = serde_json::to_value(response).unwrap_or_default();
+    let mut streams = Vec::new();
+    if let RunOutcome::Ran(r) = &response.outcome {
+        let cap = usize::try_from(response.limits.output_bytes)
+            .unwrap_or(usize::MAX)
+            .saturating_add(64);
+        for (name, text) in [("stdout", &r.stdout), ("stderr", &r.stderr)] {
+            // Invalid UTF-8 became U+FFFD (3 bytes) in the launcher: cut
+            // again so that even that stays within the budget.
+            let text = cut(text, cap);
+            let binary = escaped_len(&text) > base64_len(text.len());
+            if let Some(obj) = value.as_object_mut() {
+                obj.remove(name);
+                let (key, v) = if binary {
+                    (format!("{name}_base64"), base64::encode(text.as_bytes()))
+                } else {
+                    (name.to_string(), text.clone())
+                };
+                obj.insert(key, serde_json::Value::String(v));
+            }
+            streams.push(Stream { name, text, binary });
+        }
+    }
+    let mut r = CallToolResult::success(vec![ContentBlock::text(summary(response, &streams))]);
+    r.structured_content = Some(value);
+    r
 }
 
-/// `exit_code: 0, timed_out` and both streams, for people.
-fn summary(response: &ExecutionResponse) -> String {
+/// One stream as returned.
+struct Stream<'a> {
+    name: &'a str,
+    text: String,
+    binary: bool,
+}
+
+/// `text` if it has at most `max` bytes, else its head and tail around the
+/// launcher's elision marker, cut on character boundaries.
+fn cut(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_string();
+    }
+    let half = max / 2;
+    let mut head = half;
+    while !text.is_char_boundary(head) {
+        head -= 1;
+    }
+    let mut tail = text.len() - half;
+    while !text.is_char_boundary(tail) {
+        tail += 1;
+    }
+    let elided = (tail - head) as u64;
+    format!(
+        "{}{}{}",
+        &text[..head],
+        corral_launcher::elision_marker(elided),
+        &text[tail..]
+    )
+}
+
+/// Bytes of `text` as a JSON string's content (serde_json's escapes).
+fn escaped_len(text: &str) -> usize {
+    text.chars()
+        .map(|c| match c {
+            '"' | '\\' | '\n' | '\r' | '\t' | '\u{8}' | '\u{c}' => 2,
+            c if (c as u32) < 0x20 => 6,
+            c => c.len_utf8(),
+        })
+        .sum()
+}
+
+/// Bytes of `n` bytes in base64.
+fn base64_len(n: usize) -> usize {
+    n.div_ceil(3) * 4
+}
+
+/// Exit code, flags and each stream's size for people; the streams
+/// themselves when small, else a preview of each.
+fn summary(response: &ExecutionResponse, streams: &[Stream<'_>]) -> String {
     let mut head = format!("exit_code: {}", response.exit_code());
     let RunOutcome::Ran(r) = &response.outcome else {
         return head;
@@ -369,13 +484,72 @@ fn summary(response: &ExecutionResponse) -> String {
             head.push_str(&format!(", {flag}"));
         }
     }
-    let stream = |name: &str, text: &str, truncated: bool| {
-        let cut = if truncated { " (truncated)" } else { "" };
-        format!("--- {name}{cut} ---\n{text}")
-    };
-    format!(
-        "{head}\n{}\n{}",
-        stream("stdout", &r.stdout, r.stdout_truncated),
-        stream("stderr", &r.stderr, r.stderr_truncated)
-    )
+    let small = streams.iter().all(|s| !s.binary)
+        && streams.iter().map(|s| s.text.len()).sum::<usize>() <= SMALL_OUTPUT;
+    for s in streams {
+        let (total, truncated) = match s.name {
+            "stdout" => (r.stdout_bytes, r.stdout_truncated),
+            _ => (r.stderr_bytes, r.stderr_truncated),
+        };
+        let mut title = format!("--- {}", s.name);
+        if truncated {
+            title.push_str(&format!(
+                " (truncated: {total} bytes written, head and tail returned)"
+            ));
+        }
+        if s.binary {
+            title.push_str(&format!(
+                " (control bytes: {} bytes in structured content as {}_base64)",
+                s.text.len(),
+                s.name
+            ));
+            head.push_str(&format!("\n{title} ---"));
+        } else if small {
+            head.push_str(&format!("\n{title} ---\n{}", s.text));
+        } else {
+            let mut end = PREVIEW_BYTES.min(s.text.len());
+            while !s.text.is_char_boundary(end) {
+                end -= 1;
+            }
+            if end < s.text.len() {
+                title.push_str(&format!(
+                    " (first {end} of {} bytes; all in structured content)",
+                    s.text.len()
+                ));
+            }
+            head.push_str(&format!("\n{title} ---\n{}", &s.text[..end]));
+        }
+    }
+    head
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escaped_len_is_what_serde_json_writes() {
+        for s in [
+            "plain",
+            "a\"b\\c\nd\te\r",
+            "\u{0}\u{1}\u{1b}\u{8}\u{c}\u{7f}",
+            "é€😀\u{fffd}",
+        ] {
+            let json = serde_json::to_string(s).unwrap();
+            assert_eq!(escaped_len(s), json.len() - 2, "{s:?}");
+        }
+    }
+
+    #[test]
+    fn cut_keeps_head_and_tail_on_char_boundaries_within_the_cap() {
+        assert_eq!(cut("short", 10), "short");
+        let s = "é".repeat(1000);
+        let c = cut(&s, 101);
+        assert!(
+            c.starts_with(&"é".repeat(25)) && c.ends_with(&"é".repeat(25)),
+            "{c}"
+        );
+        assert!(c.contains("[corral: "), "{c}");
+        assert!(c.len() <= 101 + corral_launcher::elision_marker(2000).len());
+    }
 }
