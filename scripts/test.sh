@@ -29,9 +29,10 @@ fi
 # venv every user can read: the unprivileged pass uses it too. Debian's own
 # python3, whatever else is first on PATH.
 venv=/opt/corral-test-venv
-if ! "$venv/bin/python" -c 'import mcp' >/dev/null 2>&1; then
-    echo "== installing the Python MCP SDK into $venv"
-    (umask 022 && /usr/bin/python3 -m venv "$venv" && "$venv/bin/pip" install --quiet --disable-pip-version-check mcp)
+# prometheus_client parses /metrics in both exposition formats (serve.rs).
+if ! "$venv/bin/python" -c 'import mcp, prometheus_client' >/dev/null 2>&1; then
+    echo "== installing the Python MCP SDK and prometheus_client into $venv"
+    (umask 022 && /usr/bin/python3 -m venv "$venv" && "$venv/bin/pip" install --quiet --disable-pip-version-check mcp prometheus_client)
 fi
 chmod -R a+rX "$venv"
 # The official MCP SDK for Node (`@modelcontextprotocol/sdk` from npm) for

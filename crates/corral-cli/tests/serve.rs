@@ -1433,3 +1433,78 @@ fn a_stream_of_a_hundred_thousand_tiny_writes_arrives_byte_exact_with_event_ids(
     assert!(ids.windows(2).all(|w| w[1] == w[0] + 1), "ids in order");
     assert!(ids.len() >= events.len());
 }
+
+/// Parses `/metrics` with the official Prometheus client in the format
+/// the server answered with (argv[1]: `text` or `openmetrics`); prints
+/// {family: {label set: value}}.
+const PARSE_METRICS: &str = r#"
+import json, sys
+from prometheus_client.parser import text_string_to_metric_families as text
+from prometheus_client.openmetrics.parser import text_string_to_metric_families as om
+parse = om if sys.argv[1] == "openmetrics" else text
+out = {}
+for fam in parse(sys.stdin.read()):
+    for s in fam.samples:
+        key = ",".join(f"{k}={v}" for k, v in sorted(s.labels.items()))
+        out.setdefault(s.name, {})[key] = s.value
+print(json.dumps(out))
+"#;
+
+#[test]
+fn metrics_are_labelled_and_parse_in_both_exposition_formats() {
+    let extra = tenant("alice", "alice-token") + &tenant("bob", "bob-token");
+    let s = start_server(&extra, &[]);
+    for (token, cmd) in [
+        ("alice-token", r#"{"command": ["sh", "-c", "true"]}"#),
+        ("alice-token", r#"{"command": ["sh", "-c", "true"]}"#),
+        ("bob-token", r#"{"command": ["sh", "-c", "exit 3"]}"#),
+    ] {
+        let (status, v) = post(&s, Some(token), cmd);
+        assert_eq!(status, 200, "{v}");
+    }
+    let (status, v) = post(&s, Some("bob-token"), r#"{"command": ["nope"]}"#);
+    assert_eq!(status, 422, "{v}");
+    let scrape = |accept: &str| {
+        let (status, head, body) =
+            http_with(&s.addr, "GET", "/metrics", &[("Accept", accept)], None);
+        assert_eq!(status, 200);
+        (head.to_ascii_lowercase(), body)
+    };
+    let (head, text) = scrape("text/plain");
+    assert!(
+        head.contains("content-type: text/plain; version=0.0.4"),
+        "{head}"
+    );
+    let (head, om) = scrape("application/openmetrics-text; version=1.0.0");
+    assert!(head.contains("application/openmetrics-text"), "{head}");
+    assert!(om.ends_with("# EOF\n"));
+    for (format, body) in [("text", &text), ("openmetrics", &om)] {
+        let v = run_sdk_python(PARSE_METRICS, &[format.to_string()], body);
+        let runs = &v["corral_executions_total"];
+        assert_eq!(
+            runs["outcome=ok,profile=code,tenant=alice"], 2.0,
+            "{format}: {v}"
+        );
+        assert_eq!(
+            runs["outcome=error,profile=code,tenant=bob"], 1.0,
+            "{format}: {v}"
+        );
+        assert_eq!(
+            runs["outcome=refused,profile=code,tenant=bob"], 1.0,
+            "{format}: {v}"
+        );
+        assert_eq!(
+            v["corral_execution_duration_seconds_count"]["profile=code"], 4.0,
+            "{format}: {v}"
+        );
+        assert_eq!(
+            v["corral_build_info"][format!("version={}", env!("CARGO_PKG_VERSION"))],
+            1.0,
+            "{format}: {v}"
+        );
+        assert!(
+            v["corral_audit_db_bytes"][""].as_f64().unwrap() > 0.0,
+            "{format}: {v}"
+        );
+    }
+}

@@ -45,6 +45,40 @@ pub struct Metrics {
     pub oom_killed: AtomicU64,
     /// Requests refused (4xx other than 429).
     pub refused: AtomicU64,
+    /// Recorded executions by (tenant, profile, outcome), and their
+    /// durations by profile: label sets bounded by the config (tenants and
+    /// profiles) and five outcomes.
+    pub by_label: std::sync::Mutex<Labelled>,
+}
+
+/// Upper bounds (seconds) of the execution duration histogram.
+pub const DURATION_BUCKETS: [f64; 10] = [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0, 60.0];
+
+/// Counters with labels.
+#[derive(Default)]
+pub struct Labelled {
+    /// Executions by (tenant, profile, outcome).
+    pub executions: std::collections::BTreeMap<(String, String, &'static str), u64>,
+    /// Per profile: counts per bucket of [`DURATION_BUCKETS`] then +Inf,
+    /// and the sum of seconds.
+    pub durations: std::collections::BTreeMap<String, ([u64; DURATION_BUCKETS.len() + 1], f64)>,
+}
+
+impl Metrics {
+    /// Counts one recorded execution.
+    pub fn execution(&self, tenant: &str, profile: &str, outcome: &'static str, secs: f64) {
+        let mut l = self.by_label.lock().unwrap_or_else(|p| p.into_inner());
+        *l.executions
+            .entry((tenant.to_string(), profile.to_string(), outcome))
+            .or_default() += 1;
+        let (buckets, sum) = l.durations.entry(profile.to_string()).or_default();
+        let i = DURATION_BUCKETS
+            .iter()
+            .position(|b| secs <= *b)
+            .unwrap_or(DURATION_BUCKETS.len());
+        buckets[i] += 1;
+        *sum += secs;
+    }
 }
 
 /// Shared server state.

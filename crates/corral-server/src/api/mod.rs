@@ -81,19 +81,21 @@ async fn healthz() -> Json<Health> {
     Json(Health { status: "ok" })
 }
 
-async fn metrics(State(st): State<Shared>) -> Response {
+async fn metrics(State(st): State<Shared>, headers: axum::http::HeaderMap) -> Response {
     let m = &st.metrics;
     let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
     let running =
         (st.config.server.max_concurrent as usize).saturating_sub(st.global.available_permits());
-    let text = format!(
-        "# HELP corral_executions_started_total Executions accepted.\n# TYPE corral_executions_started_total counter\ncorral_executions_started_total {}\n\
+    let mut text = format!(
+        "# HELP corral_build_info The corral serving, by version.\n# TYPE corral_build_info gauge\ncorral_build_info{{version=\"{}\"}} 1\n\
+         # HELP corral_executions_started_total Executions accepted.\n# TYPE corral_executions_started_total counter\ncorral_executions_started_total {}\n\
          # HELP corral_executions_finished_total Executions finished.\n# TYPE corral_executions_finished_total counter\ncorral_executions_finished_total {}\n\
          # HELP corral_executions_running Executions running now.\n# TYPE corral_executions_running gauge\ncorral_executions_running {running}\n\
          # HELP corral_busy_total Requests answered 429 (saturated).\n# TYPE corral_busy_total counter\ncorral_busy_total {}\n\
          # HELP corral_refused_total Requests refused with another 4xx.\n# TYPE corral_refused_total counter\ncorral_refused_total {}\n\
          # HELP corral_timed_out_total Executions ended by their timeout.\n# TYPE corral_timed_out_total counter\ncorral_timed_out_total {}\n\
          # HELP corral_oom_killed_total Executions hit by the OOM killer.\n# TYPE corral_oom_killed_total counter\ncorral_oom_killed_total {}\n",
+        env!("CARGO_PKG_VERSION"),
         load(&m.started),
         load(&m.finished),
         load(&m.busy),
@@ -101,8 +103,119 @@ async fn metrics(State(st): State<Shared>) -> Response {
         load(&m.timed_out),
         load(&m.oom_killed),
     );
-    let text = text + &crate::supervisor::metrics_text(&st.supervisor);
+    labelled(&mut text, m);
+    let sessions = st
+        .supervisor
+        .sessions
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .len();
+    let db = audit_db_bytes(&st.config.server.audit_db);
+    text.push_str(&format!(
+        "# HELP corral_mcp_bridge_sessions Sessions open at /mcp/servers.\n# TYPE corral_mcp_bridge_sessions gauge\ncorral_mcp_bridge_sessions {sessions}\n\
+         # HELP corral_audit_db_bytes Size of the audit database with its WAL.\n# TYPE corral_audit_db_bytes gauge\ncorral_audit_db_bytes {db}\n"
+    ));
+    text.push_str(&crate::supervisor::metrics_text(&st.supervisor));
+    let openmetrics = headers
+        .get("accept")
+        .and_then(|a| a.to_str().ok())
+        .is_some_and(|a| a.contains("application/openmetrics-text"));
+    if openmetrics {
+        let body = to_openmetrics(&text);
+        return (
+            [(
+                "content-type",
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )],
+            body,
+        )
+            .into_response();
+    }
     ([("content-type", "text/plain; version=0.0.4")], text).into_response()
+}
+
+/// The labelled execution counters and the duration histogram.
+fn labelled(text: &mut String, m: &crate::state::Metrics) {
+    use std::fmt::Write;
+    let l = m.by_label.lock().unwrap_or_else(|p| p.into_inner());
+    let _ = writeln!(
+        text,
+        "# HELP corral_executions_total Recorded executions by tenant, profile and outcome (ok, error, timeout, oom, refused).\n# TYPE corral_executions_total counter"
+    );
+    for ((tenant, profile, outcome), n) in &l.executions {
+        let _ = writeln!(
+            text,
+            "corral_executions_total{{tenant=\"{}\",profile=\"{}\",outcome=\"{outcome}\"}} {n}",
+            label(tenant),
+            label(profile)
+        );
+    }
+    let h = "corral_execution_duration_seconds";
+    let _ = writeln!(
+        text,
+        "# HELP {h} Wall time of recorded executions.\n# TYPE {h} histogram"
+    );
+    for (profile, (buckets, sum)) in &l.durations {
+        let p = label(profile);
+        let mut cumulative = 0;
+        for (i, bound) in crate::state::DURATION_BUCKETS.iter().enumerate() {
+            cumulative += buckets[i];
+            let _ = writeln!(
+                text,
+                "{h}_bucket{{profile=\"{p}\",le=\"{bound}\"}} {cumulative}"
+            );
+        }
+        cumulative += buckets[crate::state::DURATION_BUCKETS.len()];
+        let _ = writeln!(
+            text,
+            "{h}_bucket{{profile=\"{p}\",le=\"+Inf\"}} {cumulative}"
+        );
+        let _ = writeln!(
+            text,
+            "{h}_sum{{profile=\"{p}\"}} {sum}\n{h}_count{{profile=\"{p}\"}} {cumulative}"
+        );
+    }
+}
+
+/// A label value escaped as the exposition formats ask (`\\`, `\"`, `\n`).
+fn label(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// The audit database's size with its WAL, bytes (0 when unreadable).
+fn audit_db_bytes(db: &std::path::Path) -> u64 {
+    let size = |p: &std::path::Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
+    let mut wal = db.as_os_str().to_owned();
+    wal.push("-wal");
+    size(db) + size(std::path::Path::new(&wal))
+}
+
+/// The same samples in OpenMetrics 1.0: a counter's family is named
+/// without `_total`, and the exposition ends with `# EOF`.
+fn to_openmetrics(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 8);
+    let mut counters: Vec<String> = Vec::new();
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            if let Some(name) = rest.strip_suffix(" counter") {
+                counters.push(name.to_string());
+            }
+        }
+    }
+    for line in text.lines() {
+        let fixed = ["# HELP ", "# TYPE "].iter().find_map(|p| {
+            let rest = line.strip_prefix(p)?;
+            let (name, tail) = rest.split_once(' ')?;
+            (counters.iter().any(|c| c == name) && name.ends_with("_total"))
+                .then(|| format!("{p}{} {tail}", name.trim_end_matches("_total")))
+        });
+        out.push_str(fixed.as_deref().unwrap_or(line));
+        out.push('\n');
+    }
+    out.push_str("# EOF\n");
+    out
 }
 
 async fn openapi() -> Json<serde_json::Value> {

@@ -316,6 +316,20 @@ pub fn record(
     response: ExecutionResponse,
 ) -> Result<ExecutionResponse, ApiError> {
     let prepared = &job.prepared;
+    let finished = now_ms();
+    let outcome = match &response.outcome {
+        RunOutcome::Refused(_) => "refused",
+        RunOutcome::Ran(r) if r.timed_out => "timeout",
+        RunOutcome::Ran(r) if r.oom_killed => "oom",
+        RunOutcome::Ran(r) if r.exit_code == 0 => "ok",
+        RunOutcome::Ran(_) => "error",
+    };
+    state.metrics.execution(
+        &job.tenant,
+        &prepared.profile.name,
+        outcome,
+        finished.saturating_sub(started) as f64 / 1000.0,
+    );
     let stored = AuditRecord::of(
         &response,
         sha256_hex(prepared.code.as_bytes()),
@@ -325,7 +339,7 @@ pub fn record(
             .store_code
             .then(|| prepared.code.clone()),
         started,
-        now_ms(),
+        finished,
     )
     .and_then(|record| state.audit.record(&record));
     if let Err(e) = stored {
