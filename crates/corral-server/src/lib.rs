@@ -77,8 +77,10 @@ pub async fn serve(
         })?;
     let local = listener.local_addr().map_err(ServerError::Serve)?;
     start_warm_helpers(&state.config);
-    state.supervisor.boot();
+    // The announcement is the first line on stderr: the supervisor's
+    // start-up (a refused server's warning) logs after it.
     announce(local);
+    state.supervisor.boot();
     tracing::info!(
         listen = %local,
         work_dir = %state.work_dir.display(),
