@@ -309,12 +309,15 @@ pub fn start_server_in(dir: tempfile::TempDir, cfg: &Path, flags: &[&str]) -> Se
         .next()
         .unwrap_or_default()
         .to_string();
-    assert!(addr.starts_with("127.0.0.1:"), "{line}");
-    Server {
+    let server = Server {
         child,
         addr,
         dir: Some(dir),
-    }
+    };
+    // A failed start is killed (by the drop) before the test fails: a
+    // server left running would hold the test's stdout open.
+    assert!(server.addr.starts_with("127.0.0.1:"), "{line}");
+    server
 }
 
 /// sha256 hex via python (the tests avoid extra crates).
