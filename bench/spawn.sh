@@ -31,6 +31,8 @@ chmod 755 "$W"
 pids=()
 cleanup() {
     for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    # start_registry runs in a command substitution: its pids stay there.
+    pkill -f "registry.py $W/" 2>/dev/null || true
     chmod -R u+w "$W" 2>/dev/null || true
     rm -rf "$W"
 }
