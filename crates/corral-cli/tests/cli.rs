@@ -328,3 +328,22 @@ fn check_and_doctor_json_print_their_own_objects() {
         assert!(v.get("exit_code").is_none(), "{v}");
     }
 }
+
+#[test]
+fn hostname_and_die_with_parent_flags_are_checked() {
+    let out = run(&["--hostname", "mcp-acme"], &["sh", "-c", "hostname"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "mcp-acme\n");
+    let out = run(&["--hostname", "bad host;id"], &["sh", "-c", "hostname"]);
+    assert_eq!(out.status.code(), Some(125));
+    assert!(text(&out.stderr).contains("--hostname"), "{}", text(&out.stderr));
+    // A parent that is not ours: the run refuses instead of outliving it.
+    let out = corral_run()
+        .env("CORRAL_PARENT_PID", "1")
+        .args(["--die-with-parent", "--", "sh", "-c", "echo ran"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(125), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("parent is already gone"), "{}", text(&out.stderr));
+    assert!(!text(&out.stdout).contains("ran"));
+}

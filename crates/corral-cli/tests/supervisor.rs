@@ -983,6 +983,14 @@ fn assert_rpc_error(v: &Value, text: &str, started: Instant) {
     );
 }
 
+/// Opens a 2025-11-25 session on server `name` with `token` (`""`: none);
+/// returns its id.
+fn open_session(s: &Serve, name: &str, token: &str) -> String {
+    let (c, head, body) = post(s, name, token, None, INIT);
+    assert_eq!(c, 200, "{body}");
+    head_value(&head, "mcp-session-id").unwrap_or_else(|| panic!("{head}"))
+}
+
 /// A header's value in a response head.
 fn head_value(head: &str, name: &str) -> Option<String> {
     head.lines().find_map(|l| {
@@ -1054,9 +1062,7 @@ fn http_edges_of_the_bridge() {
     let (c, _, _) = http(s.addr(), "POST", "/mcp/servers/both", None, Some(INIT));
     assert_eq!(c, 401);
     // A session of A's.
-    let (c, head, body) = post(&s, "both", "tok-a", None, INIT);
-    assert_eq!(c, 200, "{body}");
-    let sid = head_value(&head, "mcp-session-id").unwrap_or_else(|| panic!("{head}"));
+    let sid = open_session(&s, "both", "tok-a");
     let (c, _, body) = post(&s, "both", "tok-a", Some(&sid), LIST);
     assert_eq!(c, 200, "{body}");
     assert!(body.contains("whoami"), "{body}");
@@ -1168,9 +1174,7 @@ fn an_answer_over_max_message_bytes_fails_that_call_only() {
             r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"blob","arguments":{{"n":{n}}}}}}}"#
         )
     };
-    let (c, head, body) = http(s.addr(), "POST", "/mcp/servers/nodebig", None, Some(INIT));
-    assert_eq!(c, 200, "{body}");
-    let sid = head_value(&head, "mcp-session-id").unwrap();
+    let sid = open_session(&s, "nodebig", "");
     let started = Instant::now();
     let (c, _, body) = post(&s, "nodebig", "", Some(&sid), &call(7, 2 << 20));
     assert_eq!(c, 200, "{body}");
@@ -1212,11 +1216,7 @@ fn per_session_processes_start_per_session_and_end_with_it() {
             .unwrap_or_else(|| panic!("{v}"));
         serde_json::from_str::<Value>(text).unwrap()["id"].clone()
     };
-    let session = || {
-        let (c, head, body) = post(&s, "persess", "", None, INIT);
-        assert_eq!(c, 200, "{body}");
-        head_value(&head, "mcp-session-id").unwrap()
-    };
+    let session = || open_session(&s, "persess", "");
     let (s1, s2) = (session(), session());
     let (w1, w2) = (who(&s1), who(&s2));
     assert_ne!(w1, w2, "one process per session");
@@ -1330,9 +1330,7 @@ fn a_crash_during_a_call_fails_that_call_and_the_server_restarts() {
 fn a_client_cancellation_reaches_the_server_for_that_call_only() {
     let t = tree(&[("server.py", PY_SERVER)], true);
     let s = serve(&py_entry("cancel", t.path(), ""), &[]);
-    let (c, head, body) = post(&s, "cancel", "", None, INIT);
-    assert_eq!(c, 200, "{body}");
-    let sid = head_value(&head, "mcp-session-id").unwrap();
+    let sid = open_session(&s, "cancel", "");
     let slow = |id: &str, secs: u32| {
         format!(
             r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"slow","arguments":{{"secs":{secs}}}}}}}"#
@@ -1459,9 +1457,7 @@ fn a_server_listing_a_tool_twice_is_refused_at_start() {
 fn sixteen_megabyte_messages_pass_both_ways() {
     let t = tree(&[("server.py", PY_SERVER)], true);
     let s = serve(&py_entry("big", t.path(), ""), &[]);
-    let (c, head, body) = post(&s, "big", "", None, INIT);
-    assert_eq!(c, 200, "{body}");
-    let sid = head_value(&head, "mcp-session-id").unwrap();
+    let sid = open_session(&s, "big", "");
     // The SDK answers with the text twice (content and structuredContent):
     // an answer of about 16.6 MB.
     let n = 8_300_000;

@@ -364,16 +364,7 @@ pub fn detect(dir: &Path, runtime: Option<Runtime>) -> Result<Detection, DeployE
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-
-    fn tree(files: &[(&str, &str)]) -> tempfile::TempDir {
-        let d = tempfile::tempdir().unwrap();
-        for (p, c) in files {
-            let path = d.path().join(p);
-            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-            std::fs::write(path, c).unwrap();
-        }
-        d
-    }
+    use crate::test_support::tree;
 
     const BS: &str = "[build-system]\nrequires = []\nbuild-backend = \"x\"\n";
 

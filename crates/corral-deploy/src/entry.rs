@@ -211,16 +211,7 @@ pub fn resolve_entry(tree: &Path, runtime: Runtime, venv: &str) -> Result<Entry,
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-
-    fn tree(files: &[(&str, &str)]) -> tempfile::TempDir {
-        let d = tempfile::tempdir().unwrap();
-        for (p, c) in files {
-            let path = d.path().join(p);
-            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-            std::fs::write(path, c).unwrap();
-        }
-        d
-    }
+    use crate::test_support::tree;
 
     fn py(files: &[(&str, &str)]) -> Entry {
         resolve_entry(tree(files).path(), Runtime::Python3, ".venv").unwrap()

@@ -37,3 +37,20 @@ pub use python::{
     NEWEST_STABLE, PYTHON_SEARCH,
 };
 pub use scripts::check_scripts;
+
+/// Fixtures the unit tests share.
+#[cfg(test)]
+mod test_support {
+    #![allow(clippy::unwrap_used)]
+
+    /// A temporary directory holding `files` (path, text).
+    pub fn tree(files: &[(&str, &str)]) -> tempfile::TempDir {
+        let d = tempfile::tempdir().unwrap();
+        for (p, c) in files {
+            let path = d.path().join(p);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, c).unwrap();
+        }
+        d
+    }
+}

@@ -670,23 +670,20 @@ async fn forward(
     let (resp, outcome) = match answer {
         Ok(a) => answer_response(entry, id, method, a, modern),
         Err(e) => {
-            let status = match e {
-                CallError::RequestTooLarge(..) | CallError::AnswerTooLarge(..) => StatusCode::OK,
-                _ => StatusCode::OK,
-            };
+            // A JSON-RPC error in a 200: the HTTP exchange itself worked.
             let outcome = match e {
                 CallError::Timeout(_) => "timeout",
                 CallError::RequestTooLarge(..) | CallError::AnswerTooLarge(..) => "too_large",
                 CallError::Gone(_) | CallError::Stopping => "gone",
                 CallError::Cancelled => "cancelled",
             };
-            if matches!(
-                e,
-                CallError::RequestTooLarge(..) | CallError::AnswerTooLarge(..)
-            ) {
+            if outcome == "too_large" {
                 refuse_event(sup, &who, "too_large", e.to_string()).await;
             }
-            (rpc_error(status, Some(id), -32603, &e.to_string()), outcome)
+            (
+                rpc_error(StatusCode::OK, Some(id), -32603, &e.to_string()),
+                outcome,
+            )
         }
     };
     if outcome != "ok" {
