@@ -336,7 +336,11 @@ fn hostname_and_die_with_parent_flags_are_checked() {
     assert_eq!(text(&out.stdout), "mcp-acme\n");
     let out = run(&["--hostname", "bad host;id"], &["sh", "-c", "hostname"]);
     assert_eq!(out.status.code(), Some(125));
-    assert!(text(&out.stderr).contains("--hostname"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("--hostname"),
+        "{}",
+        text(&out.stderr)
+    );
     // A parent that is not ours: the run refuses instead of outliving it.
     let out = corral_run()
         .env("CORRAL_PARENT_PID", "1")
@@ -344,6 +348,10 @@ fn hostname_and_die_with_parent_flags_are_checked() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(125), "{}", text(&out.stderr));
-    assert!(text(&out.stderr).contains("parent is already gone"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("parent is already gone"),
+        "{}",
+        text(&out.stderr)
+    );
     assert!(!text(&out.stdout).contains("ran"));
 }
