@@ -35,7 +35,13 @@ fn runs_a_command_and_keeps_its_record() {
     let id = v["id"].as_str().unwrap();
     let (status, _, body) = http(&s.addr, "GET", &format!("/v1/executions/{id}"), None, None);
     assert_eq!(status, 200);
-    assert_eq!(json(&body)["stdout"], "42\n");
+    // The record is the answer with the output's digest in its place.
+    let record = json(&body);
+    assert_eq!(record["stdout_sha256"], sha256("42\n"), "{record}");
+    assert_eq!(
+        (record.get("stdout"), record["stdout_bytes"].as_u64()),
+        (None, Some(3))
+    );
     let (_, _, body) = http(&s.addr, "GET", "/v1/executions?limit=10", None, None);
     assert_eq!(json(&body)["items"][0]["id"], id);
     let (status, _, body) = http(&s.addr, "GET", "/healthz", None, None);
@@ -605,7 +611,7 @@ fn killing_the_server_leaves_no_sandbox_and_records_survive_a_restart() {
     let s = start_server_in(dir, &cfg, &[]);
     let (status, _, body) = http(&s.addr, "GET", &format!("/v1/executions/{id}"), None, None);
     assert_eq!(status, 200);
-    assert_eq!(json(&body)["stdout"], "kept\n");
+    assert_eq!(json(&body)["stdout_sha256"], sha256("kept\n"));
     // Only the new server's own (empty) directory is left.
     let left: Vec<String> = std::fs::read_dir(s.path().join("work"))
         .unwrap()
@@ -1507,4 +1513,46 @@ fn metrics_are_labelled_and_parse_in_both_exposition_formats() {
             "{format}: {v}"
         );
     }
+}
+
+#[test]
+fn audit_records_stay_small_whatever_the_program_prints() {
+    // Each request is a few dozen bytes; each program prints a mebibyte of
+    // control bytes (six mebibytes once JSON-escaped). The store used to
+    // keep all of it; now it keeps digests and sizes.
+    let s = start_server("", &[]);
+    let body =
+        r#"{"command": ["python3", "-c", "import sys; sys.stdout.write(chr(1) * (1 << 20))"]}"#;
+    for _ in 0..5 {
+        let (status, v) = post(&s, None, body);
+        assert_eq!(status, 200, "{v}");
+        assert_eq!(v["stdout_bytes"], 1 << 20, "{v}");
+    }
+    let stored: u64 = ["audit.db", "audit.db-wal"]
+        .iter()
+        .map(|f| std::fs::metadata(s.path().join(f)).map_or(0, |m| m.len()))
+        .sum();
+    assert!(
+        stored < 512 << 10,
+        "5 MiB of output made a {stored}-byte audit store"
+    );
+
+    // Asked for, the text is kept up to the cap, and the cut is marked.
+    let s = start_server(
+        "audit_outputs = \"full\"\naudit_output_max_bytes = \"4KiB\"\n",
+        &[],
+    );
+    let (status, v) = post(&s, None, body);
+    assert_eq!(status, 200, "{v}");
+    let id = v["id"].as_str().unwrap();
+    let (_, _, record) = http(&s.addr, "GET", &format!("/v1/executions/{id}"), None, None);
+    let record = json(&record);
+    assert_eq!(
+        (
+            record["stdout"].as_str().map(str::len),
+            record["stdout_audit_truncated"].as_bool()
+        ),
+        (Some(4096), Some(true))
+    );
+    assert_eq!(record["stdout_bytes"], 1 << 20);
 }

@@ -21,6 +21,19 @@ pub struct Tenant {
     pub max_concurrent: u32,
 }
 
+/// What audit records keep of a program's output. A record is written for
+/// every execution and kept for `retention_days`: storing whole outputs
+/// would let one small request store megabytes (escaped control bytes grow
+/// sixfold), so by default only their digests and sizes are kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AuditOutputs {
+    /// SHA-256 and byte counts only.
+    Digest,
+    /// Digests plus the text, each cut at `audit_output_max_bytes`.
+    Full,
+}
+
 /// `corral serve` settings.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ServerConfig {
@@ -39,6 +52,13 @@ pub struct ServerConfig {
     pub retention_days: u32,
     /// Store the full code in audit records (its SHA-256 is always stored).
     pub store_code: bool,
+    /// What an audit record keeps of a program's output (stdout, stderr
+    /// and the collected output files): their SHA-256 and sizes only (the
+    /// default), or also the text, cut at `audit_output_max_bytes`.
+    pub audit_outputs: AuditOutputs,
+    /// With `audit_outputs = "full"`: bytes kept of each stream and of each
+    /// output file in a record.
+    pub audit_output_max_bytes: u64,
     /// Directory for per-execution workdirs.
     pub work_dir: PathBuf,
     /// Callers. With none, the service is anonymous and may only listen on
@@ -82,6 +102,8 @@ impl Default for ServerConfig {
             audit_jsonl: None,
             retention_days: 30,
             store_code: false,
+            audit_outputs: AuditOutputs::Digest,
+            audit_output_max_bytes: 64 << 10,
             work_dir: std::env::temp_dir(),
             tenants: Vec::new(),
             max_request_bytes: 8 << 20,

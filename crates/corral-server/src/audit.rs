@@ -11,6 +11,9 @@ use rusqlite::{params, Connection, OptionalExtension};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
+use corral_policy::server::AuditOutputs;
+
+use crate::auth::sha256_hex;
 use crate::exec::{ExecutionResponse, RunOutcome};
 
 /// Why the store failed.
@@ -73,10 +76,12 @@ pub struct AuditRecord {
 }
 
 impl AuditRecord {
-    /// The record of an answered execution: its answer, serialised here,
+    /// The record of an answered execution: its answer with the outputs
+    /// reduced as `keep` says (see [`bounded_result`]), serialised here,
     /// and the columns read from it.
     pub fn of(
         response: &ExecutionResponse,
+        keep: OutputKeeping,
         code_sha256: String,
         code: Option<String>,
         started_ms: u64,
@@ -94,12 +99,100 @@ impl AuditRecord {
             code,
             started_ms,
             finished_ms,
-            result: serde_json::value::to_raw_value(response).map_err(AuditError::Encode)?,
+            result: bounded_result(response, keep)?,
             exit_code: Some(response.exit_code()),
             timed_out,
             oom_killed,
         })
     }
+}
+
+/// What a record keeps of outputs: `[server] audit_outputs` and
+/// `audit_output_max_bytes`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OutputKeeping {
+    /// Digests only, or digests and text.
+    pub mode: AuditOutputs,
+    /// With [`AuditOutputs::Full`], the bytes kept of each stream or file.
+    pub max_bytes: u64,
+}
+
+impl OutputKeeping {
+    /// The keeping the `[server]` section asks for.
+    pub fn of(server: &corral_policy::server::ServerConfig) -> OutputKeeping {
+        OutputKeeping {
+            mode: server.audit_outputs,
+            max_bytes: server.audit_output_max_bytes,
+        }
+    }
+}
+
+/// The answer as an audit record stores it: the same object, except that
+/// `stdout`, `stderr` and each output file's `content` are replaced by
+/// their SHA-256 (`stdout_sha256`, `stderr_sha256`, a file's `sha256`, of
+/// the bytes the caller got: a base64 file's decoded bytes) and, for
+/// files, `bytes`. With [`AuditOutputs::Full`] the text stays too, cut
+/// at `max_bytes` on a character boundary, and `stdout_audit_truncated`
+/// (`stderr_…`, a file's `audit_truncated`) says whether it was cut. A
+/// record's size is then bounded by the request, not by what the program
+/// printed: the byte counts the answer already carries (`stdout_bytes`…)
+/// stay as they are.
+pub fn bounded_result(
+    response: &ExecutionResponse,
+    keep: OutputKeeping,
+) -> Result<Box<RawValue>, AuditError> {
+    use serde_json::Value;
+    let mut value = serde_json::to_value(response).map_err(AuditError::Encode)?;
+    let full = keep.mode == AuditOutputs::Full;
+    let cap = usize::try_from(keep.max_bytes).unwrap_or(usize::MAX);
+    if let Value::Object(map) = &mut value {
+        for stream in ["stdout", "stderr"] {
+            let Some(Value::String(text)) = map.remove(stream) else {
+                continue;
+            };
+            map.insert(
+                format!("{stream}_sha256"),
+                Value::String(sha256_hex(text.as_bytes())),
+            );
+            if full {
+                let (kept, cut) = cut_at(text, cap);
+                map.insert(stream.to_string(), Value::String(kept));
+                map.insert(format!("{stream}_audit_truncated"), Value::Bool(cut));
+            }
+        }
+        if let Some(Value::Array(files)) = map.get_mut("outputs") {
+            for file in files.iter_mut().filter_map(Value::as_object_mut) {
+                let Some(Value::String(content)) = file.remove("content") else {
+                    continue;
+                };
+                let base64 = file.get("encoding").and_then(Value::as_str) == Some("base64");
+                let decoded = base64.then(|| crate::base64::decode(&content)).flatten();
+                let bytes = decoded.as_deref().unwrap_or(content.as_bytes());
+                file.insert("sha256".into(), Value::String(sha256_hex(bytes)));
+                file.insert("bytes".into(), Value::from(bytes.len()));
+                if full {
+                    let (kept, cut) = cut_at(content, cap);
+                    file.insert("content".into(), Value::String(kept));
+                    file.insert("audit_truncated".into(), Value::Bool(cut));
+                }
+            }
+        }
+    }
+    serde_json::value::to_raw_value(&value).map_err(AuditError::Encode)
+}
+
+/// `text` cut to at most `max` bytes on a character boundary, and whether
+/// it was cut.
+fn cut_at(mut text: String, max: usize) -> (String, bool) {
+    if text.len() <= max {
+        return (text, false);
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text.truncate(end);
+    (text, true)
 }
 
 /// One event of the supervisor, as stored.
@@ -146,7 +239,21 @@ pub struct ExecutionSummary {
 pub struct AuditStore {
     db: Mutex<Connection>,
     path: String,
-    jsonl: Option<(Mutex<File>, String)>,
+    jsonl: Option<(Mutex<File>, PathBuf)>,
+    retention_days: u32,
+}
+
+/// Opens the JSON-lines file for appending (mode 0600 when created).
+fn open_append(p: &Path) -> Result<File, AuditError> {
+    OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(p)
+        .map_err(|source| AuditError::Io {
+            path: p.display().to_string(),
+            source,
+        })
 }
 
 fn sqlite(path: &str) -> impl Fn(rusqlite::Error) -> AuditError + '_ {
@@ -205,37 +312,57 @@ impl AuditStore {
             CREATE INDEX IF NOT EXISTS events_server ON events (server, ts_ms);",
         )
         .map_err(sqlite(&path))?;
-        let cutoff = now_ms().saturating_sub(u64::from(retention_days) * 86_400_000);
-        for table in [
-            "DELETE FROM executions WHERE finished_ms < ?1",
-            "DELETE FROM events WHERE ts_ms < ?1",
-        ] {
-            conn.execute(table, params![i64::try_from(cutoff).unwrap_or(i64::MAX)])
-                .map_err(sqlite(&path))?;
-        }
         let jsonl = match jsonl {
             Some(p) => {
-                let io = |source| AuditError::Io {
+                private_file(p, true).map_err(|source| AuditError::Io {
                     path: p.display().to_string(),
                     source,
-                };
-                private_file(p, true).map_err(io)?;
-                prune_jsonl(p, cutoff).map_err(io)?;
-                let f = OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .mode(0o600)
-                    .open(p)
-                    .map_err(io)?;
-                Some((Mutex::new(f), p.display().to_string()))
+                })?;
+                Some((Mutex::new(open_append(p)?), p.to_path_buf()))
             }
             None => None,
         };
-        Ok(AuditStore {
+        let store = AuditStore {
             db: Mutex::new(conn),
             path,
             jsonl,
-        })
+            retention_days,
+        };
+        store.prune(now_ms())?;
+        Ok(store)
+    }
+
+    /// Applies the retention as of `now_ms`: deletes the records and events
+    /// older than `retention_days` from the database and rewrites the
+    /// JSON-lines file without them. Runs at start-up and then hourly
+    /// while the server runs, so a long-running server's store does not
+    /// grow without end.
+    pub fn prune(&self, now_ms: u64) -> Result<(), AuditError> {
+        let cutoff = now_ms.saturating_sub(u64::from(self.retention_days) * 86_400_000);
+        let cutoff_sql = i64::try_from(cutoff).unwrap_or(i64::MAX);
+        {
+            let db = self.db.lock().map_err(|_| AuditError::Poisoned)?;
+            for table in [
+                "DELETE FROM executions WHERE finished_ms < ?1",
+                "DELETE FROM events WHERE ts_ms < ?1",
+            ] {
+                db.execute(table, params![cutoff_sql])
+                    .map_err(sqlite(&self.path))?;
+            }
+        }
+        if let Some((file, p)) = &self.jsonl {
+            // Writers wait while the file is rewritten; the handle is then
+            // reopened on the new file.
+            let mut f = file.lock().map_err(|_| AuditError::Poisoned)?;
+            let io = |source| AuditError::Io {
+                path: p.display().to_string(),
+                source,
+            };
+            if prune_jsonl(p, cutoff).map_err(io)? {
+                *f = open_append(p)?;
+            }
+        }
+        Ok(())
     }
 
     /// Stores a record (and appends it to the JSON-lines file).
@@ -265,7 +392,7 @@ impl AuditStore {
             let line = serde_json::to_string(rec).map_err(AuditError::Encode)?;
             let mut f = file.lock().map_err(|_| AuditError::Poisoned)?;
             writeln!(f, "{line}").map_err(|source| AuditError::Io {
-                path: path.clone(),
+                path: path.display().to_string(),
                 source,
             })?;
         }
@@ -294,7 +421,7 @@ impl AuditStore {
         if let Some((file, path)) = &self.jsonl {
             let mut f = file.lock().map_err(|_| AuditError::Poisoned)?;
             writeln!(f, "{line}").map_err(|source| AuditError::Io {
-                path: path.clone(),
+                path: path.display().to_string(),
                 source,
             })?;
         }
@@ -383,8 +510,9 @@ fn private_file(path: &Path, create: bool) -> std::io::Result<()> {
 /// Applies the retention to the JSON-lines file: drops the records whose
 /// `finished_ms` (events: `ts_ms`) is before `cutoff`, by writing the
 /// others to a new file (mode 0600) that replaces it. Lines that are
-/// neither (not JSON, no time) are kept. Nothing is rewritten when nothing is old.
-fn prune_jsonl(path: &Path, cutoff: u64) -> std::io::Result<()> {
+/// neither (not JSON, no time) are kept. Nothing is rewritten when nothing
+/// is old; the answer says whether the file was replaced.
+fn prune_jsonl(path: &Path, cutoff: u64) -> std::io::Result<bool> {
     use std::io::{BufRead, BufReader, BufWriter};
     /// The one field retention looks at; the rest of a line is ignored.
     #[derive(Deserialize)]
@@ -407,7 +535,7 @@ fn prune_jsonl(path: &Path, cutoff: u64) -> std::io::Result<()> {
         }
     }
     if !any_old {
-        return Ok(());
+        return Ok(false);
     }
     let tmp = sidecar(path, &format!(".prune-{}", std::process::id()));
     let result = (|| {
@@ -431,7 +559,7 @@ fn prune_jsonl(path: &Path, cutoff: u64) -> std::io::Result<()> {
     if result.is_err() {
         let _ = std::fs::remove_file(&tmp);
     }
-    result
+    result.map(|()| true)
 }
 
 /// Milliseconds since the epoch.
@@ -500,6 +628,139 @@ mod tests {
             v.get("exit_code").is_none(),
             "columns stay out of the line: {v}"
         );
+    }
+
+    /// An answer of a program that printed `stdout` and `stderr` and left
+    /// one base64 output file holding `file`.
+    fn ran(stdout: &str, stderr: &str, file: &[u8]) -> ExecutionResponse {
+        use crate::exec::{Ceilings, Encoding, OutputFile, Outputs, OutputsStatus};
+        let (encoding, content) = Encoding::encode(file.to_vec());
+        ExecutionResponse {
+            id: "cd".repeat(12),
+            tenant: "t".into(),
+            profile: "code".into(),
+            limits: Ceilings::of(&corral_policy::builtin::code()),
+            cancelled: false,
+            outcome: RunOutcome::Ran(Box::new(corral_launcher::RunResult {
+                exit_code: 0,
+                signal: None,
+                timed_out: false,
+                oom_killed: false,
+                output_limit_exceeded: false,
+                limits_hit: Vec::new(),
+                stdout: stdout.into(),
+                stderr: stderr.into(),
+                stdout_bytes: stdout.len() as u64,
+                stderr_bytes: stderr.len() as u64,
+                stdout_truncated: false,
+                stderr_truncated: false,
+                wall_ms: 1,
+                cpu_ms: 1,
+                peak_memory_bytes: 1,
+                error: None,
+                events: Vec::new(),
+                enforced: None,
+            })),
+            outputs: Some(Outputs {
+                outputs: vec![OutputFile {
+                    path: "out.bin".into(),
+                    encoding,
+                    content,
+                }],
+                status: OutputsStatus::Collected(false),
+            }),
+        }
+    }
+
+    #[test]
+    fn records_keep_digests_of_outputs_not_the_outputs() {
+        let big = "\u{1}".repeat(1 << 20);
+        let file = [0xffu8; 3000];
+        let answer = ran(&big, "warn\n", &file);
+        let keep = OutputKeeping {
+            mode: AuditOutputs::Digest,
+            max_bytes: 64,
+        };
+        let raw = bounded_result(&answer, keep).unwrap();
+        // A megabyte of control bytes (six megabytes escaped) leaves a
+        // record of a few hundred bytes.
+        assert!(raw.get().len() < 2048, "{} bytes", raw.get().len());
+        let v: serde_json::Value = serde_json::from_str(raw.get()).unwrap();
+        assert!(
+            v.get("stdout").is_none() && v.get("stderr").is_none(),
+            "{v}"
+        );
+        assert_eq!(v["stdout_sha256"], sha256_hex(big.as_bytes()));
+        assert_eq!(v["stderr_sha256"], sha256_hex(b"warn\n"));
+        assert_eq!(v["stdout_bytes"], 1 << 20, "the answer's counts stay");
+        let f = &v["outputs"][0];
+        assert!(f.get("content").is_none(), "{f}");
+        assert_eq!(
+            (
+                f["sha256"].as_str(),
+                f["bytes"].as_u64(),
+                f["path"].as_str()
+            ),
+            (
+                Some(sha256_hex(&file).as_str()),
+                Some(3000),
+                Some("out.bin")
+            ),
+            "the digest is of the file's bytes, not of its base64"
+        );
+    }
+
+    #[test]
+    fn full_records_keep_text_up_to_the_cap_on_a_character_boundary() {
+        let answer = ran("ééééé", "ok", b"text file");
+        let keep = OutputKeeping {
+            mode: AuditOutputs::Full,
+            max_bytes: 5,
+        };
+        let v: serde_json::Value =
+            serde_json::from_str(bounded_result(&answer, keep).unwrap().get()).unwrap();
+        assert_eq!(
+            (v["stdout"].as_str(), v["stdout_audit_truncated"].as_bool()),
+            (Some("éé"), Some(true)),
+            "{v}"
+        );
+        assert_eq!(
+            (v["stderr"].as_str(), v["stderr_audit_truncated"].as_bool()),
+            (Some("ok"), Some(false))
+        );
+        assert_eq!(v["stdout_sha256"], sha256_hex("ééééé".as_bytes()));
+        let f = &v["outputs"][0];
+        assert_eq!(
+            (f["content"].as_str(), f["audit_truncated"].as_bool()),
+            (Some("text "), Some(true)),
+            "{f}"
+        );
+    }
+
+    #[test]
+    fn retention_applies_while_the_store_is_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("audit.db");
+        let jsonl = dir.path().join("audit.jsonl");
+        let store = AuditStore::open(&db, Some(&jsonl), 1).unwrap();
+        let day = 86_400_000;
+        let now = now_ms();
+        store.record(&record("early", "t", now, "{}")).unwrap();
+        store.record(&record("late", "t", now + day, "{}")).unwrap();
+        // Two days on, the first record is more than a day old.
+        store.prune(now + 2 * day - 1000).unwrap();
+        assert!(store.get("t", "early").unwrap().is_none());
+        assert!(store.get("t", "late").unwrap().is_some());
+        // The file was rewritten, and later records land in the new one.
+        store
+            .record(&record("after", "t", now + 2 * day, "{}"))
+            .unwrap();
+        let ids: Vec<String> = std::fs::read_to_string(&jsonl)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["id"].to_string())
+            .collect();
+        assert_eq!(ids, ["\"late\"", "\"after\""]);
     }
 
     #[test]

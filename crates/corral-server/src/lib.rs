@@ -81,6 +81,7 @@ pub async fn serve(
     // start-up (a refused server's warning) logs after it.
     announce(local);
     state.supervisor.boot();
+    keep_pruning(state.clone());
     tracing::info!(
         listen = %local,
         work_dir = %state.work_dir.display(),
@@ -122,6 +123,28 @@ fn start_warm_helpers(config: &Config) {
         .ok()
         .map(|p| p.limits.clone());
     crate::warm::keep_ready(config.server.max_concurrent as usize, template);
+}
+
+/// How often the audit retention is applied while the server runs.
+const PRUNE_EVERY: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// Applies the audit retention every [`PRUNE_EVERY`] (it was applied at
+/// start-up already), off the async threads; a failure is logged and
+/// tried again at the next tick.
+fn keep_pruning(state: Arc<AppState>) {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(PRUNE_EVERY);
+        tick.tick().await; // the first tick is immediate
+        loop {
+            tick.tick().await;
+            let state = state.clone();
+            let pruned =
+                tokio::task::spawn_blocking(move || state.audit.prune(audit::now_ms())).await;
+            if let Ok(Err(e)) = pruned {
+                tracing::error!(error = %e, "audit retention not applied");
+            }
+        }
+    });
 }
 
 /// Resolves on SIGINT or SIGTERM (never, if they cannot be watched).

@@ -27,6 +27,8 @@ pub(super) struct RawServer {
     pub(super) audit_jsonl: Option<Spanned<String>>,
     pub(super) retention_days: Option<Spanned<u32>>,
     pub(super) store_code: Option<bool>,
+    pub(super) audit_outputs: Option<Spanned<String>>,
+    pub(super) audit_output_max_bytes: Option<Spanned<RawSize>>,
     pub(super) work_dir: Option<Spanned<String>>,
     pub(super) max_request_bytes: Option<Spanned<RawSize>>,
     pub(super) max_connections: Option<Spanned<u32>>,

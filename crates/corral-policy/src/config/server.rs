@@ -8,7 +8,7 @@ use toml::Spanned;
 use super::apply::size;
 use super::raw::{RawServer, RawTenant};
 use super::{Config, ConfigError, Source};
-use crate::server::{valid_token_hash, ServerConfig, Tenant};
+use crate::server::{valid_token_hash, AuditOutputs, ServerConfig, Tenant};
 
 /// Builds the `corral serve` settings from the `[server]` section; tenant
 /// profiles must exist in `config`.
@@ -44,6 +44,22 @@ pub(super) fn apply_server(
     }
     if let Some(b) = raw.store_code {
         s.store_code = b;
+    }
+    if let Some(o) = raw.audit_outputs {
+        s.audit_outputs = match o.get_ref().as_str() {
+            "digest" => AuditOutputs::Digest,
+            "full" => AuditOutputs::Full,
+            other => {
+                return Err(src.err(
+                    Some(o.span()),
+                    format!("{k}.audit_outputs"),
+                    format!("`{other}` is not one of `digest` (SHA-256 and sizes only) or `full` (also the text, cut at audit_output_max_bytes)"),
+                ))
+            }
+        };
+    }
+    if let Some(m) = raw.audit_output_max_bytes {
+        s.audit_output_max_bytes = size(src, &format!("{k}.audit_output_max_bytes"), m)?.bytes();
     }
     // The server's files: a relative path would depend on the directory
     // the server happens to be started from.

@@ -303,6 +303,28 @@ fn server_section() {
 }
 
 #[test]
+fn audit_outputs_are_digests_unless_full_is_asked_for() {
+    use crate::server::AuditOutputs;
+    let c = Config::parse("", None).unwrap();
+    assert_eq!(
+        (c.server.audit_outputs, c.server.audit_output_max_bytes),
+        (AuditOutputs::Digest, 64 << 10)
+    );
+    let c = Config::parse(
+        "[server]\naudit_outputs = \"full\"\naudit_output_max_bytes = \"4KiB\"\n",
+        None,
+    )
+    .unwrap();
+    assert_eq!(
+        (c.server.audit_outputs, c.server.audit_output_max_bytes),
+        (AuditOutputs::Full, 4096)
+    );
+    let e = err("[server]\naudit_outputs = \"everything\"\n");
+    assert_eq!((e.line, e.key.as_str()), (Some(2), "server.audit_outputs"));
+    assert!(e.message.contains("`digest`"), "{e}");
+}
+
+#[test]
 fn server_paths_must_be_absolute() {
     for field in ["audit_db", "audit_jsonl", "work_dir"] {
         for bad in ["relative/x", "x", ""] {

@@ -21,9 +21,11 @@ use corral_policy::env::EnvRequest;
 use corral_policy::Profile;
 
 pub use prepare::{prepare, prepare_code, ExecutionRequest, Language, Prepared};
-pub use response::{Ceilings, Encoding, ExecutionResponse, Outputs, RunOutcome};
+pub use response::{
+    Ceilings, Encoding, ExecutionResponse, OutputFile, Outputs, OutputsStatus, RunOutcome,
+};
 
-use crate::audit::{now_ms, AuditRecord};
+use crate::audit::{now_ms, AuditRecord, OutputKeeping};
 use crate::auth::sha256_hex;
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -332,6 +334,7 @@ pub fn record(
     );
     let stored = AuditRecord::of(
         &response,
+        OutputKeeping::of(&state.config.server),
         sha256_hex(prepared.code.as_bytes()),
         state
             .config
