@@ -21,9 +21,9 @@ use corral_policy::env::EnvRequest;
 use corral_policy::Profile;
 
 pub use prepare::{prepare, prepare_code, ExecutionRequest, Language, Prepared};
-pub use response::{
-    Ceilings, Encoding, ExecutionResponse, OutputFile, Outputs, OutputsStatus, RunOutcome,
-};
+pub use response::{Ceilings, Encoding, ExecutionResponse, Outputs, RunOutcome};
+#[cfg(test)]
+pub(crate) use response::{OutputFile, OutputsStatus};
 
 use crate::audit::{now_ms, AuditRecord, OutputKeeping};
 use crate::auth::sha256_hex;
