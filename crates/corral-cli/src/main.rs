@@ -235,7 +235,21 @@ fn serve(
     if code_mode {
         config.server.code_mode = true;
     }
+    if let Err(code) = private_mounts(&config) {
+        return code;
+    }
     run_async(corral_server::serve(config, file))
+}
+
+/// Gives the server its own mount namespace, so workspaces can be tmpfs
+/// mounts of `workspace_size` (while the process is still single-threaded:
+/// before the async runtime). Fails closed unless the config accepts
+/// unbounded workspaces; the error is the exit status.
+fn private_mounts(config: &Config) -> Result<(), i32> {
+    corral_server::enter_private_mounts(config.server.unbounded_workspaces).map_err(|e| {
+        say(&e.to_string());
+        corral_launcher::EXIT_CORRAL_ERROR
+    })
 }
 
 /// Runs a server future on a multi-threaded runtime built here, after the
@@ -278,6 +292,9 @@ fn mcp(config: Option<&std::path::Path>, code_mode: bool, log_level: Option<&str
     };
     if code_mode {
         config.server.code_mode = true;
+    }
+    if let Err(code) = private_mounts(&config) {
+        return code;
     }
     run_async(corral_server::serve_stdio(config))
 }

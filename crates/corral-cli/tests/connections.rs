@@ -213,3 +213,160 @@ fn the_cap_must_fit_the_open_file_limit() {
         "{err}"
     );
 }
+
+/// Sends `raw` on a fresh connection and reads the answer's status line
+/// (0 when the server closed without one).
+fn raw_status(addr: &str, raw: &[u8]) -> u16 {
+    let Ok(mut s) = TcpStream::connect(addr) else {
+        return 0;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(30)));
+    let _ = s.write_all(raw);
+    let mut head = [0u8; 12];
+    match s.read_exact(&mut head) {
+        Ok(()) => std::str::from_utf8(&head[9..12])
+            .ok()
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(0),
+        Err(_) => 0,
+    }
+}
+
+#[test]
+fn a_thousand_requests_at_four_times_the_cap_among_hostile_clients_are_all_answered_and_leak_nothing(
+) {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let mut server = start_server(
+        "max_concurrent = 4\nheader_timeout_secs = 2\nbody_timeout_secs = 3\nwrite_stall_secs = 2\n",
+        &[],
+    );
+    let addr = server.addr.clone();
+    let token = format!("corral-load-{}", std::process::id());
+    let done = Arc::new(AtomicBool::new(false));
+    // Hostile clients, until the legitimate load is over: half-sent
+    // headers, a body announced and never sent, malformed JSON, a
+    // request for a long sleep whose client leaves at once, and a request
+    // for a mebibyte of output that is never read.
+    let hostile: Vec<_> = (0..4)
+        .map(|kind| {
+            let (addr, token, done) = (addr.clone(), token.clone(), done.clone());
+            std::thread::spawn(move || {
+                let mut sent = 0usize;
+                while !done.load(Ordering::Relaxed) && sent < 400 {
+                    sent += 1;
+                    let post = |body: &str| {
+                        format!(
+                            "POST /v1/executions HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                            body.len()
+                        )
+                    };
+                    match kind {
+                        0 => {
+                            let mut s = TcpStream::connect(&addr).unwrap();
+                            let _ = s.write_all(b"POST /v1/executions HTTP/1.1\r\nHost: x\r\n");
+                            std::thread::sleep(Duration::from_millis(50));
+                            let _ = s.write_all(
+                                b"Content-Type: application/json\r\nContent-Length: 99999\r\n\r\n{",
+                            );
+                            // Held past the body deadline on the next turn.
+                            std::thread::sleep(Duration::from_millis(200));
+                        }
+                        1 => {
+                            let status = raw_status(&addr, post("{\"command\": [").as_bytes());
+                            assert!(matches!(status, 400 | 0), "malformed JSON got {status}");
+                        }
+                        2 => {
+                            let body = format!(
+                                r#"{{"command": ["sh", "-c", "sleep 30; echo {token}"]}}"#
+                            );
+                            let mut s = TcpStream::connect(&addr).unwrap();
+                            let _ = s.write_all(post(&body).as_bytes());
+                            std::thread::sleep(Duration::from_millis(100));
+                            drop(s); // the client leaves: its sandbox must go
+                        }
+                        _ => {
+                            let body = r#"{"command": ["python3", "-c", "import sys; sys.stdout.write('y' * (1 << 20))"]}"#;
+                            let mut s = TcpStream::connect(&addr).unwrap();
+                            let _ = s.set_read_timeout(Some(Duration::from_millis(300)));
+                            let _ = s.write_all(post(body).as_bytes());
+                            let mut one = [0u8; 1];
+                            let _ = s.read(&mut one); // then never reads again
+                            std::thread::sleep(Duration::from_millis(300));
+                        }
+                    }
+                }
+                sent
+            })
+        })
+        .collect();
+    // The legitimate load: 1,000 requests from 16 clients at once, four
+    // times the cap. Each gets its result or a 429.
+    let ok = Arc::new(AtomicUsize::new(0));
+    let busy = Arc::new(AtomicUsize::new(0));
+    let started = Instant::now();
+    let legit: Vec<_> = (0..16)
+        .map(|c| {
+            let (addr, token, ok, busy) = (addr.clone(), token.clone(), ok.clone(), busy.clone());
+            std::thread::spawn(move || {
+                for i in 0..(1000 / 16 + usize::from(c < 1000 % 16)) {
+                    let body = format!(r#"{{"command": ["sh", "-c", "echo {token}-{c}-{i}"]}}"#);
+                    let (status, _, answer) =
+                        http(&addr, "POST", "/v1/executions", None, Some(&body));
+                    match status {
+                        200 => {
+                            let v: serde_json::Value = serde_json::from_str(&answer)
+                                .unwrap_or_else(|e| panic!("{e}: {answer}"));
+                            assert_eq!(v["stdout"], format!("{token}-{c}-{i}\n"), "{v}");
+                            ok.fetch_add(1, Ordering::Relaxed);
+                        }
+                        429 => {
+                            busy.fetch_add(1, Ordering::Relaxed);
+                            std::thread::sleep(Duration::from_millis(5));
+                        }
+                        other => panic!("a legitimate request got {other}: {answer}"),
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in legit {
+        t.join().unwrap();
+    }
+    done.store(true, Ordering::Relaxed);
+    let hostile_sent: usize = hostile.into_iter().map(|t| t.join().unwrap()).sum();
+    let (ok, busy) = (ok.load(Ordering::Relaxed), busy.load(Ordering::Relaxed));
+    assert_eq!(ok + busy, 1000);
+    assert!(ok >= 100, "only {ok} of 1000 ran ({busy} busy)");
+    eprintln!(
+        "1000 requests in {:.1} s: {ok} ran, {busy} answered 429; {hostile_sent} hostile requests",
+        started.elapsed().as_secs_f64()
+    );
+    assert_eq!(healthz(&addr).0, 200);
+    // Nothing left running once the abandoned executions are cancelled:
+    // no sandbox, no workspace, no workspace mount.
+    wait_until(20, "a sandbox of an abandoned request outlived it", || {
+        !process_running("sh", &token)
+    });
+    let work = server.work();
+    wait_until(20, "workspaces left behind", || {
+        std::fs::read_dir(&work).map_or(0, |d| {
+            d.flatten()
+                .filter(|e| e.file_name().to_string_lossy().starts_with("corral-ws-"))
+                .count()
+        }) == 0
+    });
+    let pid = server.child.id();
+    let mountinfo = std::fs::read_to_string(format!("/proc/{pid}/mountinfo")).unwrap();
+    assert!(
+        !mountinfo.contains("corral-workspace"),
+        "workspace mounts left in the server's namespace:\n{mountinfo}"
+    );
+    // A graceful stop leaves no cgroup either.
+    let _ = std::process::Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status();
+    let status = server.child.wait().unwrap();
+    assert!(status.success(), "{status}");
+    assert_eq!(cgroups_of(pid), Vec::<String>::new());
+}

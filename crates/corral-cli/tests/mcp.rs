@@ -661,23 +661,6 @@ fn stdio_writes_only_json_rpc_to_stdout_and_json_logs_to_stderr() {
     assert_eq!(refused["span"]["outcome"], "path.traversal", "{refused}");
 }
 
-/// The cgroups named for `pid` (`<pid>-<n>`) in every hierarchy corral
-/// uses, v1 (`<hierarchy>/corral/`) and v2 (`/sys/fs/cgroup/corral/`).
-fn cgroups_of(pid: u32) -> Vec<String> {
-    let prefix = format!("{pid}-");
-    let mut bases = vec![std::path::PathBuf::from("/sys/fs/cgroup/corral")];
-    if let Ok(hierarchies) = std::fs::read_dir("/sys/fs/cgroup") {
-        bases.extend(hierarchies.flatten().map(|h| h.path().join("corral")));
-    }
-    bases
-        .iter()
-        .filter_map(|b| std::fs::read_dir(b).ok())
-        .flat_map(|d| d.flatten())
-        .map(|e| e.path().display().to_string())
-        .filter(|p| p.rsplit('/').next().is_some_and(|n| n.starts_with(&prefix)))
-        .collect()
-}
-
 #[test]
 fn stdio_sessions_that_run_nothing_leave_no_cgroup() {
     // Its warm helpers wait in cgroups (as root); a session that ends
@@ -1001,4 +984,46 @@ fn typescript_sdk_gets_big_outputs_cut_to_size_over_http_and_stdio() {
     let dir = tempfile::tempdir().unwrap();
     let out = node_session(stdio_target(dir.path()), big_output_steps());
     check_big_outputs(&out);
+}
+
+/// Opens `argv[2]` sessions at once against `argv[1]` and, keeping all
+/// of them open, has each write a file (which gives it a workspace);
+/// prints each answer.
+const HOLD_SESSIONS: &str = r#"
+import asyncio, contextlib, json, sys
+from mcp import Client
+
+async def main():
+    url, n = sys.argv[1], int(sys.argv[2])
+    out = []
+    async with contextlib.AsyncExitStack() as stack:
+        clients = [await stack.enter_async_context(Client(url)) for _ in range(n)]
+        for i, c in enumerate(clients):
+            r = await c.call_tool("write_file", {"path": f"f{i}", "content": "x"})
+            text = "".join(p.text for p in r.content if p.type == "text")
+            out.append({"is_error": r.is_error, "text": text, "structured": r.structured_content})
+    return out
+
+print(json.dumps(asyncio.run(asyncio.wait_for(main(), 60))))
+"#;
+
+#[test]
+fn session_workspaces_share_a_per_tenant_byte_budget() {
+    // Each session workspace reserves its profile's workspace_size
+    // (256 MiB): a 600 MiB budget holds two of them, not three.
+    let s = start_server("tenant_workspace_bytes = \"600MiB\"\n", &[]);
+    let url = format!("http://{}/mcp", s.addr);
+    let out = run_sdk_python(HOLD_SESSIONS, &[url.clone(), "3".into()], "");
+    let out = out.as_array().unwrap();
+    ok(&out[0]);
+    ok(&out[1]);
+    refused(&out[2], "busy");
+    let text = out[2]["text"].as_str().unwrap();
+    assert!(text.contains("tenant_workspace_bytes"), "{text}");
+    // The sessions are gone with their client: the budget is whole again.
+    let out = run_sdk_python(HOLD_SESSIONS, &[url, "2".into()], "");
+    for v in out.as_array().unwrap() {
+        ok(v);
+    }
+    assert_no_workspace_left(&s.work());
 }

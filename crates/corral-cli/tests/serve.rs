@@ -1556,3 +1556,64 @@ fn audit_records_stay_small_whatever_the_program_prints() {
     );
     assert_eq!(record["stdout_bytes"], 1 << 20);
 }
+
+/// Bytes of the files under `dir` as the host sees them (no symlinks
+/// followed).
+fn host_bytes(dir: &std::path::Path) -> u64 {
+    let mut total = 0;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            match e.metadata() {
+                Ok(m) if m.is_dir() => stack.push(e.path()),
+                Ok(m) => total += m.len(),
+                Err(_) => {}
+            }
+        }
+    }
+    total
+}
+
+#[test]
+fn a_workspace_holds_workspace_size_and_never_touches_the_host_disk() {
+    // The program tries to write 2 GiB in 64 MiB files (under any
+    // per-file limit) and reports how far it got; then it waits, so the
+    // host's view of the work directory can be measured while it runs.
+    let s = start_server(
+        "[profile.code.filesystem]\nworkspace_size = \"256MiB\"\n",
+        &[],
+    );
+    let code = r#"
+import errno, os, sys, time
+written = 0
+try:
+    for n in range(32):
+        with open(f"f{n}", "wb") as f:
+            for _ in range(64):
+                f.write(b"x" * (1 << 20))
+                f.flush()
+                written += 1 << 20
+except OSError as e:
+    print(errno.errorcode[e.errno], written >> 20, flush=True)
+time.sleep(3)
+"#;
+    let body = serde_json::json!({"command": ["python3", "-c", code]}).to_string();
+    let addr = s.addr.clone();
+    let run = std::thread::spawn(move || {
+        let (status, _, body) = http(&addr, "POST", "/v1/executions", None, Some(&body));
+        (status, json(&body))
+    });
+    std::thread::sleep(Duration::from_millis(2500));
+    let on_disk = host_bytes(&s.work());
+    let (status, v) = run.join().unwrap();
+    assert_eq!(status, 200, "{v}");
+    let out = v["stdout"].as_str().unwrap_or_default();
+    let (code, mib) = out.trim().split_once(' ').unwrap_or(("", ""));
+    let mib: u64 = mib.parse().unwrap_or(u64::MAX);
+    assert_eq!(code, "ENOSPC", "{v}");
+    assert!((200..=256).contains(&mib), "stopped after {mib} MiB: {v}");
+    assert!(
+        on_disk < 1 << 20,
+        "the host disk held {on_disk} bytes of the workspace"
+    );
+}

@@ -61,6 +61,14 @@ pub struct ServerConfig {
     pub audit_output_max_bytes: u64,
     /// Directory for per-execution workdirs.
     pub work_dir: PathBuf,
+    /// Accept workspaces on `work_dir`'s disk, without the size limit of
+    /// a tmpfs of `workspace_size` each, when the server cannot get a
+    /// mount namespace of its own. Off: the server then refuses to start.
+    pub unbounded_workspaces: bool,
+    /// Bytes one tenant's MCP session workspaces may reserve together
+    /// (each reserves its profile's `workspace_size`); a session that
+    /// would pass it gets `busy`.
+    pub tenant_workspace_bytes: u64,
     /// Callers. With none, the service is anonymous and may only listen on
     /// loopback.
     pub tenants: Vec<Tenant>,
@@ -105,6 +113,8 @@ impl Default for ServerConfig {
             audit_outputs: AuditOutputs::Digest,
             audit_output_max_bytes: 64 << 10,
             work_dir: std::env::temp_dir(),
+            unbounded_workspaces: false,
+            tenant_workspace_bytes: 4 << 30,
             tenants: Vec::new(),
             max_request_bytes: 8 << 20,
             allowed_origins: Vec::new(),

@@ -25,6 +25,7 @@ mod error;
 mod exec;
 mod logging;
 mod mcp;
+mod mounts;
 mod state;
 mod supervisor;
 mod warm;
@@ -44,6 +45,7 @@ pub use audit::AuditError;
 pub use error::ServerError;
 pub use logging::{init_logging, LogError};
 pub use mcp::serve_stdio;
+pub use mounts::{enter_private_mounts, PrivateMountsError};
 
 use state::AppState;
 

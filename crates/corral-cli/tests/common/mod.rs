@@ -510,3 +510,20 @@ pub fn run_sdk_python(script: &str, args: &[String], stdin: &str) -> serde_json:
         )
     })
 }
+
+/// The cgroups named for `pid` (`<pid>-<n>`) in every hierarchy corral
+/// uses, v1 (`<hierarchy>/corral/`) and v2 (`/sys/fs/cgroup/corral/`).
+pub fn cgroups_of(pid: u32) -> Vec<String> {
+    let prefix = format!("{pid}-");
+    let mut bases = vec![std::path::PathBuf::from("/sys/fs/cgroup/corral")];
+    if let Ok(hierarchies) = std::fs::read_dir("/sys/fs/cgroup") {
+        bases.extend(hierarchies.flatten().map(|h| h.path().join("corral")));
+    }
+    bases
+        .iter()
+        .filter_map(|b| std::fs::read_dir(b).ok())
+        .flat_map(|d| d.flatten())
+        .map(|e| e.path().display().to_string())
+        .filter(|p| p.rsplit('/').next().is_some_and(|n| n.starts_with(&prefix)))
+        .collect()
+}

@@ -45,6 +45,12 @@ pub(super) fn apply_server(
     if let Some(b) = raw.store_code {
         s.store_code = b;
     }
+    if let Some(b) = raw.unbounded_workspaces {
+        s.unbounded_workspaces = b;
+    }
+    if let Some(m) = raw.tenant_workspace_bytes {
+        s.tenant_workspace_bytes = size(src, &format!("{k}.tenant_workspace_bytes"), m)?.bytes();
+    }
     if let Some(o) = raw.audit_outputs {
         s.audit_outputs = match o.get_ref().as_str() {
             "digest" => AuditOutputs::Digest,

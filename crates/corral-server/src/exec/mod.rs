@@ -155,13 +155,17 @@ fn id_from<E: std::fmt::Display>(
 }
 
 /// A fresh workspace under the server's own directory, owned by the uid
-/// the sandbox of `profile` runs as (when the server is root).
+/// the sandbox of `profile` runs as (when the server is root): a tmpfs of
+/// the profile's `workspace_size` when the server has its own mount
+/// namespace (see [`crate::mounts`]).
 pub fn new_workspace(state: &AppState, profile: &Profile) -> Result<Workspace, WorkspaceError> {
     let identity = sandbox_identity(profile);
     let owner = identity
         .drop_from_root
         .then_some((identity.uid, identity.gid));
-    Workspace::create(&state.work_dir, owner)
+    let size =
+        crate::mounts::workspaces_bounded().then(|| profile.filesystem.workspace_size.bytes());
+    Workspace::create(&state.work_dir, owner, size)
 }
 
 /// Runs an HTTP execution (blocking: call from `spawn_blocking`), with

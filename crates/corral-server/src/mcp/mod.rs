@@ -86,13 +86,23 @@ struct Shared {
     /// the bearer token.
     local: Option<Arc<TenantState>>,
     /// Sessions holding a workspace, per tenant name.
-    live: Mutex<HashMap<String, usize>>,
+    live: Mutex<HashMap<String, Live>>,
 }
 
-/// Counts one tenant's session workspace while it exists.
+/// One tenant's session workspaces: how many, and the bytes their
+/// `workspace_size` reserves (checked against
+/// `server.tenant_workspace_bytes`).
+#[derive(Debug, Default, Clone, Copy)]
+struct Live {
+    sessions: usize,
+    bytes: u64,
+}
+
+/// Counts one tenant's session workspace (and its size) while it exists.
 struct LiveSlot {
     shared: Arc<Shared>,
     tenant: String,
+    bytes: u64,
 }
 
 impl Drop for LiveSlot {
@@ -103,8 +113,9 @@ impl Drop for LiveSlot {
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         if let Some(n) = live.get_mut(&self.tenant) {
-            *n = n.saturating_sub(1);
-            if *n == 0 {
+            n.sessions = n.sessions.saturating_sub(1);
+            n.bytes = n.bytes.saturating_sub(self.bytes);
+            if n.sessions == 0 {
                 live.remove(&self.tenant);
             }
         }
@@ -207,23 +218,6 @@ impl CorralMcp {
         }
         let shared = &self.shared;
         let name = &tenant.tenant.name;
-        {
-            let mut live = shared
-                .live
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner());
-            let n = live.entry(name.clone()).or_insert(0);
-            if *n >= MAX_SESSIONS_PER_TENANT {
-                return Err(ApiError::busy(format!(
-                    "this tenant already has {MAX_SESSIONS_PER_TENANT} MCP sessions with a workspace; close one (end its session) and retry"
-                )));
-            }
-            *n += 1;
-        }
-        let slot = LiveSlot {
-            shared: shared.clone(),
-            tenant: name.clone(),
-        };
         let profile_name = tenant
             .tenant
             .profiles
@@ -234,6 +228,33 @@ impl CorralMcp {
             .config
             .profile(profile_name)
             .map_err(|e| ApiError::new(ErrorCode::ProfileUnknown, e.to_string()))?;
+        let bytes = profile.filesystem.workspace_size.bytes();
+        let budget = shared.state.config.server.tenant_workspace_bytes;
+        {
+            let mut live = shared
+                .live
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            let n = live.entry(name.clone()).or_default();
+            if n.sessions >= MAX_SESSIONS_PER_TENANT {
+                return Err(ApiError::busy(format!(
+                    "this tenant already has {MAX_SESSIONS_PER_TENANT} MCP sessions with a workspace; close one (end its session) and retry"
+                )));
+            }
+            if n.bytes.saturating_add(bytes) > budget {
+                return Err(ApiError::busy(format!(
+                    "this tenant's MCP session workspaces already reserve {} of its {budget} bytes (server.tenant_workspace_bytes; each takes its profile's workspace_size, {bytes}); end a session and retry",
+                    n.bytes
+                )));
+            }
+            n.sessions += 1;
+            n.bytes += bytes;
+        }
+        let slot = LiveSlot {
+            shared: shared.clone(),
+            tenant: name.clone(),
+            bytes,
+        };
         let ws = SessionWorkspace::create(&shared.state, profile)
             .map(Arc::new)
             .map_err(|e| ApiError::internal(format!("creating the session workspace: {e}")))?;

@@ -225,6 +225,9 @@ pub struct Workspace {
     path: PathBuf,
     /// The sandbox's uid/gid, given to everything corral creates inside.
     owner: Option<(u32, u32)>,
+    /// Whether the directory is a size-limited tmpfs of its own (see
+    /// [`Workspace::create`]), unmounted rather than emptied on removal.
+    mounted: bool,
 }
 
 impl Workspace {
@@ -239,7 +242,19 @@ impl Workspace {
     /// `/tmp` could be raced by other local users. As a cheap guard, the
     /// directory opened after `mkdir` must be owned by corral's effective
     /// uid and closed to group and others, or creation fails.
-    pub fn create(base: &Path, owner: Option<(u32, u32)>) -> Result<Workspace, WorkspaceError> {
+    ///
+    /// With `size`, the directory becomes a tmpfs of that many bytes
+    /// (`nosuid`, `nodev`, mode 0700) before anything is written to it:
+    /// the kernel then answers `ENOSPC` to the sandbox (and to corral's own
+    /// writes) at the limit, and the host disk never holds the workspace.
+    /// This needs a mount namespace of the server's own (see
+    /// [`crate::private_mounts`]): the mount is invisible to the host and
+    /// disappears with the server, even after `kill -9`.
+    pub fn create(
+        base: &Path,
+        owner: Option<(u32, u32)>,
+        size: Option<u64>,
+    ) -> Result<Workspace, WorkspaceError> {
         let shown_base = shown(&base.to_string_lossy());
         let io = |op: &'static str, e: Errno| WorkspaceError::Io {
             path: shown_base.clone(),
@@ -280,7 +295,7 @@ impl Workspace {
             let _ = sys::unlinkat(base_fd.as_fd(), &name_c, true);
             io(op, e)
         };
-        let root = sys::openat2(
+        let mut root = sys::openat2(
             base_fd.as_raw_fd(),
             &name_c,
             libc::O_PATH | libc::O_DIRECTORY,
@@ -288,6 +303,10 @@ impl Workspace {
             RESOLVE,
         )
         .map_err(|e| discard("open the new workspace directory", e))?;
+        if let Some(bytes) = size {
+            root = mount_tmpfs(&root, base_fd.as_fd(), &name_c, bytes)
+                .map_err(|(op, e)| discard(op, e))?;
+        }
         let st = sys::fstat(root.as_fd()).map_err(|e| discard("stat the new workspace", e))?;
         let (_, euid) = corral_sys::process::uids();
         if !st.is_dir() || st.uid != euid || st.mode & 0o077 != 0 {
@@ -304,6 +323,7 @@ impl Workspace {
             root,
             path: base.join(name),
             owner,
+            mounted: size.is_some(),
         })
     }
 
@@ -311,6 +331,54 @@ impl Workspace {
     pub fn path(&self) -> &Path {
         &self.path
     }
+}
+
+/// Mounts a tmpfs of `bytes` on the fresh directory `dir` (named `name`
+/// beneath `base`) and answers a descriptor of the tmpfs's root, checked
+/// to be a different filesystem than the directory it covers. The mount
+/// target is the descriptor's magic link, so no path is resolved twice.
+/// Inodes are bounded too (one per KiB of size, 16 Ki to 1 Mi), so a flood
+/// of empty files cannot pin kernel memory beyond the size's order.
+fn mount_tmpfs(
+    dir: &OwnedFd,
+    base: BorrowedFd<'_>,
+    name: &CStr,
+    bytes: u64,
+) -> Result<OwnedFd, (&'static str, Errno)> {
+    let target = CString::new(format!("/proc/self/fd/{}", dir.as_raw_fd()))
+        .map_err(|_| ("name the workspace directory", Errno(libc::EINVAL)))?;
+    let inodes = (bytes / 1024).clamp(16 << 10, 1 << 20);
+    let data = CString::new(format!("size={bytes},nr_inodes={inodes},mode=0700"))
+        .map_err(|_| ("format the tmpfs options", Errno(libc::EINVAL)))?;
+    sys::mount(
+        Some(c"corral-workspace"),
+        &target,
+        Some(c"tmpfs"),
+        libc::MS_NOSUID | libc::MS_NODEV,
+        Some(&data),
+    )
+    .map_err(|e| ("mount the workspace's tmpfs", e))?;
+    let unmount = |op: &'static str, e: Errno| {
+        let _ = sys::umount2(&target, libc::MNT_DETACH);
+        (op, e)
+    };
+    let root = sys::openat2(
+        base.as_raw_fd(),
+        name,
+        libc::O_PATH | libc::O_DIRECTORY,
+        0,
+        RESOLVE & !RESOLVE_NO_XDEV,
+    )
+    .map_err(|e| unmount("open the workspace's tmpfs", e))?;
+    let under = sys::fstat(dir.as_fd()).map_err(|e| unmount("stat the workspace", e))?;
+    let over = sys::fstat(root.as_fd()).map_err(|e| unmount("stat the workspace's tmpfs", e))?;
+    if under.dev == over.dev {
+        return Err(unmount(
+            "check the workspace's tmpfs is mounted",
+            Errno(libc::EXDEV),
+        ));
+    }
+    Ok(root)
 }
 
 /// `O_PATH` descriptor of the directory at `path` beneath `dir`; a symlink

@@ -90,7 +90,17 @@ impl Workspace {
                 "the workspace path no longer names this workspace's directory; not deleting it",
             ));
         }
-        self.empty().map_err(|(op, e)| io(op, e))?;
+        if self.mounted {
+            // A tmpfs of its own: detaching it frees its contents once the
+            // last user (this descriptor, a sandbox still running) lets go;
+            // nothing is walked. The path is ours (the server's private
+            // directory); the last component is not followed.
+            let path_c = cstring(&shown_path, self.path.as_os_str().as_bytes())?;
+            sys::umount2(&path_c, libc::MNT_DETACH | libc::UMOUNT_NOFOLLOW)
+                .map_err(|e| io("unmount the workspace's tmpfs", e))?;
+        } else {
+            self.empty().map_err(|(op, e)| io(op, e))?;
+        }
         sys::unlinkat(parent_fd.as_fd(), &name_c, true)
             .map_err(|e| io("remove the workspace directory", e))
     }

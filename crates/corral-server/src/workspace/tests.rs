@@ -39,7 +39,7 @@ impl Scratch {
         self.top.join("outside")
     }
     fn workspace(&self) -> Workspace {
-        Workspace::create(&self.base(), None).unwrap()
+        Workspace::create(&self.base(), None, None).unwrap()
     }
     /// Names in outside/, to show nothing was created there.
     fn outside_names(&self) -> Vec<String> {
@@ -87,7 +87,7 @@ fn workspace_create_is_private_and_unique() {
         .starts_with(WORKSPACE_PREFIX));
     assert!(a.list("", 10).unwrap().entries.is_empty());
     assert_eq!(
-        Workspace::create(&s.top.join("missing"), None)
+        Workspace::create(&s.top.join("missing"), None, None)
             .unwrap_err()
             .code()
             .as_str(),
@@ -620,7 +620,7 @@ fn workspace_owner_is_applied() {
         return;
     }
     let s = Scratch::new("owner");
-    let ws = Workspace::create(&s.base(), Some((4242, 4242))).unwrap();
+    let ws = Workspace::create(&s.base(), Some((4242, 4242)), None).unwrap();
     assert_eq!(ws.owner, Some((4242, 4242)));
     let meta = std::fs::metadata(ws.path()).unwrap();
     assert_eq!(
