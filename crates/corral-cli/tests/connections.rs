@@ -370,3 +370,65 @@ fn a_thousand_requests_at_four_times_the_cap_among_hostile_clients_are_all_answe
     assert!(status.success(), "{status}");
     assert_eq!(cgroups_of(pid), Vec::<String>::new());
 }
+
+/// Resident set of process `pid`, bytes.
+fn rss(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb << 10)
+}
+
+#[test]
+fn unread_answers_are_held_within_the_tenants_answer_budget() {
+    // Each answer carries a mebibyte of control bytes on stdout and on
+    // stderr: about 12 MiB of escaped JSON. Twelve clients ask and never
+    // read. Without a budget each answer past what the kernel's socket
+    // buffers take stays in the server's memory until the write-stall
+    // deadline; with a 4 MiB budget one is in flight at a time and the
+    // others wait, holding their slots (so later ones get 429).
+    let server = start_server(
+        "max_concurrent = 4\nwrite_stall_secs = 6\ntenant_answer_bytes = \"4MiB\"\n",
+        &[],
+    );
+    let pid = server.child.id();
+    let body = r#"{"command": ["python3", "-c", "import sys; b = chr(1) * (1 << 20); sys.stdout.write(b); sys.stderr.write(b)"]}"#;
+    let request = format!(
+        "POST /v1/executions HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        server.addr,
+        body.len()
+    );
+    // Warm up: one answer read in full.
+    let (status, _, answer) = http(&server.addr, "POST", "/v1/executions", None, Some(body));
+    assert_eq!(status, 200, "{}", &answer[..answer.len().min(300)]);
+    assert!(answer.len() > 10 << 20, "{} bytes", answer.len());
+    let base = rss(pid);
+    let mut held = Vec::new();
+    let mut peak = base;
+    for _ in 0..12 {
+        let mut s = TcpStream::connect(&server.addr).unwrap();
+        s.write_all(request.as_bytes()).unwrap();
+        held.push(s); // never read
+        for _ in 0..6 {
+            std::thread::sleep(Duration::from_millis(50));
+            peak = peak.max(rss(pid));
+        }
+    }
+    for _ in 0..40 {
+        std::thread::sleep(Duration::from_millis(50));
+        peak = peak.max(rss(pid));
+    }
+    let growth = peak.saturating_sub(base);
+    eprintln!("RSS {base} -> peak {peak}: +{} MiB", growth >> 20);
+    assert!(
+        growth < 48 << 20,
+        "twelve unread answers grew the server by {} MiB",
+        growth >> 20
+    );
+    // Another client is still served meanwhile (or told to retry).
+    let (status, _) = healthz(&server.addr);
+    assert_eq!(status, 200);
+    drop(held);
+}

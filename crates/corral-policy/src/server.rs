@@ -69,6 +69,10 @@ pub struct ServerConfig {
     /// (each reserves its profile's `workspace_size`); a session that
     /// would pass it gets `busy`.
     pub tenant_workspace_bytes: u64,
+    /// Bytes of one tenant's answers waiting to be read by their clients
+    /// (`POST /v1/executions`); past it, the next answer waits, holding
+    /// its execution slot.
+    pub tenant_answer_bytes: u64,
     /// Callers. With none, the service is anonymous and may only listen on
     /// loopback.
     pub tenants: Vec<Tenant>,
@@ -115,6 +119,7 @@ impl Default for ServerConfig {
             work_dir: std::env::temp_dir(),
             unbounded_workspaces: false,
             tenant_workspace_bytes: 4 << 30,
+            tenant_answer_bytes: 64 << 20,
             tenants: Vec::new(),
             max_request_bytes: 8 << 20,
             allowed_origins: Vec::new(),

@@ -18,13 +18,20 @@ pub struct TenantState {
     pub tenant: Tenant,
     /// Its quota of concurrent executions.
     pub slots: Arc<Semaphore>,
+    /// Its budget of answer bytes in flight (see `api::answers`).
+    pub answers: Arc<Semaphore>,
+    /// That budget's size in bytes (`server.tenant_answer_bytes`).
+    pub answer_bytes: u64,
 }
 
 impl TenantState {
-    /// A tenant with as many slots as its quota.
-    pub fn new(tenant: Tenant) -> TenantState {
+    /// A tenant with as many slots as its quota and `answer_bytes` of
+    /// answers in flight.
+    pub fn new(tenant: Tenant, answer_bytes: u64) -> TenantState {
         TenantState {
             slots: Arc::new(Semaphore::new(tenant.max_concurrent as usize)),
+            answers: crate::api::answer_budget(answer_bytes),
+            answer_bytes,
             tenant,
         }
     }
@@ -136,7 +143,7 @@ impl AppState {
         };
         let tenants: Vec<Arc<TenantState>> = tenants
             .into_iter()
-            .map(|t| Arc::new(TenantState::new(t)))
+            .map(|t| Arc::new(TenantState::new(t, s.tenant_answer_bytes)))
             .collect();
         let audit = AuditStore::open(&s.audit_db, s.audit_jsonl.as_deref(), s.retention_days)?;
         check_traversable(&s.work_dir)?;

@@ -51,6 +51,9 @@ pub(super) fn apply_server(
     if let Some(m) = raw.tenant_workspace_bytes {
         s.tenant_workspace_bytes = size(src, &format!("{k}.tenant_workspace_bytes"), m)?.bytes();
     }
+    if let Some(m) = raw.tenant_answer_bytes {
+        s.tenant_answer_bytes = size(src, &format!("{k}.tenant_answer_bytes"), m)?.bytes();
+    }
     if let Some(o) = raw.audit_outputs {
         s.audit_outputs = match o.get_ref().as_str() {
             "digest" => AuditOutputs::Digest,

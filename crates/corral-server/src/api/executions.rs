@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use tokio::sync::OwnedSemaphorePermit;
 
+use super::answers;
 use super::chunks::ChunkQueue;
 use super::Shared;
 use crate::audit::ExecutionSummary;
@@ -35,6 +36,7 @@ const STREAM_QUEUE: usize = 4;
 struct Admitted {
     job: Job,
     slots: (OwnedSemaphorePermit, OwnedSemaphorePermit),
+    tenant: Arc<crate::state::TenantState>,
 }
 
 /// Authenticates, parses and validates a request, and takes a tenant and a
@@ -63,30 +65,42 @@ fn admit(st: &Shared, authed: Result<Authed, ApiError>, body: &[u8]) -> Result<A
     Ok(Admitted {
         job: Job::new(id, t.tenant.name.clone(), prepared),
         slots: (tenant_slot, global_slot),
+        tenant: t,
     })
 }
 
-/// `POST /v1/executions`: runs one execution and answers its result.
+/// `POST /v1/executions`: runs one execution and answers its result. The
+/// answer takes its size from the tenant's budget of answers in flight
+/// before the execution's slots are given back (see `answers`).
 pub(super) async fn create(
     State(st): State<Shared>,
     authed: Result<Authed, ApiError>,
     body: Bytes,
-) -> Result<Json<ExecutionResponse>, ApiError> {
-    let Admitted { job, slots } = admit(&st, authed, &body)?;
+) -> Result<Response, ApiError> {
+    let Admitted { job, slots, tenant } = admit(&st, authed, &body)?;
     let cancel = Arc::new(AtomicBool::new(false));
     // A client that goes away drops this handler: the execution is killed.
     let mut guard = CancelOnDrop::new(cancel.clone());
     let state = st.clone();
-    let result = tokio::task::spawn_blocking(move || {
+    let (result, slots) = tokio::task::spawn_blocking(move || {
         let result = exec::run(&state, &job, cancel, None);
         state.metrics.finished.fetch_add(1, Ordering::Relaxed);
-        drop(slots);
-        result
+        (result, slots)
     })
     .await
     .map_err(|e| ApiError::internal(format!("execution task failed: {e}")))?;
     guard.disarm();
-    result.map(Json)
+    let result = result?;
+    let permit = answers::reserve(
+        &tenant.answers,
+        tenant.answer_bytes,
+        answers::json_len(&result),
+    )
+    .await;
+    drop(slots);
+    let body = serde_json::to_vec(&result)
+        .map_err(|e| ApiError::internal(format!("encoding the result: {e}")))?;
+    Ok(answers::json(axum::http::StatusCode::OK, body, permit))
 }
 
 /// The `start` event.
@@ -137,7 +151,7 @@ pub(super) async fn stream(
     authed: Result<Authed, ApiError>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    let Admitted { job, slots } = admit(&st, authed, &body)?;
+    let Admitted { job, slots, .. } = admit(&st, authed, &body)?;
     // (is the final result, event)
     let (tx, rx) = tokio::sync::mpsc::channel::<(bool, Event)>(STREAM_QUEUE);
     let start = StreamStart {

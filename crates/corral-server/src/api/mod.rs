@@ -1,6 +1,9 @@
 //! Routes and the small handlers; executions are in [`executions`], the
 //! JSON error body of the HTTP layer's own answers in [`fallback`].
 
+mod answers;
+
+pub(crate) use answers::budget as answer_budget;
 mod browser;
 mod chunks;
 mod executions;

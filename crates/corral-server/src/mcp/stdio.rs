@@ -18,12 +18,15 @@ const LOCAL_TENANT: &str = "local";
 pub async fn serve_stdio(config: Config) -> Result<(), ServerError> {
     let state = Arc::new(AppState::new(config, None)?);
     let s = &state.config.server;
-    let local = Arc::new(TenantState::new(Tenant {
-        name: LOCAL_TENANT.into(),
-        token_sha256: String::new(),
-        profiles: crate::state::anonymous_profiles(&state.config),
-        max_concurrent: s.max_concurrent,
-    }));
+    let local = Arc::new(TenantState::new(
+        Tenant {
+            name: LOCAL_TENANT.into(),
+            token_sha256: String::new(),
+            profiles: crate::state::anonymous_profiles(&state.config),
+            max_concurrent: s.max_concurrent,
+        },
+        s.tenant_answer_bytes,
+    ));
     let shared = Arc::new(Shared {
         state: state.clone(),
         local: Some(local),
