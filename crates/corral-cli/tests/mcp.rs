@@ -1027,3 +1027,40 @@ fn session_workspaces_share_a_per_tenant_byte_budget() {
     }
     assert_no_workspace_left(&s.work());
 }
+
+#[test]
+fn at_the_session_cap_the_least_recently_used_idle_session_makes_room() {
+    let s = start_server("mcp_pressure_idle_secs = 1\n", &[]);
+    let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}"#;
+    let base = [
+        ("Content-Type", "application/json"),
+        ("Accept", "application/json, text/event-stream"),
+    ];
+    let open = || {
+        let (status, head, body) = http_with(&s.addr, "POST", "/mcp", &base, Some(init));
+        assert_eq!(status, 200, "{head}\n{body}");
+        header(&head, "mcp-session-id").unwrap().to_string()
+    };
+    let ping = |id: &str| {
+        let mut h = base.to_vec();
+        h.push(("Mcp-Session-Id", id));
+        h.push(("MCP-Protocol-Version", "2025-06-18"));
+        http_with(
+            &s.addr,
+            "POST",
+            "/mcp",
+            &h,
+            Some(r#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#),
+        )
+        .0
+    };
+    let ids: Vec<String> = (0..64).map(|_| open()).collect();
+    std::thread::sleep(Duration::from_millis(1500));
+    // The oldest session is used again: now the second is the least
+    // recently used, and it is the one ended for the newcomer.
+    assert_eq!(ping(&ids[0]), 200);
+    let newcomer = open();
+    assert_eq!(ping(&ids[1]), 404, "the idle session was not ended");
+    assert_eq!(ping(&ids[0]), 200, "the session in use was ended");
+    assert_eq!(ping(&newcomer), 200);
+}

@@ -73,6 +73,9 @@ pub struct ServerConfig {
     /// (`POST /v1/executions`); past it, the next answer waits, holding
     /// its execution slot.
     pub tenant_answer_bytes: u64,
+    /// Seconds without a request after which an MCP session at `/mcp` may
+    /// be ended to make room when a new one would pass a session cap.
+    pub mcp_pressure_idle_secs: u64,
     /// Callers. With none, the service is anonymous and may only listen on
     /// loopback.
     pub tenants: Vec<Tenant>,
@@ -120,6 +123,7 @@ impl Default for ServerConfig {
             unbounded_workspaces: false,
             tenant_workspace_bytes: 4 << 30,
             tenant_answer_bytes: 64 << 20,
+            mcp_pressure_idle_secs: 30,
             tenants: Vec::new(),
             max_request_bytes: 8 << 20,
             allowed_origins: Vec::new(),

@@ -33,6 +33,7 @@ pub(super) struct RawServer {
     pub(super) unbounded_workspaces: Option<bool>,
     pub(super) tenant_workspace_bytes: Option<Spanned<RawSize>>,
     pub(super) tenant_answer_bytes: Option<Spanned<RawSize>>,
+    pub(super) mcp_pressure_idle_secs: Option<Spanned<u64>>,
     pub(super) max_request_bytes: Option<Spanned<RawSize>>,
     pub(super) max_connections: Option<Spanned<u32>>,
     pub(super) header_timeout_secs: Option<Spanned<u64>>,

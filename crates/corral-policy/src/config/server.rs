@@ -132,6 +132,11 @@ pub(super) fn apply_server(
             "write_stall_secs",
             &mut s.write_stall_secs,
         ),
+        (
+            raw.mcp_pressure_idle_secs,
+            "mcp_pressure_idle_secs",
+            &mut s.mcp_pressure_idle_secs,
+        ),
     ] {
         if let Some(v) = value {
             if !(1..=3600).contains(v.get_ref()) {

@@ -3,6 +3,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use axum::extract::{Request, State};
 use axum::http::{Method, StatusCode};
@@ -10,6 +11,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::Router;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::session::SessionManager;
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 
 use super::{Caller, CorralMcp, Shared};
@@ -68,8 +70,16 @@ struct Gate {
     state: Arc<AppState>,
     /// The SDK's sessions, to forget owners of sessions that are gone.
     sessions: Arc<LocalSessionManager>,
-    /// Which tenant opened each session (by `Mcp-Session-Id`).
-    owners: Mutex<HashMap<String, usize>>,
+    /// Which tenant opened each session (by `Mcp-Session-Id`), and when
+    /// a request of it last began or ended.
+    owners: Mutex<HashMap<String, Owner>>,
+}
+
+/// A session's tenant and last use.
+#[derive(Debug, Clone, Copy)]
+struct Owner {
+    caller: usize,
+    last_used: Instant,
 }
 
 impl Gate {
@@ -86,8 +96,52 @@ impl Gate {
             .collect();
         let mut owners = self.owners.lock().unwrap_or_else(|p| p.into_inner());
         owners.retain(|k, _| live.contains(k));
-        let mine = owners.values().filter(|&&o| o == caller).count();
+        let mine = owners.values().filter(|o| o.caller == caller).count();
         (mine, owners.len())
+    }
+
+    /// Marks a session used now.
+    fn touch(&self, id: &str) {
+        let mut owners = self.owners.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(o) = owners.get_mut(id) {
+            o.last_used = Instant::now();
+        }
+    }
+
+    /// Under pressure (a new session of `caller` would pass a cap), ends
+    /// the least recently used session idle for at least `idle`: one of
+    /// `caller`'s own when it is the tenant's cap, any when it is the
+    /// server's. Answers whether one was ended.
+    async fn reap_one(&self, caller: usize, own_cap: bool, idle: Duration) -> bool {
+        let victim = {
+            let owners = self.owners.lock().unwrap_or_else(|p| p.into_inner());
+            owners
+                .iter()
+                .filter(|(_, o)| !own_cap || o.caller == caller)
+                .filter(|(_, o)| o.last_used.elapsed() >= idle)
+                .min_by_key(|(_, o)| o.last_used)
+                .map(|(id, o)| (id.clone(), *o))
+        };
+        let Some((id, owner)) = victim else {
+            return false;
+        };
+        let closed = self.sessions.close_session(&Arc::from(id.as_str())).await;
+        self.owners
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&id);
+        let tenant = self
+            .state
+            .tenants
+            .get(owner.caller)
+            .map_or("", |t| t.tenant.name.as_str());
+        tracing::info!(
+            tenant,
+            idle_secs = owner.last_used.elapsed().as_secs(),
+            closed = closed.is_ok(),
+            "idle MCP session ended to make room for a new one"
+        );
+        true
     }
 }
 
@@ -124,25 +178,43 @@ async fn authenticate(State(gate): State<Arc<Gate>>, mut req: Request, next: Nex
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .get(id)
             .copied();
-        if owner.is_some_and(|o| o != caller) {
+        if owner.is_some_and(|o| o.caller != caller) {
             return (StatusCode::NOT_FOUND, "Not Found: Session not found").into_response();
         }
     }
     if session.is_none() && req.method() == Method::POST {
         // A new session: within the caps (sessions the SDK has closed
-        // since are forgotten first).
-        let (mine, all) = gate.open_sessions(caller).await;
-        if mine >= MAX_SESSIONS_PER_TENANT || all >= MAX_SESSIONS {
-            return ApiError::busy(format!(
-                "too many MCP sessions: this tenant holds {mine} (at most {MAX_SESSIONS_PER_TENANT}), \
-                 the server {all} (at most {MAX_SESSIONS}); end one with DELETE or let idle ones expire"
-            ))
-            .into_response();
+        // since are forgotten first). At a cap, the least recently used
+        // session idle for `mcp_pressure_idle_secs` is ended to make room,
+        // long before the SDK's own idle expiry.
+        let idle = Duration::from_secs(st.config.server.mcp_pressure_idle_secs);
+        loop {
+            let (mine, all) = gate.open_sessions(caller).await;
+            if mine < MAX_SESSIONS_PER_TENANT && all < MAX_SESSIONS {
+                break;
+            }
+            if !gate
+                .reap_one(caller, mine >= MAX_SESSIONS_PER_TENANT, idle)
+                .await
+            {
+                return ApiError::busy(format!(
+                    "too many MCP sessions: this tenant holds {mine} (at most {MAX_SESSIONS_PER_TENANT}), \
+                     the server {all} (at most {MAX_SESSIONS}), none idle for {} s; end one with DELETE and retry",
+                    idle.as_secs()
+                ))
+                .into_response();
+            }
         }
+    }
+    if let Some(id) = &session {
+        gate.touch(id);
     }
     req.extensions_mut().insert(Caller(caller));
     let delete = req.method() == Method::DELETE;
     let mut resp = next.run(req).await;
+    if let Some(id) = &session {
+        gate.touch(id);
+    }
     let status = resp.status();
     if delete && status == StatusCode::ACCEPTED {
         // The SDK answers a session's DELETE with 202 once the session is
@@ -177,7 +249,13 @@ async fn authenticate(State(gate): State<Arc<Gate>>, mut req: Request, next: Nex
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         owners.retain(|k, _| live.contains(k));
-        owners.insert(id.to_owned(), caller);
+        owners.insert(
+            id.to_owned(),
+            Owner {
+                caller,
+                last_used: Instant::now(),
+            },
+        );
     }
     resp
 }
