@@ -432,3 +432,44 @@ fn unread_answers_are_held_within_the_tenants_answer_budget() {
     assert_eq!(status, 200);
     drop(held);
 }
+
+#[test]
+fn an_unread_stream_of_control_bytes_keeps_the_servers_memory_bounded() {
+    // Control bytes grow sixfold when JSON-escaped; a queue counted in
+    // events rather than bytes once pinned ~120 MiB per unread stream.
+    let server = start_server("write_stall_secs = 20\n", &[]);
+    let pid = server.child.id();
+    let base = rss(pid);
+    let body = serde_json::json!({
+        "command": ["python3", "-c", "import sys\nwhile True: sys.stdout.write(chr(1) * 65536)"],
+        "limits": {"timeout_ms": 15000},
+    })
+    .to_string();
+    let mut s = TcpStream::connect(&server.addr).unwrap();
+    write!(
+        s,
+        "POST /v1/executions/stream HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        server.addr,
+        body.len()
+    )
+    .unwrap();
+    let mut peak = base;
+    for _ in 0..100 {
+        std::thread::sleep(Duration::from_millis(50));
+        peak = peak.max(rss(pid));
+    }
+    let growth = peak.saturating_sub(base);
+    assert!(
+        growth < 64 << 20,
+        "an unread stream grew the server by {} MiB",
+        growth >> 20
+    );
+    assert!(
+        process_running("", "chr(1) * 65536"),
+        "the program was not still writing: nothing was measured"
+    );
+    drop(s);
+    wait_until(30, "the sandbox of the abandoned stream is gone", || {
+        !process_running("", "chr(1) * 65536")
+    });
+}
