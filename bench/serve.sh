@@ -80,6 +80,28 @@ rate "corral serve (curl per request)" "$curl_api"
 awk -v b="$bare" -v a="$api" 'BEGIN { r = b / a; printf "ratio corral/bare: %.2fx (target >= 0.9x): %s\n", r, (r >= 0.9 ? "PASS" : sprintf("MISS by %.0f%%", (0.9 - r) / 0.9 * 100)) }'
 rows=$(python3 -c "import sqlite3; print(sqlite3.connect('$TMP/audit.db').execute('select count(*) from executions').fetchone()[0])")
 echo "audit records written: $rows (expected $((2 * N + 1)))"
+# Input files: one request carrying 10,000 one-byte files (written into the
+# execution's tmpfs workspace, then counted by the program), next to bare
+# python3 writing the same files into a fresh tmpfs directory (/dev/shm)
+# and counting them.
+FILES_BODY="$TMP/files.json"
+/usr/bin/python3 - "$FILES_BODY" <<'PY'
+import json, sys
+files = [{"path": f"d{i % 100}/f{i}", "content": "x"} for i in range(10000)]
+json.dump({"command": ["sh", "-c", "find . -type f | wc -l"], "files": files}, open(sys.argv[1], "w"))
+PY
+files_api=$(timed curl -sf -o "$TMP/files.out" -X POST -H 'content-type: application/json' --data-binary @"$FILES_BODY" "http://$ADDR/v1/executions")
+grep -q '"stdout":"10000\\n"' "$TMP/files.out" || { echo "input files: unexpected answer: $(head -c 300 "$TMP/files.out")"; exit 1; }
+files_bare=$(timed /usr/bin/python3 -c "
+import os, subprocess, tempfile
+d = tempfile.mkdtemp(dir='/dev/shm')
+for i in range(10000):
+    os.makedirs(f'{d}/d{i % 100}', exist_ok=True)
+    open(f'{d}/d{i % 100}/f{i}', 'w').write('x')
+subprocess.run(['sh', '-c', 'find . -type f | wc -l'], cwd=d, check=True)
+subprocess.run(["rm", "-rf", d], check=True)
+")
+printf '%-28s %7.3f s (bare python3 writing them: %.3f s)\n' "10,000 input files" "$files_api" "$files_bare"
 # The server keeps one helper per slot waiting (and its cgroup): count what
 # is left once it has stopped.
 kill -TERM "$SERVER"; wait "$SERVER" 2>/dev/null || true; SERVER=
