@@ -420,34 +420,45 @@ impl ApiError {
     pub fn body(&self) -> ErrorBody<'_> {
         match self {
             ApiError::Refused(record) => ErrorBody::Record(record),
-            other => ErrorBody::Error {
+            other => ErrorBody::Error(ErrorEnvelope {
                 error: ErrorObject {
                     code: other.code(),
                     message: other.to_string(),
                 },
-            },
+            }),
         }
     }
 }
 
 /// `{"code", "message"}`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[schema(as = ErrorObject)]
 pub struct ErrorObject<'a> {
-    /// The stable code.
+    /// The stable code, e.g. `auth.unknown_token`, `busy`,
+    /// `body_too_large` (docs/service.md lists them).
     pub code: &'a str,
     /// What is wrong and what to do.
     pub message: String,
 }
 
+/// `{"error": {"code", "message"}}`: every error answer of the service
+/// but a refused execution's (which is its record). Nothing else is in it,
+/// so a schema can tell it from a record.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[schema(as = Error)]
+#[serde(deny_unknown_fields)]
+pub struct ErrorEnvelope<'a> {
+    /// The error.
+    pub error: ErrorObject<'a>,
+}
+
 /// The body of an error answer.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[schema(as = ErrorOrRecord)]
 #[serde(untagged)]
 pub enum ErrorBody<'a> {
     /// `{"error": {"code", "message"}}`.
-    Error {
-        /// The error.
-        error: ErrorObject<'a>,
-    },
+    Error(ErrorEnvelope<'a>),
     /// A refused execution's record: its fields, `error` among them.
     Record(&'a ExecutionResponse),
 }

@@ -72,15 +72,27 @@ async fn not_found() -> ApiError {
 }
 
 /// `GET /healthz`.
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 struct Health {
+    /// Always `ok`.
+    #[schema(example = "ok")]
     status: &'static str,
 }
 
+/// Liveness: answers while the server accepts requests.
+#[utoipa::path(get, path = "/healthz", operation_id = "get_health", tag = "service",
+    responses((status = 200, description = "The server is up", body = Health)))]
 async fn healthz() -> Json<Health> {
     Json(Health { status: "ok" })
 }
 
+/// Prometheus metrics (OpenMetrics 1.0 when `Accept` asks for it).
+#[utoipa::path(get, path = "/metrics", operation_id = "get_metrics", tag = "service",
+    responses((status = 200, description = "The exposition: Prometheus text 0.0.4, or OpenMetrics 1.0 for `Accept: application/openmetrics-text`",
+        content(
+            (String = "text/plain"),
+            (String = "application/openmetrics-text"),
+        ))))]
 async fn metrics(State(st): State<Shared>, headers: axum::http::HeaderMap) -> Response {
     let m = &st.metrics;
     let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
@@ -218,28 +230,46 @@ fn to_openmetrics(text: &str) -> String {
     out
 }
 
-async fn openapi() -> Json<serde_json::Value> {
-    Json(openapi::openapi_document())
+/// This document.
+#[utoipa::path(get, path = "/openapi.json", operation_id = "get_openapi", tag = "service",
+    responses((status = 200, description = "The OpenAPI 3.1 document of this server", body = Object)))]
+async fn openapi(State(st): State<Shared>) -> Json<serde_json::Value> {
+    Json(openapi::openapi_document(st.anonymous()))
+}
+
+/// The answer of `GET /v1/mcp-servers`.
+#[derive(Serialize, utoipa::ToSchema)]
+struct McpServers {
+    /// The servers, by name.
+    servers: Vec<crate::supervisor::ServerStatus>,
 }
 
 /// `GET /v1/mcp-servers`: the supervised servers the caller may reach.
-async fn mcp_servers(State(st): State<Shared>, Authed(t): Authed) -> Response {
-    Json(serde_json::json!({
-        "servers": crate::supervisor::list_status(&st.supervisor, &t.tenant.name),
-    }))
-    .into_response()
+#[utoipa::path(get, path = "/v1/mcp-servers", operation_id = "list_mcp_servers", tag = "service",
+    responses((status = 200, description = "The supervised MCP servers the caller may reach, with their processes", body = McpServers)))]
+async fn mcp_servers(State(st): State<Shared>, Authed(t): Authed) -> Json<McpServers> {
+    Json(McpServers {
+        servers: crate::supervisor::list_status(&st.supervisor, &t.tenant.name),
+    })
 }
 
 /// `GET /v1/limits`: what the caller may ask for.
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
+#[schema(as = Limits)]
 struct LimitsResponse<'a> {
+    /// The caller's tenant (`anonymous` without tenants).
     tenant: &'a str,
+    /// The tenant's concurrent executions.
     max_concurrent: u32,
+    /// Whether `language` and `code` are accepted.
     code_mode: bool,
     /// The ceilings of each profile the tenant may use.
     profiles: BTreeMap<&'a str, Ceilings>,
 }
 
+/// The caller's tenant, its concurrency, and the ceilings of each profile it may use.
+#[utoipa::path(get, path = "/v1/limits", operation_id = "get_limits", tag = "service",
+    responses((status = 200, description = "What the caller may ask for", body = LimitsResponse)))]
 async fn limits(State(st): State<Shared>, Authed(t): Authed) -> Response {
     let profiles = t
         .tenant
