@@ -150,7 +150,7 @@ fn event(name: &'static str, data: &impl Serialize) -> Event {
 #[utoipa::path(post, path = "/v1/executions/stream", operation_id = "stream_execution", tag = "executions",
     request_body(content = ExecutionRequest, content_type = "application/json", description = "As for `create_execution`"),
     responses(
-        (status = 200, description = "Server-sent events, each with an `id`: `start` (StreamStart), `stdout` and `stderr` (StreamChunk), `heartbeat`, then exactly one `result`: the answer `create_execution` would give (with `status` when that is an error) and `stream_dropped_bytes`", content_type = "text/event-stream", body = String),
+        (status = 200, description = "Server-sent events, each with an `id`: `start` (StreamStart), `stdout` and `stderr` (StreamChunk), `heartbeat`, then exactly one `result`: the answer `create_execution` would give (with `status` when that is an error) and `stream_dropped_bytes`", content_type = "text/event-stream", body = super::openapi::StreamEvent),
         (status = 400, description = "Malformed JSON (`request.malformed`), or an invalid request: unknown language or profile, bad file path or encoding", body = ErrorEnvelope),
         (status = 403, description = "A profile the tenant may not use (`profile.forbidden`), code mode off (`code_mode.disabled`), or the browser guard", body = ErrorEnvelope),
         (status = 422, description = "Limits outside the minimums or ceilings (`limits.invalid`, `limits.above_ceiling`, an error body), or the runtime refused the execution (its stored record, with `error` and the `id`)", body = ErrorBody),

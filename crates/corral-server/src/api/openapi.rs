@@ -56,6 +56,46 @@ use crate::exec::{ExecutionRequest, ExecutionResponse};
 )]
 struct ApiDoc;
 
+/// One server-sent event of `/v1/executions/stream` as an SSE client
+/// parses it: the `text/event-stream` framing (`event`, `data`, `id`),
+/// which is axum's, not a type the service serialises. In OpenAPI 3.1 the
+/// schema of an event-stream response describes each event.
+pub(super) struct StreamEvent;
+
+impl utoipa::PartialSchema for StreamEvent {
+    fn schema() -> RefOr<utoipa::openapi::schema::Schema> {
+        use utoipa::openapi::schema::{ObjectBuilder, Type};
+        ObjectBuilder::new()
+            .description(Some(
+                "`start` (data: StreamStart), `stdout` and `stderr` (data: StreamChunk), `heartbeat` (data: `{}`), then exactly one `result` (data: the answer `create_execution` would give, with `status` when that is an error, and `stream_dropped_bytes`)",
+            ))
+            .property(
+                "event",
+                ObjectBuilder::new()
+                    .schema_type(Type::String)
+                    .enum_values(Some(["start", "stdout", "stderr", "heartbeat", "result"])),
+            )
+            .required("event")
+            .property(
+                "data",
+                ObjectBuilder::new()
+                    .schema_type(Type::String)
+                    .content_media_type("application/json")
+                    .description(Some("The event's JSON payload")),
+            )
+            .required("data")
+            .property(
+                "id",
+                ObjectBuilder::new()
+                    .schema_type(Type::String)
+                    .description(Some("The event's position in the stream (heartbeats have none)")),
+            )
+            .into()
+    }
+}
+
+impl utoipa::ToSchema for StreamEvent {}
+
 /// The document as this server serves it: with tenants, every operation
 /// but the open ones (`/healthz`, `/metrics`, `/openapi.json`) needs a
 /// bearer token and may answer 401; without (loopback-only anonymous
@@ -319,7 +359,10 @@ mod tests {
             assert!(create["responses"][status].is_object(), "{status}");
         }
         let stream = &d["paths"]["/v1/executions/stream"]["post"];
-        assert!(stream["responses"]["200"]["content"]["text/event-stream"].is_object());
+        assert_eq!(
+            stream["responses"]["200"]["content"]["text/event-stream"]["schema"]["$ref"],
+            "#/components/schemas/StreamEvent"
+        );
         assert_eq!(create["security"][0]["bearer"], serde_json::json!([]));
         assert_eq!(
             d["paths"]["/healthz"]["get"]["security"][0],
