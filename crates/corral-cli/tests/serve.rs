@@ -1506,5 +1506,16 @@ fn metrics_are_labelled_and_parse_in_both_exposition_formats() {
             v["corral_audit_db_bytes"][""].as_f64().unwrap() > 0.0,
             "{format}: {v}"
         );
+        // Every accepted execution counted its wait for a slot (none here:
+        // HTTP never queues); no MCP session is open.
+        assert_eq!(
+            v["corral_queue_wait_seconds_count"]["via=http"], 4.0,
+            "{format}: {v}"
+        );
+        assert_eq!(
+            v["corral_queue_wait_seconds_bucket"]["le=0.01,via=http"], 4.0,
+            "{format}: {v}"
+        );
+        assert_eq!(v["corral_mcp_sessions"][""], 0.0, "{format}: {v}");
     }
 }

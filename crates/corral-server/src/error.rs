@@ -173,6 +173,8 @@ pub enum ErrorCode {
     LimitsAboveCeiling,
     /// `busy`: no free execution slot.
     Busy,
+    /// `cancelled`: an MCP call its client cancelled before it ran.
+    Cancelled,
     /// `internal`: the service itself failed.
     Internal,
     /// `audit`: the audit store failed while reading.
@@ -244,6 +246,7 @@ impl ErrorCode {
             LimitsInvalid => "limits.invalid",
             LimitsAboveCeiling => "limits.above_ceiling",
             Busy => "busy",
+            Cancelled => "cancelled",
             Internal => "internal",
             Audit => "audit",
             BadRequest => "bad_request",
@@ -280,6 +283,9 @@ impl ErrorCode {
             NotFound | ExecutionNotFound => StatusCode::NOT_FOUND,
             LimitsInvalid | LimitsAboveCeiling | Unprocessable => StatusCode::UNPROCESSABLE_ENTITY,
             Busy => StatusCode::TOO_MANY_REQUESTS,
+            // The client is gone (nginx's "client closed request"); only
+            // MCP calls end so, and their answer is a tool error.
+            Cancelled => StatusCode::from_u16(499).unwrap_or(StatusCode::BAD_REQUEST),
             MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             NotAcceptable => StatusCode::NOT_ACCEPTABLE,
             RequestTimeout => StatusCode::REQUEST_TIMEOUT,

@@ -40,6 +40,7 @@ struct Admitted {
 /// Authenticates, parses and validates a request, and takes a tenant and a
 /// global slot; saturated means a structured busy answer, never a queue.
 fn admit(st: &Shared, authed: Result<Authed, ApiError>, body: &[u8]) -> Result<Admitted, ApiError> {
+    let accepted = std::time::Instant::now();
     let refused = |e: ApiError| {
         st.metrics.refused.fetch_add(1, Ordering::Relaxed);
         e
@@ -60,6 +61,7 @@ fn admit(st: &Shared, authed: Result<Authed, ApiError>, body: &[u8]) -> Result<A
     let tenant_slot = t.slots.clone().try_acquire_owned().map_err(|_| busy())?;
     let global_slot = st.global.clone().try_acquire_owned().map_err(|_| busy())?;
     st.metrics.started.fetch_add(1, Ordering::Relaxed);
+    st.metrics.queue_wait("http", accepted.elapsed());
     Ok(Admitted {
         job: Job::new(id, t.tenant.name.clone(), prepared),
         slots: (tenant_slot, global_slot),

@@ -123,8 +123,10 @@ async fn metrics(State(st): State<Shared>, headers: axum::http::HeaderMap) -> Re
         .unwrap_or_else(|p| p.into_inner())
         .len();
     let db = audit_db_bytes(&st.config.server.audit_db);
+    let mcp = m.mcp_sessions.load(Ordering::Relaxed);
     text.push_str(&format!(
-        "# HELP corral_mcp_bridge_sessions Sessions open at /mcp/servers.\n# TYPE corral_mcp_bridge_sessions gauge\ncorral_mcp_bridge_sessions {sessions}\n\
+        "# HELP corral_mcp_sessions MCP sessions open at /mcp.\n# TYPE corral_mcp_sessions gauge\ncorral_mcp_sessions {mcp}\n\
+         # HELP corral_mcp_bridge_sessions Sessions open at /mcp/servers.\n# TYPE corral_mcp_bridge_sessions gauge\ncorral_mcp_bridge_sessions {sessions}\n\
          # HELP corral_audit_db_bytes Size of the audit database with its WAL.\n# TYPE corral_audit_db_bytes gauge\ncorral_audit_db_bytes {db}\n"
     ));
     text.push_str(&crate::supervisor::metrics_text(&st.supervisor));
@@ -162,29 +164,53 @@ fn labelled(text: &mut String, m: &crate::state::Metrics) {
             label(profile)
         );
     }
-    let h = "corral_execution_duration_seconds";
-    let _ = writeln!(
+    histogram(
         text,
-        "# HELP {h} Wall time of recorded executions.\n# TYPE {h} histogram"
+        "corral_execution_duration_seconds",
+        "Wall time of recorded executions.",
+        "profile",
+        l.durations.iter().map(|(k, v)| (k.as_str(), v)),
     );
-    for (profile, (buckets, sum)) in &l.durations {
-        let p = label(profile);
+    histogram(
+        text,
+        "corral_queue_wait_seconds",
+        "Time from a request's acceptance to its execution slots, by where it came from (http, mcp).",
+        "via",
+        l.queue_waits.iter().map(|(k, v)| (*k, v)),
+    );
+}
+
+/// One histogram family of [`crate::state::DURATION_BUCKETS`], a series
+/// per value of the label `key`.
+fn histogram<'a>(
+    text: &mut String,
+    h: &str,
+    help: &str,
+    key: &str,
+    series: impl Iterator<
+        Item = (
+            &'a str,
+            &'a ([u64; crate::state::DURATION_BUCKETS.len() + 1], f64),
+        ),
+    >,
+) {
+    use std::fmt::Write;
+    let _ = writeln!(text, "# HELP {h} {help}\n# TYPE {h} histogram");
+    for (value, (buckets, sum)) in series {
+        let v = label(value);
         let mut cumulative = 0;
         for (i, bound) in crate::state::DURATION_BUCKETS.iter().enumerate() {
             cumulative += buckets[i];
             let _ = writeln!(
                 text,
-                "{h}_bucket{{profile=\"{p}\",le=\"{bound}\"}} {cumulative}"
+                "{h}_bucket{{{key}=\"{v}\",le=\"{bound}\"}} {cumulative}"
             );
         }
         cumulative += buckets[crate::state::DURATION_BUCKETS.len()];
+        let _ = writeln!(text, "{h}_bucket{{{key}=\"{v}\",le=\"+Inf\"}} {cumulative}");
         let _ = writeln!(
             text,
-            "{h}_bucket{{profile=\"{p}\",le=\"+Inf\"}} {cumulative}"
-        );
-        let _ = writeln!(
-            text,
-            "{h}_sum{{profile=\"{p}\"}} {sum}\n{h}_count{{profile=\"{p}\"}} {cumulative}"
+            "{h}_sum{{{key}=\"{v}\"}} {sum}\n{h}_count{{{key}=\"{v}\"}} {cumulative}"
         );
     }
 }

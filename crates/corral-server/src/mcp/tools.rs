@@ -4,6 +4,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Instant;
 
 use rmcp::model::{CallToolResult, ContentBlock};
 use rmcp::schemars::JsonSchema;
@@ -130,6 +131,15 @@ struct ListedEntry {
     size_bytes: u64,
 }
 
+/// A place in a session's queue, given back when the call leaves it.
+struct Queued<'a>(&'a std::sync::atomic::AtomicU32);
+
+impl Drop for Queued<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 /// A successful tool answer: `text` for people, `value` as structured
 /// content (serialised here, at the protocol's edge).
 fn answer(text: String, value: &impl Serialize) -> CallToolResult {
@@ -197,16 +207,12 @@ impl CorralMcp {
         .map_err(refused)?;
         let ws = self.workspace(t)?;
         let id = exec::new_id()?;
-        // Saturated: a busy answer, never a queue.
         let busy = |what: &str| {
             st.metrics.busy.fetch_add(1, Ordering::Relaxed);
-            ApiError::busy(format!("{what}; retry in a moment (calls are not queued)"))
+            ApiError::busy(format!("{what}; retry in a moment"))
         };
-        let session_slot = self
-            .session
-            .running
-            .try_lock()
-            .map_err(|_| busy("this session is already running code"))?;
+        let accepted = Instant::now();
+        let session_slot = self.session_slot(&ctx, busy).await?;
         let tenant_slot = t
             .slots
             .clone()
@@ -218,6 +224,7 @@ impl CorralMcp {
             .try_acquire_owned()
             .map_err(|_| busy("all execution slots are in use"))?;
         st.metrics.started.fetch_add(1, Ordering::Relaxed);
+        st.metrics.queue_wait("mcp", accepted.elapsed());
         let job = Job::new(id, t.tenant.name.clone(), prepared);
         let cancel = Arc::new(AtomicBool::new(false));
         let mut guard = CancelOnDrop::new(cancel.clone());
@@ -243,6 +250,38 @@ impl CorralMcp {
         let response =
             joined.map_err(|e| ApiError::internal(format!("execution task failed: {e}")))??;
         Ok(run_result(&response))
+    }
+
+    /// The session's execution slot: at once when it is free, else after
+    /// the calls ahead, waiting in a queue of `server.mcp_session_queue`
+    /// (full: `busy`). A call cancelled while it waits leaves the queue at
+    /// once.
+    async fn session_slot(
+        &self,
+        ctx: &RequestContext<RoleServer>,
+        busy: impl Fn(&str) -> ApiError,
+    ) -> Result<tokio::sync::MutexGuard<'_, ()>, ApiError> {
+        if let Ok(slot) = self.session.running.try_lock() {
+            return Ok(slot);
+        }
+        let depth = self.shared.state.config.server.mcp_session_queue;
+        let queued = &self.session.queued;
+        let place = queued.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+            (n < depth).then_some(n + 1)
+        });
+        if place.is_err() {
+            return Err(busy(&format!(
+                "this session is running code and {depth} more calls are waiting (server.mcp_session_queue)"
+            )));
+        }
+        let _place = Queued(queued);
+        tokio::select! {
+            slot = self.session.running.lock() => Ok(slot),
+            () = ctx.ct.cancelled() => Err(ApiError::new(
+                ErrorCode::Cancelled,
+                "the call was cancelled while it waited for the session's running code",
+            )),
+        }
     }
 
     /// `write_file`: create or replace a file in the session's workspace.
