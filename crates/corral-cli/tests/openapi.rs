@@ -134,7 +134,7 @@ fn schemathesis_finds_no_server_error_and_no_answer_outside_the_document() {
             "run",
             url.as_str(),
             "--checks",
-            "not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance",
+            "not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance,unsupported_method",
             "--max-examples",
             "8",
             // Bounded: both modes well under two minutes.
@@ -165,6 +165,25 @@ fn schemathesis_finds_no_server_error_and_no_answer_outside_the_document() {
         assert!(s.child.try_wait().unwrap().is_none(), "the server exited");
         let (status, _, body) = http(&s.addr, "GET", "/healthz", None, None);
         assert_eq!(status, 200, "{body}");
+    }
+}
+
+/// Found by schemathesis (`unsupported_method`): a `POST` to a route
+/// without one was answered 415 by the browser guard's JSON check, not 405.
+#[test]
+fn a_post_to_a_route_without_one_is_a_wrong_method() {
+    let s = server(false);
+    for path in ["/v1/limits", "/v1/mcp-servers", "/v1/executions/abc"] {
+        let (status, head, body) = http_with(&s.addr, "POST", path, &[], Some("x"));
+        assert_eq!(status, 405, "{path}: {head}\n{body}");
+        assert!(head.to_ascii_lowercase().contains("allow: get"), "{head}");
+        assert!(body.contains("method_not_allowed"), "{body}");
+    }
+    // The API's POST routes still want JSON.
+    let h = [("Content-Type", "text/plain")];
+    for path in ["/v1/executions", "/v1/executions/stream"] {
+        let (status, _, body) = http_with(&s.addr, "POST", path, &h, Some("{}"));
+        assert_eq!(status, 415, "{path}: {body}");
     }
 }
 

@@ -308,6 +308,7 @@ pub(super) struct ListQuery {
     #[param(minimum = 1, maximum = 500)]
     limit: Option<u32>,
     /// Executions to skip (default 0).
+    #[param(value_type = Option<u64>, minimum = 0, maximum = 4294967295_u64)]
     offset: Option<u32>,
     /// Only this profile's.
     profile: Option<String>,

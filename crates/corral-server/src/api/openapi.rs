@@ -232,9 +232,9 @@ fn operations(anonymous: bool) -> Document {
     );
     for (path, item) in doc.paths.paths.iter_mut() {
         let open = matches!(path.as_str(), "/healthz" | "/metrics" | "/openapi.json");
-        let post = item.post.is_some();
-        for op in [&mut item.get, &mut item.post].into_iter().flatten() {
-            layered(op, post && path.starts_with("/v1/"));
+        for (post, op) in [(false, &mut item.get), (true, &mut item.post)] {
+            let Some(op) = op else { continue };
+            layered(op, post);
             if open {
                 op.security = Some(vec![SecurityRequirement::default()]);
             } else if !anonymous {
@@ -358,6 +358,9 @@ mod tests {
         for status in ["400", "413", "415", "422"] {
             assert!(create["responses"][status].is_object(), "{status}");
         }
+        // A GET has no body to refuse.
+        let list = &d["paths"]["/v1/executions"]["get"];
+        assert!(list["responses"]["415"].is_null(), "{list}");
         let stream = &d["paths"]["/v1/executions/stream"]["post"];
         assert_eq!(
             stream["responses"]["200"]["content"]["text/event-stream"]["schema"]["$ref"],
@@ -368,6 +371,20 @@ mod tests {
             d["paths"]["/healthz"]["get"]["security"][0],
             serde_json::json!({})
         );
+    }
+
+    #[test]
+    fn the_browser_guard_knows_every_post_route() {
+        let d = doc(false);
+        let mut posts: Vec<&str> = d["paths"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .filter(|(_, item)| item.get("post").is_some())
+            .map(|(path, _)| path.as_str())
+            .collect();
+        posts.sort_unstable();
+        assert_eq!(posts, super::super::browser::POST_PATHS);
     }
 
     #[test]
