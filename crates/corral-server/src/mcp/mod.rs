@@ -19,7 +19,9 @@
 //!   is a summary, the streams whole only when small), as
 //!   `stdout_base64`/`stderr_base64` when JSON escaping would make it
 //!   larger than base64 (control bytes).
-//! - `write_file` {path, content, encoding?}, `read_file` {path},
+//! - `write_file` {path, content, encoding?}, `read_file` {path, offset?,
+//!   max_bytes?} (a window sized like `run_code`'s streams, once, as
+//!   structured content; the text is the content only when small),
 //!   `list_files` {path?}: the session's workspace, through
 //!   [`crate::workspace::Workspace`] (openat2 beneath the workspace, no
 //!   symlinks, reserved `.corral*` names denied, sizes capped). `run_code`
@@ -358,7 +360,7 @@ impl CorralMcp {
     }
 
     #[tool(
-        description = "Read a regular file from this session's workspace (at most 1 MiB). Symbolic links are never followed. Non-UTF-8 content comes back base64-encoded."
+        description = "Read a regular file (at most 1 MiB) from this session's workspace, one window at a time: max_bytes from offset (default 65536, at most 262144), as structured content (content, encoding, size_bytes, truncated, next_offset to continue). Symbolic links are never followed. Content that is not UTF-8, or mostly control bytes, comes back base64-encoded."
     )]
     async fn read_file(
         &self,
