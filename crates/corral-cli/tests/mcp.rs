@@ -574,10 +574,10 @@ fn a_session_queues_its_calls_and_a_cancelled_or_timed_out_call_frees_it_at_once
     let text = out["full"]["text"].as_str().unwrap();
     assert!(text.contains("mcp_session_queue"), "{text}");
     // The session was counted while open; the waits were measured.
-    let open = run_sdk_python(PARSE_METRICS, &[], out["metrics_open"].as_str().unwrap());
+    let open = parse_metrics("text", out["metrics_open"].as_str().unwrap());
     assert_eq!(open["corral_mcp_sessions"][""], 1.0, "{open}");
     let (_, _, body) = http(&s.addr, "GET", "/metrics", None, None);
-    let now = run_sdk_python(PARSE_METRICS, &[], &body);
+    let now = parse_metrics("text", &body);
     // Executions that got the session's slot: one, two, late, after,
     // long, next (never and extra did not).
     assert_eq!(
@@ -611,19 +611,6 @@ fn a_session_queues_its_calls_and_a_cancelled_or_timed_out_call_frees_it_at_once
     // The session is closed: no longer counted.
     assert_eq!(now["corral_mcp_sessions"][""], 0.0, "{now}");
 }
-
-/// Parses Prometheus text from stdin with the official client; prints
-/// {sample: {label set: value}}.
-const PARSE_METRICS: &str = r#"
-import json, sys
-from prometheus_client.parser import text_string_to_metric_families
-out = {}
-for fam in text_string_to_metric_families(sys.stdin.read()):
-    for s in fam.samples:
-        key = ",".join(f"{k}={v}" for k, v in sorted(s.labels.items()))
-        out.setdefault(s.name, {})[key] = s.value
-print(json.dumps(out))
-"#;
 
 #[test]
 fn stdio_serves_the_same_tools() {
