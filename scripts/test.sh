@@ -34,6 +34,13 @@ if ! "$venv/bin/python" -c 'import mcp, prometheus_client' >/dev/null 2>&1; then
     echo "== installing the Python MCP SDK and prometheus_client into $venv"
     (umask 022 && /usr/bin/python3 -m venv "$venv" && "$venv/bin/pip" install --quiet --disable-pip-version-check mcp prometheus_client)
 fi
+# The OpenAPI checks of tests/openapi.rs: the document's validity
+# (openapi-spec-validator), a short property-based run against a live
+# server (schemathesis), and a generated client (openapi-python-client).
+if ! "$venv/bin/python" -c 'import openapi_spec_validator, schemathesis, openapi_python_client' >/dev/null 2>&1; then
+    echo "== installing openapi-spec-validator, schemathesis and openapi-python-client into $venv"
+    (umask 022 && "$venv/bin/pip" install --quiet --disable-pip-version-check openapi-spec-validator schemathesis openapi-python-client)
+fi
 chmod -R a+rX "$venv"
 # The official MCP SDK for Node (`@modelcontextprotocol/sdk` from npm) for
 # tests/stream.rs, in a directory every user can read, like the venv.

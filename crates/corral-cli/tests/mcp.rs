@@ -499,6 +499,119 @@ fn run_code_answers_busy_when_saturated() {
     assert_eq!(done[0]["structured"]["stdout"], "done\n", "{out}");
 }
 
+/// One session against argv[1] (`/mcp`) with `server.mcp_session_queue =
+/// 1`: calls wait behind the running one; a call the SDK times out on (it
+/// sends `notifications/cancelled`) is killed and frees the session at
+/// once; a call cancelled while it waits leaves the queue; a full queue
+/// answers busy. argv[2] is `/metrics`, read while the session is open.
+const QUEUE: &str = r#"
+import asyncio, json, sys, time, urllib.request
+from mcp import Client
+
+def res(r):
+    text = "".join(c.text for c in r.content if c.type == "text")
+    return {"is_error": r.is_error, "text": text, "structured": r.structured_content}
+
+def bash(code):
+    return {"language": "bash", "code": code}
+
+async def main():
+    url, metrics = sys.argv[1], sys.argv[2]
+    out = {}
+    async with Client(url) as c:
+        run = lambda code, **kw: c.call_tool("run_code", bash(code), **kw)
+        t0 = time.monotonic()
+        a, b = await asyncio.gather(run("sleep 1; echo one"), run("echo two"))
+        out["queued"] = [res(a), res(b), time.monotonic() - t0]
+        t0 = time.monotonic()
+        try:
+            await run("sleep 60; echo late", read_timeout_seconds=1)
+            out["timed_out"] = "no"
+        except Exception as e:
+            out["timed_out"] = type(e).__name__
+        out["after"] = [res(await run("echo after", read_timeout_seconds=20)), time.monotonic() - t0]
+        long = asyncio.ensure_future(run("sleep 4; echo long"))
+        await asyncio.sleep(0.7)
+        try:
+            await run("echo never", read_timeout_seconds=0.5)
+            out["left_queue"] = "no"
+        except Exception as e:
+            out["left_queue"] = type(e).__name__
+        # (The SDK sends its cancel as it raises; let it arrive.)
+        await asyncio.sleep(0.5)
+        # The queue (of one) has room again; with it taken, one more is busy.
+        nxt = asyncio.ensure_future(run("echo next"))
+        await asyncio.sleep(0.5)
+        out["full"] = res(await run("echo extra"))
+        out["next"] = res(await nxt)
+        out["long"] = res(await long)
+        out["metrics_open"] = urllib.request.urlopen(metrics).read().decode()
+    return out
+
+print(json.dumps(asyncio.run(asyncio.wait_for(main(), 90))))
+"#;
+
+#[test]
+fn a_session_queues_its_calls_and_a_cancelled_or_timed_out_call_frees_it_at_once() {
+    let s = start_server("mcp_session_queue = 1", &["--code-mode"]);
+    let metrics = format!("http://{}/metrics", s.addr);
+    let out = run_sdk_python(QUEUE, &[format!("http://{}/mcp", s.addr), metrics], "");
+    // Both ran, the second after the first (it waited, it was not busy).
+    let q = &out["queued"];
+    assert_eq!(ok(&q[0])["stdout"], "one\n", "{out}");
+    assert_eq!(ok(&q[1])["stdout"], "two\n", "{out}");
+    assert!(q[2].as_f64().unwrap() >= 1.0, "{out}");
+    // The timed-out call was killed: the next one ran at once, not after
+    // the sleep's 60 s.
+    assert_ne!(out["timed_out"], "no", "{out}");
+    assert_eq!(ok(&out["after"][0])["stdout"], "after\n", "{out}");
+    assert!(out["after"][1].as_f64().unwrap() < 15.0, "{out}");
+    // A call cancelled while waiting left the queue: the next took its place.
+    assert_ne!(out["left_queue"], "no", "{out}");
+    assert_eq!(ok(&out["next"])["stdout"], "next\n", "{out}");
+    assert_eq!(ok(&out["long"])["stdout"], "long\n", "{out}");
+    refused(&out["full"], "busy");
+    let text = out["full"]["text"].as_str().unwrap();
+    assert!(text.contains("mcp_session_queue"), "{text}");
+    // The session was counted while open; the waits were measured.
+    let open = parse_metrics("text", out["metrics_open"].as_str().unwrap());
+    assert_eq!(open["corral_mcp_sessions"][""], 1.0, "{open}");
+    let (_, _, body) = http(&s.addr, "GET", "/metrics", None, None);
+    let now = parse_metrics("text", &body);
+    // Executions that got the session's slot: one, two, late, after,
+    // long, next (never and extra did not).
+    assert_eq!(
+        now["corral_queue_wait_seconds_count"]["via=mcp"], 6.0,
+        "{now}"
+    );
+    // `next` waited for most of `long`'s 4 s (`one` and `two` came at
+    // once: either may have waited for the other).
+    assert!(
+        now["corral_queue_wait_seconds_bucket"]["le=0.5,via=mcp"]
+            .as_f64()
+            .unwrap()
+            <= 5.0,
+        "{now}"
+    );
+    // Only `late` was cut short (killed: an error), by the cancel: no
+    // execution lasted 10 s, let alone its 60.
+    let runs = &now["corral_executions_total"];
+    assert_eq!(
+        runs["outcome=error,profile=code,tenant=anonymous"], 1.0,
+        "{now}"
+    );
+    assert_eq!(
+        runs["outcome=ok,profile=code,tenant=anonymous"], 5.0,
+        "{now}"
+    );
+    assert_eq!(
+        now["corral_execution_duration_seconds_bucket"]["le=10,profile=code"], 6.0,
+        "{now}"
+    );
+    // The session is closed: no longer counted.
+    assert_eq!(now["corral_mcp_sessions"][""], 0.0, "{now}");
+}
+
 #[test]
 fn stdio_serves_the_same_tools() {
     let dir = tempfile::tempdir().unwrap();
@@ -879,6 +992,16 @@ fn big_output_steps() -> Value {
             "run_code",
             py("import sys\nb = b'z' * 1000000\nfor _ in range(100): sys.stdout.buffer.write(b)")
         ),
+        // read_file in windows: 1 MiB of text, 300 kB of control bytes.
+        call(
+            "run_code",
+            py("open('big.txt', 'w').write(''.join(f'{i:07d}\\n' for i in range(131072)))\nopen('ctl.bin', 'wb').write(bytes(range(32)) * 9375)")
+        ),
+        call("read_file", json!({"path": "big.txt"})),
+        call("read_file", json!({"path": "big.txt", "offset": 1048560, "max_bytes": 262144})),
+        call("read_file", json!({"path": "ctl.bin", "max_bytes": 262144})),
+        call("read_file", json!({"path": "keep.txt"})),
+        call("read_file", json!({"path": "keep.txt", "max_bytes": 0})),
     ])
 }
 
@@ -955,6 +1078,59 @@ fn check_big_outputs(out: &[Value]) {
     assert_eq!(r["output_limit_exceeded"], true, "{r}");
     assert_eq!(r["stdout_truncated"], true);
     assert!(r["stdout"].as_str().unwrap().len() < 66_000);
+    // read_file: one copy of a window, 64 KiB by default, marked truncated
+    // with where to go on; the text is a summary.
+    ok(&out[10]);
+    let r = ok(&out[11]);
+    let size = r.to_string().len() + out[11]["text"].as_str().unwrap().len();
+    assert!(size < 256 << 10, "{size} bytes");
+    assert_eq!(
+        (
+            &r["size_bytes"],
+            &r["returned_bytes"],
+            &r["truncated"],
+            &r["next_offset"]
+        ),
+        (
+            &json!(1_048_576),
+            &json!(65_536),
+            &json!(true),
+            &json!(65_536)
+        ),
+        "{r}"
+    );
+    let c = r["content"].as_str().unwrap();
+    assert!(c.starts_with("0000000\n0000001\n") && c.len() == 65_536);
+    let t = out[11]["text"].as_str().unwrap();
+    assert!(
+        t.len() < 2000 && t.contains("continue with offset 65536"),
+        "{t}"
+    );
+    // The last window: the file's end, nothing more.
+    let r = ok(&out[12]);
+    assert_eq!(r["content"], "0131070\n0131071\n", "{r}");
+    assert_eq!(
+        (&r["truncated"], r.get("next_offset")),
+        (&json!(false), None)
+    );
+    // Control bytes come as base64, within one server-sent event.
+    let r = ok(&out[13]);
+    let size = r.to_string().len() + out[13]["text"].as_str().unwrap().len();
+    assert!(size < 400 << 10, "{size} bytes");
+    assert_eq!(
+        (&r["encoding"], &r["returned_bytes"]),
+        (&json!("base64"), &json!(262_144))
+    );
+    let b = unbase64(r["content"].as_str().unwrap());
+    assert!(b.len() == 262_144 && b.starts_with(&(0u8..32).collect::<Vec<u8>>()));
+    // A small text file: whole, as content and as the text.
+    let r = ok(&out[14]);
+    assert_eq!(
+        (&r["content"], &r["truncated"]),
+        (&json!("kept"), &json!(false))
+    );
+    assert_eq!(out[14]["text"], "kept");
+    refused(&out[15], "limits.invalid");
 }
 
 fn stdio_target(dir: &Path) -> Value {

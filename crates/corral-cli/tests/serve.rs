@@ -1440,22 +1440,6 @@ fn a_stream_of_a_hundred_thousand_tiny_writes_arrives_byte_exact_with_event_ids(
     assert!(ids.len() >= events.len());
 }
 
-/// Parses `/metrics` with the official Prometheus client in the format
-/// the server answered with (argv[1]: `text` or `openmetrics`); prints
-/// {family: {label set: value}}.
-const PARSE_METRICS: &str = r#"
-import json, sys
-from prometheus_client.parser import text_string_to_metric_families as text
-from prometheus_client.openmetrics.parser import text_string_to_metric_families as om
-parse = om if sys.argv[1] == "openmetrics" else text
-out = {}
-for fam in parse(sys.stdin.read()):
-    for s in fam.samples:
-        key = ",".join(f"{k}={v}" for k, v in sorted(s.labels.items()))
-        out.setdefault(s.name, {})[key] = s.value
-print(json.dumps(out))
-"#;
-
 #[test]
 fn metrics_are_labelled_and_parse_in_both_exposition_formats() {
     let extra = tenant("alice", "alice-token") + &tenant("bob", "bob-token");
@@ -1485,7 +1469,7 @@ fn metrics_are_labelled_and_parse_in_both_exposition_formats() {
     assert!(head.contains("application/openmetrics-text"), "{head}");
     assert!(om.ends_with("# EOF\n"));
     for (format, body) in [("text", &text), ("openmetrics", &om)] {
-        let v = run_sdk_python(PARSE_METRICS, &[format.to_string()], body);
+        let v = parse_metrics(format, body);
         let runs = &v["corral_executions_total"];
         assert_eq!(
             runs["outcome=ok,profile=code,tenant=alice"], 2.0,
@@ -1512,6 +1496,17 @@ fn metrics_are_labelled_and_parse_in_both_exposition_formats() {
             v["corral_audit_db_bytes"][""].as_f64().unwrap() > 0.0,
             "{format}: {v}"
         );
+        // Every accepted execution counted its wait for a slot (none here:
+        // HTTP never queues); no MCP session is open.
+        assert_eq!(
+            v["corral_queue_wait_seconds_count"]["via=http"], 4.0,
+            "{format}: {v}"
+        );
+        assert_eq!(
+            v["corral_queue_wait_seconds_bucket"]["le=0.01,via=http"], 4.0,
+            "{format}: {v}"
+        );
+        assert_eq!(v["corral_mcp_sessions"][""], 0.0, "{format}: {v}");
     }
 }
 

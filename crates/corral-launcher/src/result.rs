@@ -7,6 +7,7 @@ use serde::Serialize;
 
 /// Which protections were in force for this run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Enforced {
     /// Namespaces the program ran in.
     pub namespaces: Vec<&'static str>,
@@ -23,6 +24,7 @@ pub struct Enforced {
     /// rlimits set, e.g. `{"open_files": 1024}`.
     pub rlimits: std::collections::BTreeMap<String, u64>,
     /// The cgroup holding the sandbox, when there is one.
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
     pub cgroup: Option<corral_cgroup::CgroupEnforced>,
     /// Limits the policy asked for that this host could not enforce (only
     /// with `allow_unenforced`), e.g. `["memory", "pids"]`.
@@ -30,6 +32,7 @@ pub struct Enforced {
     /// The seccomp profile installed (`default` or `strict`).
     pub seccomp: Option<String>,
     /// Landlock as enforced: the kernel ABI and the ruleset status.
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
     pub landlock: Option<corral_helper::LandlockOutcome>,
     /// The network mode: `none` (loopback only), `allow` (corral's proxy
     /// only) or `host`.
@@ -70,6 +73,7 @@ impl Enforced {
 /// corral's own error, when the program did not run (or did not run to
 /// completion because corral refused or failed).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ErrorInfo {
     /// Stable code, e.g. `command.not_allowed`, `sandbox.user_namespace`.
     pub code: String,
@@ -79,6 +83,7 @@ pub struct ErrorInfo {
 
 /// One run's outcome.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RunResult {
     /// corral's exit status: the program's code, 128+N for signal N, 125
     /// corral error, 126 not executable, 127 not found.

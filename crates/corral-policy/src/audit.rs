@@ -11,6 +11,7 @@ use serde::Serialize;
 
 /// How serious an event is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum Level {
     /// A normal decision worth recording.
@@ -164,6 +165,7 @@ impl ReasonCode {
 
 /// One security decision.
 #[derive(Debug, Clone, PartialEq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AuditEvent {
     /// `"security"` for a security decision, `"run"` for a lifecycle event
     /// (`run.*` codes), `"mcp"` for the supervisor's (`mcp.*`), so JSON-lines consumers can tell our events from
@@ -172,6 +174,7 @@ pub struct AuditEvent {
     /// Severity.
     pub level: Level,
     /// Stable reason code.
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
     pub code: ReasonCode,
     /// A human-readable sentence.
     pub message: String,

@@ -105,7 +105,13 @@ pub struct ServerConfig {
     pub write_stall_secs: u64,
     /// Supervised MCP servers (`[[server.mcp_server]]`), in config order.
     pub mcp_servers: Vec<crate::mcp_server::McpServer>,
+    /// `run_code` calls of one MCP session that may wait, in order, behind
+    /// the one it is running (0: a second call is answered `busy`).
+    pub mcp_session_queue: u32,
 }
+
+/// The largest `mcp_session_queue`.
+pub const MAX_MCP_SESSION_QUEUE: u32 = 64;
 
 impl Default for ServerConfig {
     fn default() -> Self {
@@ -132,6 +138,7 @@ impl Default for ServerConfig {
             header_timeout_secs: 10,
             body_timeout_secs: 60,
             write_stall_secs: 30,
+            mcp_session_queue: 4,
             mcp_servers: Vec::new(),
         }
     }

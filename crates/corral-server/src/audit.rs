@@ -217,7 +217,7 @@ pub struct EventRecord {
 }
 
 /// One line of `GET /v1/executions`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct ExecutionSummary {
     /// Execution id.
     pub id: String,

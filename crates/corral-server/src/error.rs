@@ -173,6 +173,8 @@ pub enum ErrorCode {
     LimitsAboveCeiling,
     /// `busy`: no free execution slot.
     Busy,
+    /// `cancelled`: an MCP call its client cancelled before it ran.
+    Cancelled,
     /// `internal`: the service itself failed.
     Internal,
     /// `audit`: the audit store failed while reading.
@@ -244,6 +246,7 @@ impl ErrorCode {
             LimitsInvalid => "limits.invalid",
             LimitsAboveCeiling => "limits.above_ceiling",
             Busy => "busy",
+            Cancelled => "cancelled",
             Internal => "internal",
             Audit => "audit",
             BadRequest => "bad_request",
@@ -280,6 +283,9 @@ impl ErrorCode {
             NotFound | ExecutionNotFound => StatusCode::NOT_FOUND,
             LimitsInvalid | LimitsAboveCeiling | Unprocessable => StatusCode::UNPROCESSABLE_ENTITY,
             Busy => StatusCode::TOO_MANY_REQUESTS,
+            // The client is gone (nginx's "client closed request"); only
+            // MCP calls end so, and their answer is a tool error.
+            Cancelled => StatusCode::from_u16(499).unwrap_or(StatusCode::BAD_REQUEST),
             MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             NotAcceptable => StatusCode::NOT_ACCEPTABLE,
             RequestTimeout => StatusCode::REQUEST_TIMEOUT,
@@ -420,34 +426,45 @@ impl ApiError {
     pub fn body(&self) -> ErrorBody<'_> {
         match self {
             ApiError::Refused(record) => ErrorBody::Record(record),
-            other => ErrorBody::Error {
+            other => ErrorBody::Error(ErrorEnvelope {
                 error: ErrorObject {
                     code: other.code(),
                     message: other.to_string(),
                 },
-            },
+            }),
         }
     }
 }
 
 /// `{"code", "message"}`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[schema(as = ErrorObject)]
 pub struct ErrorObject<'a> {
-    /// The stable code.
+    /// The stable code, e.g. `auth.unknown_token`, `busy`,
+    /// `body_too_large` (docs/service.md lists them).
     pub code: &'a str,
     /// What is wrong and what to do.
     pub message: String,
 }
 
+/// `{"error": {"code", "message"}}`: every error answer of the service
+/// but a refused execution's (which is its record). Nothing else is in it,
+/// so a schema can tell it from a record.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[schema(as = Error)]
+#[serde(deny_unknown_fields)]
+pub struct ErrorEnvelope<'a> {
+    /// The error.
+    pub error: ErrorObject<'a>,
+}
+
 /// The body of an error answer.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[schema(as = ErrorOrRecord)]
 #[serde(untagged)]
 pub enum ErrorBody<'a> {
     /// `{"error": {"code", "message"}}`.
-    Error {
-        /// The error.
-        error: ErrorObject<'a>,
-    },
+    Error(ErrorEnvelope<'a>),
     /// A refused execution's record: its fields, `error` among them.
     Record(&'a ExecutionResponse),
 }

@@ -56,6 +56,8 @@ pub struct Metrics {
     /// durations by profile: label sets bounded by the config (tenants and
     /// profiles) and five outcomes.
     pub by_label: std::sync::Mutex<Labelled>,
+    /// MCP sessions open at `/mcp` (one handler each).
+    pub mcp_sessions: AtomicU64,
 }
 
 /// Upper bounds (seconds) of the execution duration histogram.
@@ -69,6 +71,20 @@ pub struct Labelled {
     /// Per profile: counts per bucket of [`DURATION_BUCKETS`] then +Inf,
     /// and the sum of seconds.
     pub durations: std::collections::BTreeMap<String, ([u64; DURATION_BUCKETS.len() + 1], f64)>,
+    /// By where the execution came from (`http`, `mcp`): time from the
+    /// request's acceptance to its execution slots, as `durations`.
+    pub queue_waits:
+        std::collections::BTreeMap<&'static str, ([u64; DURATION_BUCKETS.len() + 1], f64)>,
+}
+
+/// Counts `secs` into a histogram of [`DURATION_BUCKETS`].
+fn observe(h: &mut ([u64; DURATION_BUCKETS.len() + 1], f64), secs: f64) {
+    let i = DURATION_BUCKETS
+        .iter()
+        .position(|b| secs <= *b)
+        .unwrap_or(DURATION_BUCKETS.len());
+    h.0[i] += 1;
+    h.1 += secs;
 }
 
 impl Metrics {
@@ -78,13 +94,14 @@ impl Metrics {
         *l.executions
             .entry((tenant.to_string(), profile.to_string(), outcome))
             .or_default() += 1;
-        let (buckets, sum) = l.durations.entry(profile.to_string()).or_default();
-        let i = DURATION_BUCKETS
-            .iter()
-            .position(|b| secs <= *b)
-            .unwrap_or(DURATION_BUCKETS.len());
-        buckets[i] += 1;
-        *sum += secs;
+        observe(l.durations.entry(profile.to_string()).or_default(), secs);
+    }
+
+    /// Counts how long an execution from `via` (`http`, `mcp`) waited
+    /// between its request's acceptance and its execution slots.
+    pub fn queue_wait(&self, via: &'static str, waited: std::time::Duration) {
+        let mut l = self.by_label.lock().unwrap_or_else(|p| p.into_inner());
+        observe(l.queue_waits.entry(via).or_default(), waited.as_secs_f64());
     }
 }
 

@@ -527,3 +527,23 @@ pub fn cgroups_of(pid: u32) -> Vec<String> {
         .filter(|p| p.rsplit('/').next().is_some_and(|n| n.starts_with(&prefix)))
         .collect()
 }
+
+/// Parses `/metrics` with the official Prometheus client (`prometheus_client`
+/// in the SDK venv) in `format` (`text` or `openmetrics`): {sample: {label
+/// set: value}}, label sets as `k=v,...` sorted by name.
+#[allow(dead_code)] // not every test binary reads metrics
+pub fn parse_metrics(format: &str, body: &str) -> serde_json::Value {
+    const PARSE: &str = r#"
+import json, sys
+from prometheus_client.parser import text_string_to_metric_families as text
+from prometheus_client.openmetrics.parser import text_string_to_metric_families as om
+parse = om if sys.argv[1] == "openmetrics" else text
+out = {}
+for fam in parse(sys.stdin.read()):
+    for s in fam.samples:
+        key = ",".join(f"{k}={v}" for k, v in sorted(s.labels.items()))
+        out.setdefault(s.name, {})[key] = s.value
+print(json.dumps(out))
+"#;
+    run_sdk_python(PARSE, &[format.to_string()], body)
+}

@@ -39,6 +39,7 @@ pub(super) struct RawServer {
     pub(super) header_timeout_secs: Option<Spanned<u64>>,
     pub(super) body_timeout_secs: Option<Spanned<u64>>,
     pub(super) write_stall_secs: Option<Spanned<u64>>,
+    pub(super) mcp_session_queue: Option<Spanned<u32>>,
     pub(super) allowed_origins: Option<Vec<Spanned<String>>>,
     pub(super) allowed_hosts: Option<Vec<Spanned<String>>>,
     #[serde(default)]

@@ -8,7 +8,7 @@ use toml::Spanned;
 use super::apply::size;
 use super::raw::{RawServer, RawTenant};
 use super::{Config, ConfigError, Source};
-use crate::server::{valid_token_hash, AuditOutputs, ServerConfig, Tenant};
+use crate::server::{valid_token_hash, AuditOutputs, ServerConfig, Tenant, MAX_MCP_SESSION_QUEUE};
 
 /// Builds the `corral serve` settings from the `[server]` section; tenant
 /// profiles must exist in `config`.
@@ -148,6 +148,16 @@ pub(super) fn apply_server(
             }
             *slot = v.into_inner();
         }
+    }
+    if let Some(q) = raw.mcp_session_queue {
+        if *q.get_ref() > MAX_MCP_SESSION_QUEUE {
+            return Err(src.err(
+                Some(q.span()),
+                format!("{k}.mcp_session_queue"),
+                format!("must be 0 to {MAX_MCP_SESSION_QUEUE} (calls waiting behind a session's running one)"),
+            ));
+        }
+        s.mcp_session_queue = q.into_inner();
     }
     if let Some(m) = raw.max_request_bytes {
         s.max_request_bytes = size(src, &format!("{k}.max_request_bytes"), m)?.bytes();

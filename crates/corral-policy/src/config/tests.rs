@@ -325,6 +325,19 @@ fn audit_outputs_are_digests_unless_full_is_asked_for() {
 }
 
 #[test]
+fn the_mcp_session_queue_is_bounded() {
+    assert_eq!(Config::parse("", None).unwrap().server.mcp_session_queue, 4);
+    let c = Config::parse("[server]\nmcp_session_queue = 0\n", None).unwrap();
+    assert_eq!(c.server.mcp_session_queue, 0);
+    let e = err("[server]\nmcp_session_queue = 65\n");
+    assert_eq!(
+        (e.line, e.key.as_str()),
+        (Some(2), "server.mcp_session_queue")
+    );
+    assert!(e.message.contains("0 to 64"), "{e}");
+}
+
+#[test]
 fn server_paths_must_be_absolute() {
     for field in ["audit_db", "audit_jsonl", "work_dir"] {
         for bad in ["relative/x", "x", ""] {

@@ -106,6 +106,11 @@ fn is_json(headers: &HeaderMap) -> bool {
         .is_some_and(|t| t.trim().eq_ignore_ascii_case("application/json"))
 }
 
+/// The API's `POST` routes, whose bodies must be JSON. A `POST` to any
+/// other `/v1/` path is a wrong method, answered 405 by the router (a
+/// test checks this list against the OpenAPI document's operations).
+pub(super) const POST_PATHS: [&str; 2] = ["/v1/executions", "/v1/executions/stream"];
+
 /// The headers a cross-origin page of an allowed origin may send.
 const ALLOWED_REQUEST_HEADERS: &str =
     "authorization, content-type, accept, last-event-id, mcp-session-id, mcp-protocol-version, mcp-method, mcp-name";
@@ -152,7 +157,7 @@ pub async fn guard(State(g): State<Arc<BrowserGuard>>, req: Request, next: Next)
         }
     }
     if req.method() == Method::POST
-        && req.uri().path().starts_with("/v1/")
+        && POST_PATHS.contains(&req.uri().path())
         && !is_json(req.headers())
     {
         return refuse(

@@ -22,7 +22,7 @@ use super::chunks::ChunkQueue;
 use super::Shared;
 use crate::audit::ExecutionSummary;
 use crate::auth::Authed;
-use crate::error::{ApiError, ErrorBody, ErrorCode};
+use crate::error::{ApiError, ErrorBody, ErrorCode, ErrorEnvelope};
 use crate::exec::{self, CancelOnDrop, ExecutionRequest, ExecutionResponse, Job};
 
 /// Seconds between heartbeat events on a stream.
@@ -42,6 +42,7 @@ struct Admitted {
 /// Authenticates, parses and validates a request, and takes a tenant and a
 /// global slot; saturated means a structured busy answer, never a queue.
 fn admit(st: &Shared, authed: Result<Authed, ApiError>, body: &[u8]) -> Result<Admitted, ApiError> {
+    let accepted = std::time::Instant::now();
     let refused = |e: ApiError| {
         st.metrics.refused.fetch_add(1, Ordering::Relaxed);
         e
@@ -62,6 +63,7 @@ fn admit(st: &Shared, authed: Result<Authed, ApiError>, body: &[u8]) -> Result<A
     let tenant_slot = t.slots.clone().try_acquire_owned().map_err(|_| busy())?;
     let global_slot = st.global.clone().try_acquire_owned().map_err(|_| busy())?;
     st.metrics.started.fetch_add(1, Ordering::Relaxed);
+    st.metrics.queue_wait("http", accepted.elapsed());
     Ok(Admitted {
         job: Job::new(id, t.tenant.name.clone(), prepared),
         slots: (tenant_slot, global_slot),
@@ -72,6 +74,16 @@ fn admit(st: &Shared, authed: Result<Authed, ApiError>, body: &[u8]) -> Result<A
 /// `POST /v1/executions`: runs one execution and answers its result. The
 /// answer takes its size from the tenant's budget of answers in flight
 /// before the execution's slots are given back (see `answers`).
+#[utoipa::path(post, path = "/v1/executions", operation_id = "create_execution", tag = "executions",
+    request_body(content = ExecutionRequest, content_type = "application/json", description = "A command (`command`) or code (`language` and `code`, code mode), with input, files, limits, environment"),
+    responses(
+        (status = 200, description = "The execution's result: `corral run --json`'s result object plus id, tenant, profile, limits, outputs", body = ExecutionResponse),
+        (status = 400, description = "Malformed JSON (`request.malformed`), or an invalid request: unknown language or profile, bad file path or encoding", body = ErrorEnvelope),
+        (status = 403, description = "A profile the tenant may not use (`profile.forbidden`), code mode off (`code_mode.disabled`), or the browser guard", body = ErrorEnvelope),
+        (status = 422, description = "Limits outside the minimums or ceilings (`limits.invalid`, `limits.above_ceiling`, an error body), or the runtime refused the execution (its stored record, with `error` and the `id`)", body = ErrorBody),
+        (status = 429, description = "All execution slots (the tenant's or the server's) are in use (`busy`)", body = ErrorEnvelope,
+            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
+    ))]
 pub(super) async fn create(
     State(st): State<Shared>,
     authed: Result<Authed, ApiError>,
@@ -104,16 +116,21 @@ pub(super) async fn create(
 }
 
 /// The `start` event.
-#[derive(Serialize)]
-struct StreamStart<'a> {
+#[derive(Serialize, utoipa::ToSchema)]
+pub(super) struct StreamStart<'a> {
+    /// The execution id.
     id: &'a str,
+    /// The tenant.
     tenant: &'a str,
+    /// The profile.
     profile: &'a str,
 }
 
 /// A `stdout` or `stderr` event.
-#[derive(Serialize)]
-struct StreamChunk<'a> {
+#[derive(Serialize, utoipa::ToSchema)]
+pub(super) struct StreamChunk<'a> {
+    /// The output (UTF-8, invalid bytes replaced).
+    #[schema(value_type = String)]
     data: Cow<'a, str>,
 }
 
@@ -146,6 +163,16 @@ fn event(name: &'static str, data: &impl Serialize) -> Event {
 /// events: `start`, `stdout`/`stderr` chunks as they come, `heartbeat`s,
 /// and exactly one `result` (the non-streaming answer) once the whole
 /// sandbox has exited. A client that goes away kills the execution.
+#[utoipa::path(post, path = "/v1/executions/stream", operation_id = "stream_execution", tag = "executions",
+    request_body(content = ExecutionRequest, content_type = "application/json", description = "As for `create_execution`"),
+    responses(
+        (status = 200, description = "Server-sent events, each with an `id`: `start` (StreamStart), `stdout` and `stderr` (StreamChunk), `heartbeat`, then exactly one `result`: the answer `create_execution` would give (with `status` when that is an error) and `stream_dropped_bytes`", content_type = "text/event-stream", body = super::openapi::StreamEvent),
+        (status = 400, description = "Malformed JSON (`request.malformed`), or an invalid request: unknown language or profile, bad file path or encoding", body = ErrorEnvelope),
+        (status = 403, description = "A profile the tenant may not use (`profile.forbidden`), code mode off (`code_mode.disabled`), or the browser guard", body = ErrorEnvelope),
+        (status = 422, description = "Limits outside the minimums or ceilings (`limits.invalid`, `limits.above_ceiling`, an error body), or the runtime refused the execution (its stored record, with `error` and the `id`)", body = ErrorBody),
+        (status = 429, description = "All execution slots (the tenant's or the server's) are in use (`busy`)", body = ErrorEnvelope,
+            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
+    ))]
 pub(super) async fn stream(
     State(st): State<Shared>,
     authed: Result<Authed, ApiError>,
@@ -264,6 +291,12 @@ impl Outflow {
 }
 
 /// `GET /v1/executions/{id}`: the stored answer, exactly as it was sent.
+#[utoipa::path(get, path = "/v1/executions/{id}", operation_id = "get_execution", tag = "executions",
+    params(("id" = String, Path, description = "The execution id")),
+    responses(
+        (status = 200, description = "The stored answer, byte for byte", body = ExecutionResponse),
+        (status = 404, description = "No such execution for this tenant (`execution.not_found`)", body = ErrorEnvelope),
+    ))]
 pub(super) async fn get(
     State(st): State<Shared>,
     Authed(t): Authed,
@@ -281,23 +314,39 @@ pub(super) async fn get(
 }
 
 /// Query of `GET /v1/executions`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub(super) struct ListQuery {
+    /// Page size, 1-500 (default 50).
+    #[param(minimum = 1, maximum = 500)]
     limit: Option<u32>,
+    /// Executions to skip (default 0).
+    #[param(value_type = Option<u64>, minimum = 0, maximum = 4294967295_u64)]
     offset: Option<u32>,
+    /// Only this profile's.
     profile: Option<String>,
 }
 
 /// The answer of `GET /v1/executions`.
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
+#[schema(as = ExecutionList)]
 pub(super) struct ListResponse {
+    /// Newest first.
     items: Vec<ExecutionSummary>,
+    /// The page size.
     limit: u32,
+    /// The executions skipped.
     offset: u32,
 }
 
 /// `GET /v1/executions`: a page of the caller's executions, newest first.
+#[utoipa::path(get, path = "/v1/executions", operation_id = "list_executions", tag = "executions",
+    params(ListQuery),
+    responses(
+        (status = 200, description = "A page of the caller's executions, newest first", body = ListResponse),
+        (status = 400, description = "A limit outside 1-500 or an unknown parameter (`request.invalid`)", body = ErrorEnvelope),
+    ))]
 pub(super) async fn list(
     State(st): State<Shared>,
     Authed(t): Authed,

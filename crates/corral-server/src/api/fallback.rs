@@ -6,7 +6,7 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::Response;
 
-use crate::error::{ErrorBody, ErrorCode, ErrorObject};
+use crate::error::{ErrorBody, ErrorCode, ErrorEnvelope, ErrorObject};
 
 /// Largest error body of the HTTP layer kept as the message.
 const MAX_FRAMEWORK_MESSAGE: usize = 4096;
@@ -71,12 +71,12 @@ pub async fn json_errors(State(max_body): State<u64>, req: Request, next: Next) 
             .unwrap_or("request failed")
             .to_owned(),
     };
-    let body = ErrorBody::Error {
+    let body = ErrorBody::Error(ErrorEnvelope {
         error: ErrorObject {
             code: code.as_str(),
             message,
         },
-    };
+    });
     parts.headers.remove(header::CONTENT_LENGTH);
     parts.headers.insert(
         header::CONTENT_TYPE,

@@ -75,15 +75,27 @@ async fn not_found() -> ApiError {
 }
 
 /// `GET /healthz`.
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 struct Health {
+    /// Always `ok`.
+    #[schema(example = "ok")]
     status: &'static str,
 }
 
+/// Liveness: answers while the server accepts requests.
+#[utoipa::path(get, path = "/healthz", operation_id = "get_health", tag = "service",
+    responses((status = 200, description = "The server is up", body = Health)))]
 async fn healthz() -> Json<Health> {
     Json(Health { status: "ok" })
 }
 
+/// Prometheus metrics (OpenMetrics 1.0 when `Accept` asks for it).
+#[utoipa::path(get, path = "/metrics", operation_id = "get_metrics", tag = "service",
+    responses((status = 200, description = "The exposition: Prometheus text 0.0.4, or OpenMetrics 1.0 for `Accept: application/openmetrics-text`",
+        content(
+            (String = "text/plain"),
+            (String = "application/openmetrics-text"),
+        ))))]
 async fn metrics(State(st): State<Shared>, headers: axum::http::HeaderMap) -> Response {
     let m = &st.metrics;
     let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
@@ -114,8 +126,10 @@ async fn metrics(State(st): State<Shared>, headers: axum::http::HeaderMap) -> Re
         .unwrap_or_else(|p| p.into_inner())
         .len();
     let db = audit_db_bytes(&st.config.server.audit_db);
+    let mcp = m.mcp_sessions.load(Ordering::Relaxed);
     text.push_str(&format!(
-        "# HELP corral_mcp_bridge_sessions Sessions open at /mcp/servers.\n# TYPE corral_mcp_bridge_sessions gauge\ncorral_mcp_bridge_sessions {sessions}\n\
+        "# HELP corral_mcp_sessions MCP sessions open at /mcp.\n# TYPE corral_mcp_sessions gauge\ncorral_mcp_sessions {mcp}\n\
+         # HELP corral_mcp_bridge_sessions Sessions open at /mcp/servers.\n# TYPE corral_mcp_bridge_sessions gauge\ncorral_mcp_bridge_sessions {sessions}\n\
          # HELP corral_audit_db_bytes Size of the audit database with its WAL.\n# TYPE corral_audit_db_bytes gauge\ncorral_audit_db_bytes {db}\n"
     ));
     text.push_str(&crate::supervisor::metrics_text(&st.supervisor));
@@ -153,29 +167,53 @@ fn labelled(text: &mut String, m: &crate::state::Metrics) {
             label(profile)
         );
     }
-    let h = "corral_execution_duration_seconds";
-    let _ = writeln!(
+    histogram(
         text,
-        "# HELP {h} Wall time of recorded executions.\n# TYPE {h} histogram"
+        "corral_execution_duration_seconds",
+        "Wall time of recorded executions.",
+        "profile",
+        l.durations.iter().map(|(k, v)| (k.as_str(), v)),
     );
-    for (profile, (buckets, sum)) in &l.durations {
-        let p = label(profile);
+    histogram(
+        text,
+        "corral_queue_wait_seconds",
+        "Time from a request's acceptance to its execution slots, by where it came from (http, mcp).",
+        "via",
+        l.queue_waits.iter().map(|(k, v)| (*k, v)),
+    );
+}
+
+/// One histogram family of [`crate::state::DURATION_BUCKETS`], a series
+/// per value of the label `key`.
+fn histogram<'a>(
+    text: &mut String,
+    h: &str,
+    help: &str,
+    key: &str,
+    series: impl Iterator<
+        Item = (
+            &'a str,
+            &'a ([u64; crate::state::DURATION_BUCKETS.len() + 1], f64),
+        ),
+    >,
+) {
+    use std::fmt::Write;
+    let _ = writeln!(text, "# HELP {h} {help}\n# TYPE {h} histogram");
+    for (value, (buckets, sum)) in series {
+        let v = label(value);
         let mut cumulative = 0;
         for (i, bound) in crate::state::DURATION_BUCKETS.iter().enumerate() {
             cumulative += buckets[i];
             let _ = writeln!(
                 text,
-                "{h}_bucket{{profile=\"{p}\",le=\"{bound}\"}} {cumulative}"
+                "{h}_bucket{{{key}=\"{v}\",le=\"{bound}\"}} {cumulative}"
             );
         }
         cumulative += buckets[crate::state::DURATION_BUCKETS.len()];
+        let _ = writeln!(text, "{h}_bucket{{{key}=\"{v}\",le=\"+Inf\"}} {cumulative}");
         let _ = writeln!(
             text,
-            "{h}_bucket{{profile=\"{p}\",le=\"+Inf\"}} {cumulative}"
-        );
-        let _ = writeln!(
-            text,
-            "{h}_sum{{profile=\"{p}\"}} {sum}\n{h}_count{{profile=\"{p}\"}} {cumulative}"
+            "{h}_sum{{{key}=\"{v}\"}} {sum}\n{h}_count{{{key}=\"{v}\"}} {cumulative}"
         );
     }
 }
@@ -221,28 +259,46 @@ fn to_openmetrics(text: &str) -> String {
     out
 }
 
-async fn openapi() -> Json<serde_json::Value> {
-    Json(openapi::openapi_document())
+/// This document.
+#[utoipa::path(get, path = "/openapi.json", operation_id = "get_openapi", tag = "service",
+    responses((status = 200, description = "The OpenAPI 3.1 document of this server", body = Object)))]
+async fn openapi(State(st): State<Shared>) -> Json<serde_json::Value> {
+    Json(openapi::openapi_document(st.anonymous()))
+}
+
+/// The answer of `GET /v1/mcp-servers`.
+#[derive(Serialize, utoipa::ToSchema)]
+struct McpServers {
+    /// The servers, by name.
+    servers: Vec<crate::supervisor::ServerStatus>,
 }
 
 /// `GET /v1/mcp-servers`: the supervised servers the caller may reach.
-async fn mcp_servers(State(st): State<Shared>, Authed(t): Authed) -> Response {
-    Json(serde_json::json!({
-        "servers": crate::supervisor::list_status(&st.supervisor, &t.tenant.name),
-    }))
-    .into_response()
+#[utoipa::path(get, path = "/v1/mcp-servers", operation_id = "list_mcp_servers", tag = "service",
+    responses((status = 200, description = "The supervised MCP servers the caller may reach, with their processes", body = McpServers)))]
+async fn mcp_servers(State(st): State<Shared>, Authed(t): Authed) -> Json<McpServers> {
+    Json(McpServers {
+        servers: crate::supervisor::list_status(&st.supervisor, &t.tenant.name),
+    })
 }
 
 /// `GET /v1/limits`: what the caller may ask for.
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
+#[schema(as = Limits)]
 struct LimitsResponse<'a> {
+    /// The caller's tenant (`anonymous` without tenants).
     tenant: &'a str,
+    /// The tenant's concurrent executions.
     max_concurrent: u32,
+    /// Whether `language` and `code` are accepted.
     code_mode: bool,
     /// The ceilings of each profile the tenant may use.
     profiles: BTreeMap<&'a str, Ceilings>,
 }
 
+/// The caller's tenant, its concurrency, and the ceilings of each profile it may use.
+#[utoipa::path(get, path = "/v1/limits", operation_id = "get_limits", tag = "service",
+    responses((status = 200, description = "What the caller may ask for", body = LimitsResponse)))]
 async fn limits(State(st): State<Shared>, Authed(t): Authed) -> Response {
     let profiles = t
         .tenant

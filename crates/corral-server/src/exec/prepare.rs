@@ -12,7 +12,7 @@ use crate::error::{ApiError, ErrorCode};
 use crate::state::AppState;
 
 /// The body of `POST /v1/executions`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ExecutionRequest {
     /// Profile (default: the tenant's first).
@@ -21,6 +21,7 @@ pub struct ExecutionRequest {
     pub command: Option<Vec<String>>,
     /// `python`, `node` or `bash` (code mode only). Text, so that another
     /// language is answered `language.unknown` rather than as malformed.
+    #[schema(example = "python")]
     pub language: Option<String>,
     /// The code to run (code mode only).
     pub code: Option<String>,
@@ -35,7 +36,7 @@ pub struct ExecutionRequest {
 }
 
 /// An input file.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct InputFile {
     /// Path relative to the workspace.
@@ -43,11 +44,12 @@ pub struct InputFile {
     /// Content.
     pub content: String,
     /// `utf8` (default) or `base64`.
+    #[schema(example = "utf8")]
     pub encoding: Option<String>,
 }
 
 /// Requested limits; units in the names.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RequestLimits {
     /// Wall-clock limit (rounded up to whole seconds).

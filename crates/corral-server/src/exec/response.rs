@@ -19,7 +19,7 @@ pub const MAX_OUTPUT_BYTES: u64 = 8 << 20;
 /// The answer to an execution, and its audit record's `result`: the
 /// `corral run --json` result (or the runtime's refusal) with the
 /// service's fields around it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct ExecutionResponse {
     /// The execution id.
     pub id: String,
@@ -102,7 +102,7 @@ pub enum RunOutcome {
 }
 
 /// A runtime refusal as it is answered and recorded.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct RefusalBody {
     /// 125, or 127 for a command that is not installed.
     pub exit_code: i32,
@@ -110,6 +110,37 @@ pub struct RefusalBody {
     pub error: ErrorInfo,
     /// Security events up to the refusal.
     pub events: Vec<AuditEvent>,
+}
+
+/// `anyOf` rather than the `oneOf` a derive would give: a run that failed
+/// has an `error` object too, so it also fits [`RefusalBody`].
+impl utoipa::PartialSchema for RunOutcome {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use utoipa::openapi::schema::{AnyOfBuilder, Ref};
+        use utoipa::ToSchema;
+        AnyOfBuilder::new()
+            .item(Ref::from_schema_name(RunResult::name()))
+            .item(Ref::from_schema_name(RefusalBody::name()))
+            .description(Some(
+                "The sandbox ran (the result object of `corral run --json`), or the runtime refused the request first (its `error`, `exit_code` 125 or 127, and `events`).",
+            ))
+            .into()
+    }
+}
+
+impl utoipa::ToSchema for RunOutcome {
+    fn schemas(
+        schemas: &mut Vec<(
+            String,
+            utoipa::openapi::RefOr<utoipa::openapi::schema::Schema>,
+        )>,
+    ) {
+        use utoipa::PartialSchema;
+        schemas.push((RunResult::name().into(), RunResult::schema()));
+        <RunResult as utoipa::ToSchema>::schemas(schemas);
+        schemas.push((RefusalBody::name().into(), RefusalBody::schema()));
+        <RefusalBody as utoipa::ToSchema>::schemas(schemas);
+    }
 }
 
 impl From<Refusal> for RefusalBody {
@@ -133,7 +164,7 @@ impl From<Refusal> for RunOutcome {
 
 /// A profile's limits in the API's units (null: the profile sets none):
 /// the ceilings of `GET /v1/limits`, and the limits in force in a result.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct Ceilings {
     /// Wall-clock limit.
     pub timeout_ms: Option<u64>,
@@ -162,7 +193,7 @@ impl Ceilings {
 }
 
 /// The files a program left under `output/`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct Outputs {
     /// The regular files, depth-first, in name order.
     pub outputs: Vec<OutputFile>,
@@ -173,7 +204,7 @@ pub struct Outputs {
 
 /// `outputs_truncated`, or `outputs_error` when `output/` could not be
 /// collected at all.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub enum OutputsStatus {
     /// Collected; `true` when collection stopped at a cap.
     #[serde(rename = "outputs_truncated")]
@@ -185,7 +216,7 @@ pub enum OutputsStatus {
 }
 
 /// One collected file.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct OutputFile {
     /// The path relative to `output/`.
     pub path: String,
@@ -196,7 +227,7 @@ pub struct OutputFile {
 }
 
 /// `utf8` or `base64`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Encoding {
     /// The content is the text itself.

@@ -7,8 +7,11 @@
 //! - `run_code` {language, code, timeout_ms?, max_output_bytes?}: only
 //!   listed (and only callable) when code mode is on. It goes through the same validation
 //!   as `POST /v1/executions` ([`crate::exec::prepare_code`]: profile,
-//!   ceilings, code mode gate), takes a tenant slot and a global slot
-//!   without waiting (saturated: a `busy` tool error, never a queue), and
+//!   ceilings, code mode gate), waits in the session's queue (one
+//!   execution per session at a time; up to `server.mcp_session_queue`
+//!   calls wait behind it, in order; a call cancelled while it waits
+//!   leaves at once, a running one is killed), then takes a tenant slot
+//!   and a global slot without waiting (saturated: a `busy` tool error), and
 //!   is audited like every other execution. Its result is sized for the
 //!   SDKs (whose SSE readers take 1 MiB per event): each stream is cut to
 //!   `max_output_bytes` (default 64 KiB, at most 256 KiB; head and tail
@@ -16,7 +19,9 @@
 //!   is a summary, the streams whole only when small), as
 //!   `stdout_base64`/`stderr_base64` when JSON escaping would make it
 //!   larger than base64 (control bytes).
-//! - `write_file` {path, content, encoding?}, `read_file` {path},
+//! - `write_file` {path, content, encoding?}, `read_file` {path, offset?,
+//!   max_bytes?} (a window sized like `run_code`'s streams, once, as
+//!   structured content; the text is the content only when small),
 //!   `list_files` {path?}: the session's workspace, through
 //!   [`crate::workspace::Workspace`] (openat2 beneath the workspace, no
 //!   symlinks, reserved `.corral*` names denied, sizes capped). `run_code`
@@ -132,8 +137,12 @@ struct Session {
     /// `write_file` calls one at a time (the workspace cap is measured
     /// before each write).
     writes: tokio::sync::Mutex<()>,
-    /// One execution at a time: they share the workspace (and its code file).
+    /// One execution at a time: they share the workspace (and its code
+    /// file). Calls wait for it in order (tokio's mutex is fair).
     running: tokio::sync::Mutex<()>,
+    /// `run_code` calls waiting for `running`, at most
+    /// `server.mcp_session_queue`.
+    queued: std::sync::atomic::AtomicU32,
 }
 
 impl Drop for Session {
@@ -159,6 +168,31 @@ pub struct CorralMcp {
     shared: Arc<Shared>,
     session: Arc<Session>,
     tool_router: ToolRouter<CorralMcp>,
+    /// Counts this session in `corral_mcp_sessions` (HTTP) while it lives.
+    _open: Option<OpenSession>,
+}
+
+/// One open `/mcp` session in the metrics, for as long as its handler
+/// lives.
+struct OpenSession(Arc<AppState>);
+
+impl OpenSession {
+    fn new(state: &Arc<AppState>) -> OpenSession {
+        state
+            .metrics
+            .mcp_sessions
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        OpenSession(state.clone())
+    }
+}
+
+impl Drop for OpenSession {
+    fn drop(&mut self) {
+        self.0
+            .metrics
+            .mcp_sessions
+            .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 impl CorralMcp {
@@ -167,10 +201,15 @@ impl CorralMcp {
         if !shared.state.config.server.code_mode {
             tool_router.remove_route("run_code");
         }
+        let open = shared
+            .local
+            .is_none()
+            .then(|| OpenSession::new(&shared.state));
         CorralMcp {
             shared,
             session: Arc::default(),
             tool_router,
+            _open: open,
         }
     }
 
@@ -342,7 +381,7 @@ impl CorralMcp {
     }
 
     #[tool(
-        description = "Read a regular file from this session's workspace (at most 1 MiB). Symbolic links are never followed. Non-UTF-8 content comes back base64-encoded."
+        description = "Read a regular file (at most 1 MiB) from this session's workspace, one window at a time: max_bytes from offset (default 65536, at most 262144), as structured content (content, encoding, size_bytes, truncated, next_offset to continue). Symbolic links are never followed. Content that is not UTF-8, or mostly control bytes, comes back base64-encoded."
     )]
     async fn read_file(
         &self,

@@ -4,6 +4,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Instant;
 
 use rmcp::model::{CallToolResult, ContentBlock};
 use rmcp::schemars::JsonSchema;
@@ -88,6 +89,12 @@ pub struct WriteFileArgs {
 pub struct ReadFileArgs {
     /// Path relative to the workspace.
     pub path: String,
+    /// Bytes of the file to skip (default 0): read a large file in pieces,
+    /// from the `next_offset` of the previous answer.
+    pub offset: Option<u64>,
+    /// Bytes returned from `offset` (default 65536, at most 262144); the
+    /// answer says `truncated` and gives `next_offset` when more follow.
+    pub max_bytes: Option<u64>,
 }
 
 /// Arguments of `list_files`.
@@ -105,13 +112,24 @@ struct Written<'a> {
     size_bytes: u64,
 }
 
-/// `read_file`'s structured answer.
+/// `read_file`'s structured answer: one window of the file, the only copy
+/// of its bytes in the answer.
 #[derive(Serialize)]
 struct FileRead<'a> {
     path: &'a str,
     encoding: Encoding,
     content: &'a str,
+    /// The whole file's size.
     size_bytes: u64,
+    /// Where the window starts.
+    offset: u64,
+    /// The window's size (before any base64).
+    returned_bytes: u64,
+    /// Whether bytes follow the window.
+    truncated: bool,
+    /// Where the next window starts, when bytes follow.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    next_offset: Option<u64>,
 }
 
 /// `list_files`' structured answer.
@@ -128,6 +146,15 @@ struct ListedEntry {
     name: String,
     kind: &'static str,
     size_bytes: u64,
+}
+
+/// A place in a session's queue, given back when the call leaves it.
+struct Queued<'a>(&'a std::sync::atomic::AtomicU32);
+
+impl Drop for Queued<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// A successful tool answer: `text` for people, `value` as structured
@@ -197,16 +224,12 @@ impl CorralMcp {
         .map_err(refused)?;
         let ws = self.workspace(t)?;
         let id = exec::new_id()?;
-        // Saturated: a busy answer, never a queue.
         let busy = |what: &str| {
             st.metrics.busy.fetch_add(1, Ordering::Relaxed);
-            ApiError::busy(format!("{what}; retry in a moment (calls are not queued)"))
+            ApiError::busy(format!("{what}; retry in a moment"))
         };
-        let session_slot = self
-            .session
-            .running
-            .try_lock()
-            .map_err(|_| busy("this session is already running code"))?;
+        let accepted = Instant::now();
+        let session_slot = self.session_slot(&ctx, busy).await?;
         let tenant_slot = t
             .slots
             .clone()
@@ -218,6 +241,7 @@ impl CorralMcp {
             .try_acquire_owned()
             .map_err(|_| busy("all execution slots are in use"))?;
         st.metrics.started.fetch_add(1, Ordering::Relaxed);
+        st.metrics.queue_wait("mcp", accepted.elapsed());
         let job = Job::new(id, t.tenant.name.clone(), prepared);
         let cancel = Arc::new(AtomicBool::new(false));
         let mut guard = CancelOnDrop::new(cancel.clone());
@@ -243,6 +267,38 @@ impl CorralMcp {
         let response =
             joined.map_err(|e| ApiError::internal(format!("execution task failed: {e}")))??;
         Ok(run_result(&response))
+    }
+
+    /// The session's execution slot: at once when it is free, else after
+    /// the calls ahead, waiting in a queue of `server.mcp_session_queue`
+    /// (full: `busy`). A call cancelled while it waits leaves the queue at
+    /// once.
+    async fn session_slot(
+        &self,
+        ctx: &RequestContext<RoleServer>,
+        busy: impl Fn(&str) -> ApiError,
+    ) -> Result<tokio::sync::MutexGuard<'_, ()>, ApiError> {
+        if let Ok(slot) = self.session.running.try_lock() {
+            return Ok(slot);
+        }
+        let depth = self.shared.state.config.server.mcp_session_queue;
+        let queued = &self.session.queued;
+        let place = queued.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+            (n < depth).then_some(n + 1)
+        });
+        if place.is_err() {
+            return Err(busy(&format!(
+                "this session is running code and {depth} more calls are waiting (server.mcp_session_queue)"
+            )));
+        }
+        let _place = Queued(queued);
+        tokio::select! {
+            slot = self.session.running.lock() => Ok(slot),
+            () = ctx.ct.cancelled() => Err(ApiError::new(
+                ErrorCode::Cancelled,
+                "the call was cancelled while it waited for the session's running code",
+            )),
+        }
     }
 
     /// `write_file`: create or replace a file in the session's workspace.
@@ -305,16 +361,20 @@ impl CorralMcp {
         check_path(&args.path, DEFAULT_RESERVED)?;
         let ws = self.workspace(t)?;
         let path = args.path.clone();
+        let max = args.max_bytes.unwrap_or(DEFAULT_RESULT_STREAM_BYTES);
+        if !(1..=MAX_RESULT_STREAM_BYTES).contains(&max) {
+            return Err(ApiError::new(
+                ErrorCode::LimitsInvalid,
+                format!("max_bytes = {max} is outside 1 to {MAX_RESULT_STREAM_BYTES}"),
+            ));
+        }
         let data = blocking(move || ws.read_file(&path, MAX_FILE_BYTES)).await??;
-        let size_bytes = data.len() as u64;
-        let (encoding, content) = Encoding::encode(data);
-        let value = FileRead {
-            path: &args.path,
-            encoding,
-            content: &content,
-            size_bytes,
-        };
-        Ok(answer(content.clone(), &value))
+        Ok(file_window(
+            &args.path,
+            &data,
+            args.offset.unwrap_or(0),
+            max,
+        ))
     }
 
     /// `list_files`: a directory of the session's workspace, corral's own
@@ -414,6 +474,73 @@ fn run_result(response: &ExecutionResponse) -> CallToolResult {
     let mut r = CallToolResult::success(vec![ContentBlock::text(summary(response, &streams))]);
     r.structured_content = Some(value);
     r
+}
+
+/// `read_file`'s answer: at most `max` bytes of `data` from `offset`, once,
+/// as structured content (text when it is UTF-8 that JSON escaping leaves
+/// no larger than base64, else base64; a window that ends inside a
+/// character ends before it). The text content is the window itself only
+/// when it is small text, else a summary with a preview.
+fn file_window(path: &str, data: &[u8], offset: u64, max: u64) -> CallToolResult {
+    let size = data.len();
+    let start = usize::try_from(offset).unwrap_or(usize::MAX).min(size);
+    let mut end = start
+        .saturating_add(usize::try_from(max).unwrap_or(usize::MAX))
+        .min(size);
+    let text = match std::str::from_utf8(&data[start..end]) {
+        Ok(t) => Some(t),
+        // Cut inside a character at the end: stop before it.
+        Err(e) if e.error_len().is_none() && e.valid_up_to() > 0 => {
+            end = start + e.valid_up_to();
+            std::str::from_utf8(&data[start..end]).ok()
+        }
+        Err(_) => None,
+    };
+    let window = &data[start..end];
+    let text = text.filter(|t| escaped_len(t) <= base64_len(t.len()));
+    let (encoding, content) = match text {
+        Some(t) => (Encoding::Utf8, t.to_owned()),
+        None => (Encoding::Base64, base64::encode(window)),
+    };
+    let truncated = end < size;
+    let value = FileRead {
+        path,
+        encoding,
+        content: &content,
+        size_bytes: size as u64,
+        offset: start as u64,
+        returned_bytes: window.len() as u64,
+        truncated,
+        next_offset: truncated.then_some(end as u64),
+    };
+    let summary = match text {
+        Some(t) if !truncated && start == 0 && t.len() <= SMALL_OUTPUT => t.to_owned(),
+        _ => {
+            let mut s = format!(
+                "{path}: bytes {start} to {end} of {size}{}",
+                if truncated {
+                    format!(" (truncated; continue with offset {end})")
+                } else {
+                    String::new()
+                }
+            );
+            match text {
+                Some(t) => {
+                    let mut cut = PREVIEW_BYTES.min(t.len());
+                    while !t.is_char_boundary(cut) {
+                        cut -= 1;
+                    }
+                    s.push_str(&format!(
+                        "; all in structured content as `content`, first {cut} bytes:\n{}",
+                        &t[..cut]
+                    ));
+                }
+                None => s.push_str("; in structured content as base64 `content`"),
+            }
+            s
+        }
+    };
+    answer(summary, &value)
 }
 
 /// One stream as returned.

@@ -29,7 +29,7 @@ use corral_policy::{AuditEvent, Config, Level, McpServer, ProcessMode, ReasonCod
 use tokio::sync::mpsc;
 
 pub use backend::{lock, Backend, ExitInfo, Owner};
-pub use status::{list as list_status, metrics_text};
+pub use status::{list as list_status, metrics_text, ServerStatus};
 
 use crate::audit::{now_ms, AuditStore, EventRecord};
 use backend::{describe_exit, StartContext};

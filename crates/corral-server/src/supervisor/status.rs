@@ -8,13 +8,14 @@ use serde::Serialize;
 use super::{lock, ExitInfo, InstanceKey, SlotState, Supervisor};
 
 /// One server as a tenant sees it.
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 pub struct ServerStatus {
     /// Its name (`/mcp/servers/{name}`).
     pub name: String,
     /// Its runtime.
     pub runtime: &'static str,
     /// Process sharing.
+    #[schema(value_type = String)]
     pub mode: corral_policy::ProcessMode,
     /// Overall: `refused` (cannot start), else the state of the caller's
     /// process (`stopped` when it has none).
@@ -37,7 +38,7 @@ pub struct ServerStatus {
 }
 
 /// One process slot.
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 pub struct InstanceStatus {
     /// `shared`, `tenant` or `session`.
     pub kind: &'static str,
@@ -53,6 +54,7 @@ pub struct InstanceStatus {
     pub restarts: u64,
     /// How the last process ended.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
     pub last_exit: Option<ExitInfo>,
     /// Why the last start failed.
     #[serde(skip_serializing_if = "Option::is_none")]
