@@ -1240,3 +1240,31 @@ fn at_the_session_cap_the_least_recently_used_idle_session_makes_room() {
     assert_eq!(ping(&ids[0]), 200, "the session in use was ended");
     assert_eq!(ping(&newcomer), 200);
 }
+
+#[test]
+fn mcp_tool_refusals_are_audit_events_like_the_apis() {
+    let dir = tempfile::tempdir().unwrap();
+    let jsonl = dir.path().join("audit.jsonl");
+    let extra =
+        format!("audit_jsonl = \"{}\"\n", jsonl.display()) + &tenant("alice", "alice-token");
+    let cfg = serve_config(dir.path(), &extra);
+    let s = start_server_in(dir, &cfg, &[]);
+    let out = session(
+        s.target(Some("alice-token")),
+        json!([call("read_file", json!({"path": "../../etc/passwd"}))]),
+    );
+    refused(&out[1], "path.traversal");
+    let mut events = Vec::new();
+    wait_until(10, "the MCP refusal reaches the audit file", || {
+        events = audit_events(&jsonl);
+        events.iter().any(|e| e["code"] == "api.refused")
+    });
+    let e = events.iter().find(|e| e["code"] == "api.refused").unwrap();
+    assert_eq!(e["tenant"], "alice", "{e}");
+    let f = &e["event"]["fields"];
+    assert_eq!(
+        (f["error"].as_str(), f["tool"].as_str(), f["via"].as_str()),
+        (Some("path.traversal"), Some("read_file"), Some("mcp")),
+        "{e}"
+    );
+}

@@ -1269,16 +1269,6 @@ fn every_401_names_the_bearer_scheme() {
     }
 }
 
-/// The `event` lines of the audit JSON-lines file.
-fn audit_events(path: &std::path::Path) -> Vec<serde_json::Value> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter(|v| v["kind"] == "event")
-        .collect()
-}
-
 #[test]
 fn every_refusal_leaves_an_audit_record_and_token_floods_are_rate_limited() {
     let dir = tempfile::tempdir().unwrap();

@@ -547,3 +547,13 @@ print(json.dumps(out))
 "#;
     run_sdk_python(PARSE, &[format.to_string()], body)
 }
+
+/// The `event` lines of the audit JSON-lines file.
+pub fn audit_events(path: &std::path::Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v["kind"] == "event")
+        .collect()
+}

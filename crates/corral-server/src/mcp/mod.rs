@@ -54,6 +54,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
 use axum::http::request::Parts;
+use corral_policy::{AuditEvent, Level, ReasonCode};
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{
@@ -302,43 +303,67 @@ impl CorralMcp {
     }
 }
 
-/// Runs one tool call in its `mcp_tool` span and turns its error into a
-/// tool error: `message (code)` as text, the API's error body as
-/// structured content (for a refused execution, the stored record with its
-/// id).
-async fn traced(
-    tool: &'static str,
-    call: impl Future<Output = Result<CallToolResult, ApiError>>,
-) -> Result<CallToolResult, ErrorData> {
-    let span = tracing::info_span!(
-        "mcp_tool",
-        tool,
-        tenant = tracing::field::Empty,
-        outcome = tracing::field::Empty,
-        duration_ms = tracing::field::Empty,
-    );
-    let since = Instant::now();
-    let result = call.instrument(span.clone()).await;
-    // No await below: the span may be entered.
-    let _in_span = span.enter();
-    let ms = u64::try_from(since.elapsed().as_millis()).unwrap_or(u64::MAX);
-    span.record("duration_ms", ms);
-    Ok(match result {
-        Ok(done) => {
-            span.record("outcome", "ok");
-            tracing::info!("tool call finished");
-            done
-        }
-        Err(e) => {
-            span.record("outcome", e.code());
-            if e.status().is_server_error() {
-                tracing::error!(error = %e, "tool call failed");
-            } else {
-                tracing::info!(error = %e, "tool call refused");
+impl CorralMcp {
+    /// The caller's tenant name, for a refusal's audit event ("" when the
+    /// request carries none).
+    fn tenant_name(&self, ctx: &RequestContext<RoleServer>) -> String {
+        self.find_tenant(ctx)
+            .map(|t| t.tenant.name.clone())
+            .unwrap_or_default()
+    }
+
+    /// Runs one tool call in its `mcp_tool` span and turns its error into
+    /// a tool error: `message (code)` as text, the API's error body as
+    /// structured content (for a refused execution, the stored record with
+    /// its id). A refusal (a 4xx-class error that is not a runtime refusal,
+    /// which has its execution record) is also an `api.refused` audit
+    /// event, as over HTTP.
+    async fn traced(
+        &self,
+        tool: &'static str,
+        tenant: String,
+        call: impl Future<Output = Result<CallToolResult, ApiError>>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let span = tracing::info_span!(
+            "mcp_tool",
+            tool,
+            tenant = tracing::field::Empty,
+            outcome = tracing::field::Empty,
+            duration_ms = tracing::field::Empty,
+        );
+        let since = Instant::now();
+        let result = call.instrument(span.clone()).await;
+        let ms = u64::try_from(since.elapsed().as_millis()).unwrap_or(u64::MAX);
+        span.record("duration_ms", ms);
+        let e = match result {
+            Ok(done) => {
+                span.in_scope(|| {
+                    span.record("outcome", "ok");
+                    tracing::info!("tool call finished");
+                });
+                return Ok(done);
             }
-            tool_error(&e)
+            Err(e) => e,
+        };
+        span.record("outcome", e.code());
+        if e.status().is_server_error() {
+            span.in_scope(|| tracing::error!(error = %e, "tool call failed"));
+        } else {
+            span.in_scope(|| tracing::info!(error = %e, "tool call refused"));
+            if !matches!(e, ApiError::Refused(_)) {
+                let ev = AuditEvent::new(
+                    Level::Warn,
+                    ReasonCode::ApiRefused,
+                    format!("MCP tool {tool}: {e}"),
+                )
+                .with("error", e.code())
+                .with("tool", tool)
+                .with("via", "mcp");
+                self.shared.state.events.emit_service(&tenant, ev).await;
+            }
         }
-    })
+        Ok(tool_error(&e))
+    }
 }
 
 /// The API's error as a tool error.
@@ -366,7 +391,9 @@ impl CorralMcp {
         Parameters(args): Parameters<RunCodeArgs>,
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, ErrorData> {
-        traced("run_code", self.run_code_inner(args, ctx)).await
+        let tenant = self.tenant_name(&ctx);
+        self.traced("run_code", tenant, self.run_code_inner(args, ctx))
+            .await
     }
 
     #[tool(
@@ -377,7 +404,9 @@ impl CorralMcp {
         Parameters(args): Parameters<WriteFileArgs>,
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, ErrorData> {
-        traced("write_file", self.write_file_inner(args, ctx)).await
+        let tenant = self.tenant_name(&ctx);
+        self.traced("write_file", tenant, self.write_file_inner(args, ctx))
+            .await
     }
 
     #[tool(
@@ -388,7 +417,9 @@ impl CorralMcp {
         Parameters(args): Parameters<ReadFileArgs>,
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, ErrorData> {
-        traced("read_file", self.read_file_inner(args, ctx)).await
+        let tenant = self.tenant_name(&ctx);
+        self.traced("read_file", tenant, self.read_file_inner(args, ctx))
+            .await
     }
 
     #[tool(
@@ -399,7 +430,9 @@ impl CorralMcp {
         Parameters(args): Parameters<ListFilesArgs>,
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, ErrorData> {
-        traced("list_files", self.list_files_inner(args, ctx)).await
+        let tenant = self.tenant_name(&ctx);
+        self.traced("list_files", tenant, self.list_files_inner(args, ctx))
+            .await
     }
 }
 
