@@ -4,17 +4,24 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use clap::Args;
-use corral_deploy::{DeployOptions, Registry, Runtime};
+use corral_deploy::{DeployOptions, DeploySource, Registry, Runtime};
 use corral_launcher::{EventSink, EventWriter, HelperStart, NoEvents, RunStamp, EXIT_CORRAL_ERROR};
 use corral_policy::network::{normalize_host, Cidr, DomainRule};
+use corral_policy::PackageSpec;
 
 /// Arguments of `corral deploy`.
 #[derive(Args)]
 pub struct DeployArgs {
     /// The source directory (read, never written); with --server, the
     /// server's `source`.
-    #[arg(required_unless_present = "server")]
+    #[arg(required_unless_present_any = ["server", "package"], conflicts_with = "package")]
     source: Option<PathBuf>,
+    /// Deploy a package pinned to one exact version instead of a
+    /// directory: `npm:NAME@X.Y.Z` (`npm:@scope/name@X.Y.Z`) or
+    /// `pypi:NAME==X.Y`, fetched from --npm-registry / --index-url in the
+    /// install phase. Ranges, tags and `latest` are refused.
+    #[arg(long, value_name = "SPEC")]
+    package: Option<String>,
     /// The tree to create (or replace): absolute or relative, not under
     /// /tmp, /proc or /dev; its parent must exist. With --server, the
     /// server's `dir`.
@@ -186,15 +193,39 @@ fn options(args: &DeployArgs) -> Result<DeployOptions, (String, String)> {
     })
 }
 
+/// `--package SPEC`, parsed; a SOURCE that looks like a package spec
+/// and is no directory says to use `--package`.
+fn package_flag(args: &DeployArgs) -> Result<Option<DeploySource>, String> {
+    if let Some(spec) = &args.package {
+        return PackageSpec::parse(spec)
+            .map(|p| Some(DeploySource::Package(p)))
+            .map_err(|e| format!("--package: {e}"));
+    }
+    if let Some(s) = &args.source {
+        let text = s.to_string_lossy();
+        if (text.starts_with("npm:") || text.starts_with("pypi:")) && !s.exists() {
+            return Err(format!(
+                "{text} is not a directory; to deploy a package, write --package {text}"
+            ));
+        }
+    }
+    Ok(None)
+}
+
 /// The source and the tree: the flags', or a supervised server's.
 fn targets(
     args: &DeployArgs,
     config: &corral_policy::Config,
-) -> Result<(PathBuf, PathBuf), String> {
+) -> Result<(DeploySource, PathBuf), String> {
+    let flag = package_flag(args)?;
     let Some(name) = &args.server else {
-        return match (&args.source, &args.out) {
-            (Some(s), Some(o)) => Ok((s.clone(), o.clone())),
-            _ => Err("give SOURCE and --out TREE (or --server NAME with --config)".into()),
+        return match (flag, &args.source, &args.out) {
+            (Some(p), _, Some(o)) => Ok((p, o.clone())),
+            (None, Some(s), Some(o)) => Ok((DeploySource::Dir(s.clone()), o.clone())),
+            _ => Err(
+                "give SOURCE (or --package SPEC) and --out TREE, or --server NAME with --config"
+                    .into(),
+            ),
         };
     };
     let server = config
@@ -211,12 +242,14 @@ fn targets(
             server.runtime.as_str()
         ));
     }
-    let source = match (&args.source, &server.source) {
-        (Some(s), _) => s.clone(),
-        (None, Some(s)) => s.clone(),
-        (None, None) => {
+    let source = match (flag, &args.source, &server.source, &server.package) {
+        (Some(p), _, _, _) => p,
+        (None, Some(s), _, _) => DeploySource::Dir(s.clone()),
+        (None, None, Some(s), _) => DeploySource::Dir(s.clone()),
+        (None, None, None, Some(p)) => DeploySource::Package(p.clone()),
+        (None, None, None, None) => {
             return Err(format!(
-                "--server {name}: it has no `source`: add source = \"/path/of/the/source\" to its entry, or give SOURCE"
+                "--server {name}: it has neither `source` nor `package`: add source = \"/path/of/the/source\" or package = \"npm:NAME@X.Y.Z\" to its entry, or give SOURCE"
             ))
         }
     };
@@ -235,10 +268,11 @@ fn targets(
 fn sink(args: &DeployArgs) -> Arc<dyn EventSink> {
     let id =
         corral_launcher::new_run_id().unwrap_or_else(|_| format!("pid-{}", std::process::id()));
-    let what = match (&args.source, &args.server) {
-        (Some(s), _) => s.display().to_string(),
-        (None, Some(n)) => format!("--server {n}"),
-        (None, None) => String::new(),
+    let what = match (&args.source, &args.package, &args.server) {
+        (Some(s), _, _) => s.display().to_string(),
+        (None, Some(p), _) => format!("--package {p}"),
+        (None, None, Some(n)) => format!("--server {n}"),
+        (None, None, None) => String::new(),
     };
     let argv = vec!["deploy".to_string(), what];
     let stamp = RunStamp::new(id, &args.install_profile, &argv);

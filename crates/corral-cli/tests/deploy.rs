@@ -1200,3 +1200,197 @@ fn a_server_deployed_from_its_config_entry_is_supervised_and_answers_through_the
     assert_eq!(r["tools"], serde_json::json!(["dep_value"]), "{r}");
     assert_eq!(r["value"], "dep-1.0", "{r}");
 }
+
+/// A registry with packages to deploy by name: a wheel whose console
+/// script is the stdlib MCP server (it needs corral-dep), and a scoped npm
+/// package whose `bin` needs corral-left.
+fn package_registry() -> Registry {
+    Registry::start(serde_json::json!({
+        "host": "registry.test",
+        "wheels": [
+            {"name": "corral-dep", "version": "1.0", "files": {"corral_dep.py": "VALUE = 'dep-1.0'\n"}},
+            {"name": "corral-mcp-tool", "version": "1.0", "requires": ["corral-dep==1.0"],
+             "files": {"corral_mcp_tool.py": "def main():\n    import corral_mcp_tool_impl\n",
+                       "corral_mcp_tool_impl.py": STDLIB_MCP_SERVER},
+             "entry_points": {"corral-mcp-tool": "corral_mcp_tool:main"}},
+        ],
+        "npm": [
+            {"name": "corral-left", "version": "1.0.0",
+             "files": {"index.js": "module.exports = () => 'left-1.0.0';\n"}},
+            {"name": "@corral/hello", "version": "1.2.3",
+             "package": {"bin": {"hello": "cli.js"}, "dependencies": {"corral-left": "1.0.0"}},
+             "files": {"cli.js": "#!/usr/bin/env node\nconsole.log('hello', require('corral-left')());\n"}},
+        ],
+    }))
+}
+
+/// `corral deploy --json --package SPEC --out OUT` with the registry's flags.
+fn deploy_package(reg: &Registry, spec: &str, out: &Path) -> serde_json::Value {
+    let mut c = corral();
+    c.args([
+        "deploy",
+        "--json",
+        "--timeout",
+        "120",
+        "--package",
+        spec,
+        "--out",
+    ])
+    .arg(out)
+    .args(reg.flags());
+    if !is_root() {
+        c.arg("--allow-unenforced-limits");
+    }
+    let o = c.output().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {} {}", text(&o.stdout), text(&o.stderr)));
+    assert_eq!(o.status.success(), v["ok"] == true, "{v}");
+    v
+}
+
+#[test]
+fn an_npm_package_is_deployed_pinned_and_runs_from_the_tree() {
+    let reg = package_registry();
+    let base = Base::new();
+    let out = base.path().join("tree");
+    let v = deploy_package(&reg, "npm:@corral/hello@1.2.3", &out);
+    let m = ok(&v);
+    assert_eq!(m["pattern"], "node_install");
+    assert_eq!(m["source"], "npm:@corral/hello@1.2.3");
+    assert_eq!(
+        m["entry"],
+        serde_json::json!({"kind": "node", "path": "node_modules/@corral/hello/cli.js", "rule": "@corral/hello.bin.hello"})
+    );
+    // The integrity is the registry's, as npm checked it.
+    let want = reg.packument("@corral/hello")["versions"]["1.2.3"]["dist"]["integrity"].clone();
+    assert!(want.as_str().unwrap().starts_with("sha512-"), "{want}");
+    assert_eq!(m["package"]["integrity"], want, "{m}");
+    assert_eq!(m["package"]["spec"], "npm:@corral/hello@1.2.3");
+    assert!(m["package"]["installed"]["corral-left@1.0.0"]
+        .as_str()
+        .unwrap()
+        .starts_with("sha512-"));
+    // Lifecycle scripts were off; only the registry was reached.
+    assert!(m["phases"][0]["argv"][2]
+        .as_str()
+        .unwrap()
+        .contains("--ignore-scripts"));
+    assert!(events_of(&v, "net.allowed")
+        .iter()
+        .all(|e| e["fields"]["domain"] == "registry.test"));
+    let entry = out.join("node_modules/@corral/hello/cli.js");
+    let said = run_in_tree("mcp-node", &out, false, &["node", entry.to_str().unwrap()]);
+    assert_eq!(said, "hello left-1.0.0\n");
+    // The same spec again: a no-op.
+    let again = deploy_package(&reg, "npm:@corral/hello@1.2.3", &out);
+    assert_eq!(again["noop"], true, "{again}");
+    assert_eq!(again["manifest"]["created"], m["created"]);
+}
+
+#[test]
+fn a_pypi_package_deployed_from_its_config_entry_answers_through_the_bridge() {
+    let reg = package_registry();
+    let base = Base::new();
+    let tree = base.path().join("tree");
+    let extra = format!(
+        "[profile.mcpx]\nextends = \"mcp-python\"\n[profile.mcpx.limits]\nallow_unenforced = {}\n\
+         [[server.mcp_server]]\nname = \"tool\"\nruntime = \"deployed\"\ndir = \"{}\"\npackage = \"pypi:corral-mcp-tool==1.0\"\nprofile = \"mcpx\"\n",
+        !is_root(),
+        tree.display(),
+    );
+    let cfg_dir = tempfile::tempdir().unwrap();
+    let cfg = serve_config(cfg_dir.path(), &extra);
+    let deploy_server = || {
+        let mut c = corral();
+        c.args(["deploy", "--json", "--timeout", "120", "--config"])
+            .arg(&cfg)
+            .args(["--server", "tool"])
+            .args(reg.flags());
+        if !is_root() {
+            c.arg("--allow-unenforced-limits");
+        }
+        let out = c.output().unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {} {}", text(&out.stdout), text(&out.stderr)));
+        v
+    };
+    let v = deploy_server();
+    let m = ok(&v);
+    assert_eq!(m["source"], "pypi:corral-mcp-tool==1.0");
+    assert_eq!(
+        m["entry"],
+        serde_json::json!({"kind": "console_script", "name": "corral-mcp-tool", "path": ".venv/bin/corral-mcp-tool", "rule": "entry_points.console_scripts"})
+    );
+    assert!(
+        m["package"]["integrity"]
+            .as_str()
+            .unwrap()
+            .starts_with("sha256:"),
+        "{m}"
+    );
+    assert!(
+        m["package"]["installed"]["corral_dep==1.0"].is_string(),
+        "{m}"
+    );
+    assert!(reg.requests().contains("/simple/corral-mcp-tool/"));
+    // corral serve runs the tree and the official client calls it.
+    let server = start_server_in(tempfile::tempdir().unwrap(), &cfg, &[]);
+    let url = format!("http://{}/mcp/servers/tool", server.addr);
+    let r = run_sdk_python(CALL_DEP_VALUE, &[url], "");
+    assert_eq!(r["tools"], serde_json::json!(["dep_value"]), "{r}");
+    assert_eq!(r["value"], "dep-1.0", "{r}");
+    drop(server);
+    // The same entry again: a no-op.
+    let again = deploy_server();
+    assert_eq!(again["noop"], true, "{again}");
+}
+
+#[test]
+fn package_specs_must_be_pinned_valid_and_in_the_registry() {
+    let reg = package_registry();
+    let base = Base::new();
+    let out = base.path().join("tree");
+    for (spec, want) in [
+        ("npm:@corral/hello@^1.2.3", "not an exact version"),
+        ("npm:@corral/hello@latest", "not an exact version"),
+        ("npm:@corral/hello", "no version"),
+        ("pypi:corral-mcp-tool>=1.0", "not one exact version"),
+        ("pypi:corral-mcp-tool==1.*", "not an exact version"),
+        ("pypi:$(touch /var/tmp/x)==1.0", "not a Python package name"),
+        ("npm:Corral;id@1.0.0", "not an npm package name"),
+    ] {
+        let v = deploy_package(&reg, spec, &out);
+        assert_eq!(v["error"]["code"], "request.invalid", "{spec}: {v}");
+        let msg = v["error"]["message"].as_str().unwrap();
+        assert!(msg.contains(want), "{spec}: {msg}");
+        assert_nothing_left(&out);
+    }
+    // A spec given as SOURCE says to use --package.
+    let o = corral()
+        .args(["deploy", "--json", "npm:@corral/hello@1.2.3", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(
+        text(&o.stdout).contains("--package npm:@corral/hello@1.2.3"),
+        "{}",
+        text(&o.stdout)
+    );
+    // Not in the registry: the install phase fails, saying what and where.
+    for (spec, tool_says) in [
+        ("pypi:corral-nope==1.0", "No matching distribution"),
+        ("npm:corral-nope@1.0.0", "404"),
+        ("pypi:corral-dep==2.0", "No matching distribution"),
+    ] {
+        let v = deploy_package(&reg, spec, &out);
+        assert_eq!(v["error"]["code"], "deploy.phase", "{spec}: {v}");
+        let msg = v["error"]["message"].as_str().unwrap();
+        assert!(
+            msg.contains(&format!(
+                "{spec} could not be installed from http://registry.test"
+            )) && msg.contains(tool_says),
+            "{spec}: {msg}"
+        );
+        assert_nothing_left(&out);
+    }
+}

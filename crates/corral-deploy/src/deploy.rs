@@ -7,7 +7,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use corral_launcher::{sandbox_identity, EventSink, HelperStart};
-use corral_policy::{AuditEvent, Cidr, DomainRule, NetworkMode, Profile, ReasonCode, SandboxPath};
+use corral_policy::{
+    AuditEvent, Cidr, DomainRule, NetworkMode, PackageKind, PackageSpec, Profile, ReasonCode,
+    SandboxPath,
+};
 use serde::Serialize;
 
 use crate::detect::{detect, Detection, Runtime};
@@ -82,11 +85,21 @@ impl Registry {
     }
 }
 
+/// What is deployed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeploySource {
+    /// A source directory (read, never written).
+    Dir(PathBuf),
+    /// A package pinned to one version, fetched and installed in the
+    /// install phase from the configured registry.
+    Package(PackageSpec),
+}
+
 /// What to deploy and how.
 #[derive(Debug, Clone)]
 pub struct DeployOptions {
-    /// The source directory (never written).
-    pub source: PathBuf,
+    /// The source directory or package.
+    pub source: DeploySource,
     /// The tree to create or replace.
     pub out: PathBuf,
     /// `--runtime`: only this runtime's patterns.
@@ -508,6 +521,7 @@ fn options_sha256(
     interp: &(PathBuf, String, String),
     uv: bool,
     opts: &DeployOptions,
+    package: Option<&PackageSpec>,
 ) -> String {
     let v = serde_json::json!({
         "format": MANIFEST_FORMAT,
@@ -519,6 +533,7 @@ fn options_sha256(
         "index_url": opts.index_url.as_ref().map(|r| &r.url),
         "npm_registry": opts.npm_registry.as_ref().map(|r| &r.url),
         "lifecycle_scripts": opts.lifecycle_scripts,
+        "package": package.map(|p| p.to_string()),
     });
     sha256(v.to_string().as_bytes())
 }
@@ -534,11 +549,40 @@ fn deploy_inner(
     sink: &Arc<dyn EventSink>,
     audits: &mut Vec<PhaseAudit>,
 ) -> Result<DeployReport, DeployError> {
-    // 1. Everything that can be checked before anything is created.
-    let source = std::fs::canonicalize(&opts.source).map_err(|e| DeployError::Source {
-        path: opts.source.clone(),
-        reason: format!("cannot open it: {e}"),
-    })?;
+    // 1. Everything that can be checked before anything is created. A
+    // package's source is a directory corral writes: a package.json or
+    // requirements.txt pinning it, installed by the ordinary phases.
+    let suffix = random_suffix();
+    let _generated;
+    let (source, package, runtime) = match &opts.source {
+        DeploySource::Dir(dir) => {
+            let source = std::fs::canonicalize(dir).map_err(|e| DeployError::Source {
+                path: dir.clone(),
+                reason: format!("cannot open it: {e}"),
+            })?;
+            (source, None, opts.runtime)
+        }
+        DeploySource::Package(spec) => {
+            let runtime = match spec.kind {
+                PackageKind::Npm => Runtime::Node,
+                PackageKind::Pypi => Runtime::Python3,
+            };
+            if opts.runtime.is_some_and(|r| r != runtime) {
+                return Err(DeployError::Config(format!(
+                    "{spec} is a {} package: leave --runtime out",
+                    runtime.as_str()
+                )));
+            }
+            let dir = scratch_dir(
+                std::env::temp_dir().join(format!("corral-deploy-{suffix}-package")),
+                Owner(None),
+            )?;
+            crate::package::write_source(spec, &dir.path)?;
+            let path = dir.path.clone();
+            _generated = dir;
+            (path, Some(spec), Some(runtime))
+        }
+    };
     if !source.is_dir() {
         return Err(DeployError::Source {
             path: source,
@@ -550,7 +594,7 @@ fn deploy_inner(
     // but files, directories and links, is refused before any file of it
     // is parsed.
     let source_hash = hash_and_copy(&source, None, Owner(None))?;
-    let d = detect(&source, opts.runtime)?;
+    let d = detect(&source, runtime)?;
     progress(&format!(
         "{}: {} ({})",
         source.display(),
@@ -579,7 +623,7 @@ fn deploy_inner(
             .iter()
             .any(|c| c == "uv")
         && find_in(crate::python::PYTHON_SEARCH, "uv").is_some();
-    let options_hash = options_sha256(&d, &interp, uv, opts);
+    let options_hash = options_sha256(&d, &interp, uv, opts, package);
     // 2. The same source with the same options over a sound tree: no-op.
     if let Some(m) = &existing {
         if m.source_sha256 == source_hash
@@ -617,7 +661,6 @@ fn deploy_inner(
         .file_name()
         .map(|n| n.to_string_lossy().to_string())
         .unwrap_or_default();
-    let suffix = random_suffix();
     let mut staging = scratch_dir(out.with_file_name(format!("{name}.tmp-{suffix}")), owner)?;
     if hash_and_copy(&source, Some(&staging.path), owner)? != source_hash {
         return Err(DeployError::SourceChanged(source));
@@ -768,6 +811,15 @@ fn deploy_inner(
                 .map(|e| e.message.clone())
                 .collect();
             let mut t = tail(&run.log, 25);
+            if let (Some(spec), PhaseKind::Install) = (package, kind) {
+                let registry = match spec.kind {
+                    PackageKind::Npm => opts.npm_registry.as_ref(),
+                    PackageKind::Pypi => opts.index_url.as_ref(),
+                }
+                .map(|r| r.url.clone())
+                .unwrap_or_else(|| "the public registry".into());
+                t = format!("{t}\n{spec} could not be installed from {registry}: check that the registry has this package at exactly this version");
+            }
             if !denied.is_empty() {
                 t = format!("{t}\nthe proxy refused: {}", denied.join("; "));
             }
@@ -807,7 +859,13 @@ fn deploy_inner(
             )));
         }
     }
-    let entry = resolve_entry(&st, d.runtime(), VENV)?;
+    let entry = match package {
+        Some(spec) => crate::package::resolve_entry(spec, &st, VENV)?,
+        None => resolve_entry(&st, d.runtime(), VENV)?,
+    };
+    let package_record = package
+        .map(|spec| crate::package::record(spec, &st, VENV))
+        .transpose()?;
     progress(&format!(
         "entry: {}",
         serde_json::to_string(&entry).unwrap_or_default()
@@ -836,7 +894,11 @@ fn deploy_inner(
         venv: (d.runtime() == Runtime::Python3).then(|| VENV.to_string()),
         node_modules: (d.runtime() == Runtime::Node && st.join("node_modules").is_dir())
             .then(|| "node_modules".to_string()),
-        source: source.to_string_lossy().to_string(),
+        source: match package {
+            Some(spec) => spec.to_string(),
+            None => source.to_string_lossy().to_string(),
+        },
+        package: package_record,
         source_sha256: source_hash,
         options_sha256: options_hash,
         lockfiles: lockfiles(&st),

@@ -78,7 +78,8 @@ def write_npm(p, port):
     tgz = buf.getvalue()
     d = os.path.join(root, "npm", name)
     os.makedirs(os.path.join(d, "-"), exist_ok=True)
-    fname = f"{name}-{ver}.tgz"
+    # A scoped name's tarball is named after its last part, as npm's are.
+    fname = f"{name.rsplit('/', 1)[-1]}-{ver}.tgz"
     with open(os.path.join(d, "-", fname), "wb") as f:
         f.write(tgz)
     integrity = "sha512-" + base64.b64encode(hashlib.sha512(tgz).digest()).decode()

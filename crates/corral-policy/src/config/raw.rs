@@ -62,6 +62,7 @@ pub(super) struct RawMcpServer {
     pub(super) dir: Spanned<String>,
     pub(super) entry: Option<Spanned<String>>,
     pub(super) source: Option<Spanned<String>>,
+    pub(super) package: Option<Spanned<String>>,
     pub(super) args: Option<Vec<Spanned<String>>>,
     pub(super) env: Option<Vec<Spanned<String>>>,
     pub(super) env_values: Option<BTreeMap<String, Spanned<String>>>,
