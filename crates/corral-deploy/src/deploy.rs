@@ -121,6 +121,9 @@ pub struct DeployOptions {
     pub hosts: BTreeMap<String, std::net::IpAddr>,
     /// Let npm run lifecycle scripts in the install phase.
     pub lifecycle_scripts: bool,
+    /// uv for Python installs (`--uv PATH`); `None`: `uv` in
+    /// /usr/local/bin, /usr/bin or /bin if there is one, else pip.
+    pub uv: Option<PathBuf>,
     /// Directories searched for Python interpreters.
     pub python_search: Vec<PathBuf>,
     /// The newest Python series treated as stable.
@@ -410,6 +413,46 @@ fn interpreter_binds(path: &Path) -> Vec<PathBuf> {
     out
 }
 
+/// uv for a Python install: `--uv PATH` (which the install profile must
+/// allow: its `commands.allow` names `uv`), else a `uv` in the system
+/// paths when the profile allows it, else none (pip).
+fn uv_program(opts: &DeployOptions, runtime: Runtime) -> Result<Option<PathBuf>, DeployError> {
+    let allowed = opts
+        .install_profile
+        .commands
+        .allow
+        .iter()
+        .any(|c| c == "uv");
+    if runtime != Runtime::Python3 {
+        return Ok(None);
+    }
+    let Some(given) = &opts.uv else {
+        return Ok(allowed
+            .then(|| find_in(crate::python::PYTHON_SEARCH, "uv"))
+            .flatten());
+    };
+    if !allowed {
+        return Err(DeployError::Config(format!(
+            "--uv {}: the install profile `{}` does not allow `uv` (commands.allow); add it, or leave --uv out to use pip",
+            given.display(),
+            opts.install_profile.name
+        )));
+    }
+    let abs = std::fs::canonicalize(given).map_err(|e| {
+        DeployError::Config(format!("--uv {}: {e}; give uv's path", given.display()))
+    })?;
+    let ok = std::fs::metadata(&abs).is_ok_and(|m| {
+        m.is_file() && std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o111 != 0
+    });
+    if !ok || abs.to_str().is_none() {
+        return Err(DeployError::Config(format!(
+            "--uv {}: not an executable file",
+            given.display()
+        )));
+    }
+    Ok(Some(abs))
+}
+
 fn lockfiles(tree: &Path) -> BTreeMap<String, String> {
     [
         "pyproject.toml",
@@ -507,6 +550,13 @@ fn phase_profile(
             if let Some(r) = &opts.npm_registry {
                 env.insert("NPM_CONFIG_REGISTRY".into(), r.url.clone());
             }
+            // uv: never download an interpreter, read no uv.toml or
+            // [tool.uv] settings of the source (where packages come from
+            // is corral's configuration), copy rather than link from its
+            // cache (another filesystem).
+            env.insert("UV_PYTHON_DOWNLOADS".into(), "never".into());
+            env.insert("UV_NO_CONFIG".into(), "1".into());
+            env.insert("UV_LINK_MODE".into(), "copy".into());
             if opts.cache.is_some() {
                 // The operator's cache directory is meant to stay warm.
                 env.remove("PIP_NO_CACHE_DIR");
@@ -519,7 +569,7 @@ fn phase_profile(
 fn options_sha256(
     d: &Detection,
     interp: &(PathBuf, String, String),
-    uv: bool,
+    uv: Option<&Path>,
     opts: &DeployOptions,
     package: Option<&PackageSpec>,
 ) -> String {
@@ -615,15 +665,11 @@ fn deploy_inner(
     }
     let interp = interpreter(opts, &d)?;
     progress(&interp.2);
-    let uv = d.runtime() == Runtime::Python3
-        && opts
-            .install_profile
-            .commands
-            .allow
-            .iter()
-            .any(|c| c == "uv")
-        && find_in(crate::python::PYTHON_SEARCH, "uv").is_some();
-    let options_hash = options_sha256(&d, &interp, uv, opts, package);
+    let uv = uv_program(opts, d.runtime())?;
+    if let Some(uv) = &uv {
+        progress(&format!("installing with {}", uv.display()));
+    }
+    let options_hash = options_sha256(&d, &interp, uv.as_deref(), opts, package);
     // 2. The same source with the same options over a sound tree: no-op.
     if let Some(m) = &existing {
         if m.source_sha256 == source_hash
@@ -669,17 +715,26 @@ fn deploy_inner(
         .to_str()
         .ok_or_else(|| out_err(&out, "the path is not UTF-8"))?
         .to_string();
-    let extra_ro = if d.runtime() == Runtime::Python3 {
+    let mut extra_ro = if d.runtime() == Runtime::Python3 {
         interpreter_binds(&interp.0)
     } else {
         vec![]
     };
+    if let Some(uv) = &uv {
+        // A uv outside the system paths is bound alone, read-only.
+        if !corral_policy::builtin::SYSTEM_PATHS
+            .iter()
+            .any(|s| uv.starts_with(s))
+        {
+            extra_ro.push(uv.clone());
+        }
+    }
     let inputs = PhaseInputs {
         tree: tree.clone(),
         python: (d.runtime() == Runtime::Python3).then(|| interp.0.to_string_lossy().to_string()),
-        uv,
+        uv: uv.as_ref().map(|p| p.to_string_lossy().to_string()),
         interpreter_pip: d.runtime() == Runtime::Python3
-            && !uv
+            && uv.is_none()
             && crate::python::has_pip(&interp.0),
         lifecycle_scripts: opts.lifecycle_scripts,
     };

@@ -80,8 +80,8 @@ pub struct PhaseInputs {
     pub tree: String,
     /// The Python interpreter (host path, visible in the sandbox).
     pub python: Option<String>,
-    /// Use uv (found on the host) instead of pip.
-    pub uv: bool,
+    /// uv's path (visible in the sandbox), to use instead of pip.
+    pub uv: Option<String>,
     /// The interpreter has a pip of its own: make the venv without pip
     /// and install into it with `python -m pip --python VENV/bin/python`.
     pub interpreter_pip: bool,
@@ -123,13 +123,22 @@ pub fn plan_phases(d: &Detection, i: &PhaseInputs) -> Result<Vec<PhaseSpec>, Dep
             } else {
                 vec![]
             };
-            if i.uv {
+            if let Some(uv) = &i.uv {
                 if d.pattern == Pattern::PythonPackage {
-                    steps.push(s(&["uv", "sync", "--no-dev", "--python", &py]));
+                    // Not editable: the project is installed into the venv
+                    // like pip's `install .`, not linked to its files.
+                    steps.push(s(&[
+                        uv,
+                        "sync",
+                        "--no-dev",
+                        "--no-editable",
+                        "--python",
+                        &py,
+                    ]));
                 } else {
-                    steps.push(s(&["uv", "venv", "--python", &py, &venv]));
+                    steps.push(s(&[uv, "venv", "--python", &py, &venv]));
                     if !reqs.is_empty() || !deps.is_empty() {
-                        let mut c = s(&["uv", "pip", "install", "--python", &vpy]);
+                        let mut c = s(&[uv, "pip", "install", "--python", &vpy]);
                         c.extend(reqs);
                         if !deps.is_empty() {
                             c.push("--".into());
@@ -367,6 +376,7 @@ mod tests {
     }
 
     fn inputs(uv: bool, lifecycle: bool) -> PhaseInputs {
+        let uv = uv.then(|| "/opt/uv/bin/uv".to_string());
         PhaseInputs {
             tree: "/srv/t".into(),
             python: Some("/usr/bin/python3.11".into()),
@@ -417,9 +427,10 @@ mod tests {
         assert_eq!(
             p[0].steps,
             vec![vec![
-                "uv",
+                "/opt/uv/bin/uv",
                 "sync",
                 "--no-dev",
+                "--no-editable",
                 "--python",
                 "/usr/bin/python3.11"
             ]]
@@ -429,7 +440,10 @@ mod tests {
             &inputs(true, false),
         )
         .unwrap();
-        assert_eq!(p[0].steps[1][..4], ["uv", "pip", "install", "--python"]);
+        assert_eq!(
+            p[0].steps[1][..4],
+            ["/opt/uv/bin/uv", "pip", "install", "--python"]
+        );
         let mut host_pip = inputs(false, false);
         host_pip.interpreter_pip = true;
         let p = plan_phases(&det(Pattern::PythonRequirements, &[], true, &[]), &host_pip).unwrap();
