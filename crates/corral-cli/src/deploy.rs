@@ -87,6 +87,11 @@ pub struct DeployArgs {
     /// install can leave things in it. Default: a fresh HOME every time.
     #[arg(long, value_name = "DIR")]
     cache: Option<PathBuf>,
+    /// The most disk space the tree may take, e.g. `500MiB` (default:
+    /// `[deploy] max_tree_bytes` of --config, else 1GiB). A phase that
+    /// writes more is stopped and nothing is deployed.
+    #[arg(long, value_name = "SIZE")]
+    max_tree_bytes: Option<String>,
     /// Each phase's wall-clock limit in seconds (default: the profile's).
     #[arg(long, value_name = "SECS")]
     timeout: Option<u64>,
@@ -191,11 +196,18 @@ fn options(args: &DeployArgs) -> Result<DeployOptions, (String, String)> {
             .map(std::path::absolute)
             .transpose()
             .map_err(|e| req(format!("--cache: {e}")))?,
+        max_tree_bytes: match &args.max_tree_bytes {
+            None => config.deploy.max_tree_bytes.bytes(),
+            Some(t) => corral_policy::ByteSize::parse(t)
+                .map_err(|e| req(format!("--max-tree-bytes {t}: {e}")))?
+                .bytes(),
+        },
         timeout_secs: args.timeout,
         allow_unenforced_limits: args.allow_unenforced_limits,
-        // The CLI is single-threaded between phases (the proxy thread of
-        // the install phase is joined when it ends), so it forks.
-        helper: HelperStart::Fork,
+        // Each phase runs next to a thread watching the tree's size, so the
+        // helper is re-executed (forking is only for single-threaded
+        // callers).
+        helper: HelperStart::ReExec,
     })
 }
 

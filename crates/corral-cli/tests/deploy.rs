@@ -444,6 +444,19 @@ def _attack():
     elif what[0] == 'write':
         open(what[1], 'w').write('planted')
         print('planted', what[1])
+    elif what[0] == 'fill':
+        # int(what[1]) files of 1 MiB into the tree, 50 ms apart: bounded.
+        import time
+        for i in range(int(what[1])):
+            open('fill-%d' % i, 'wb').write(b'x' * (1 << 20))
+            time.sleep(0.05)
+        print('filled', what[1])
+    elif what[0] == 'fillone':
+        # One file of int(what[1]) MiB: bounded.
+        with open('big', 'wb') as f:
+            for i in range(int(what[1])):
+                f.write(b'x' * (1 << 20))
+        print('wrote big')
 
 def get_requires_for_build_wheel(config_settings=None):
     return []
@@ -1527,4 +1540,55 @@ fn uv_is_confined_like_pip_and_installs_packages_by_name() {
             .contains("does not allow `uv`"),
         "{v}"
     );
+}
+
+#[test]
+fn a_tree_past_its_quota_is_stopped_during_the_phase_and_leaves_nothing() {
+    let reg = registry();
+    let base = Base::new();
+    // 200 files of 1 MiB, 50 ms apart (10 s if nothing stops it), against
+    // a quota of 8 MiB from the config's [deploy] section.
+    let src = package_source(&base, "src", Some("fill 200"));
+    let out = base.path().join("tree");
+    let cfg = base.path().join("c.toml");
+    std::fs::write(&cfg, "[deploy]\nmax_tree_bytes = \"8MiB\"\n").unwrap();
+    let started = std::time::Instant::now();
+    let v = deploy(Some(&reg), &src, &out, &["--config", cfg.to_str().unwrap()]);
+    assert_eq!(v["error"]["code"], "deploy.quota", "{v}");
+    let msg = v["error"]["message"].as_str().unwrap();
+    assert!(
+        msg.contains("the install phase wrote more than the tree's quota of 8388608 bytes")
+            && msg.contains("when corral stopped the phase")
+            && msg.contains("max_tree_bytes"),
+        "{msg}"
+    );
+    // Stopped while it ran, long before the payload's 10 s.
+    let wall = v["phases"][0]["wall_ms"].as_u64().unwrap();
+    assert!(wall < 6000, "the phase ran {wall} ms");
+    assert!(started.elapsed().as_secs() < 60);
+    assert_nothing_left(&out);
+    // One file larger than the quota: the file size limit (no file
+    // larger than the quota) or the watcher, whichever is first, stops it.
+    std::fs::write(src.join("attack"), "fillone 32").unwrap();
+    let v = deploy(Some(&reg), &src, &out, &["--max-tree-bytes", "8MiB"]);
+    assert_eq!(v["error"]["code"], "deploy.quota", "{v}");
+    let msg = v["error"]["message"].as_str().unwrap();
+    assert!(
+        msg.contains("a single file reached the quota")
+            || msg.contains("when corral stopped the phase"),
+        "{msg}"
+    );
+    assert_nothing_left(&out);
+    // Within the quota the same source deploys.
+    std::fs::write(src.join("attack"), "fill 2").unwrap();
+    let v = deploy(Some(&reg), &src, &out, &["--max-tree-bytes", "64MiB"]);
+    ok(&v);
+    // A bad size is refused up front.
+    let v = deploy(
+        Some(&reg),
+        &src,
+        &base.path().join("t2"),
+        &["--max-tree-bytes", "lots"],
+    );
+    assert_eq!(v["error"]["code"], "request.invalid", "{v}");
 }

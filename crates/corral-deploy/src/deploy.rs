@@ -20,7 +20,7 @@ use crate::manifest::{Manifest, PhaseRecord, MANIFEST_FILE, MANIFEST_FORMAT};
 use crate::phases::{plan_phases, run_phase, PhaseInputs, PhaseKind, PhaseSetup, VENV};
 use crate::python::{discover_interpreters, select_python, RequiresPython};
 use crate::tree::{
-    file_sha256, hash_and_copy, make_read_only, remove_tree, sha256, write_new, Owner,
+    disk_usage, file_sha256, hash_and_copy, make_read_only, remove_tree, sha256, write_new, Owner,
 };
 
 /// A package registry the install phase may reach.
@@ -131,6 +131,10 @@ pub struct DeployOptions {
     /// A HOME for the install phase kept across deployments (warm
     /// caches); `None`: a fresh one each time.
     pub cache: Option<PathBuf>,
+    /// The most disk space the tree may take (`[deploy] max_tree_bytes`):
+    /// enforced during each phase (no larger file, and a watcher stops the
+    /// phase once the tree passes it) and measured once more at the end.
+    pub max_tree_bytes: u64,
     /// Each phase's wall-clock limit, overriding the profiles'.
     pub timeout_secs: Option<u64>,
     /// Run where cgroup limits cannot be enforced.
@@ -711,6 +715,14 @@ fn deploy_inner(
     if hash_and_copy(&source, Some(&staging.path), owner)? != source_hash {
         return Err(DeployError::SourceChanged(source));
     }
+    let used = disk_usage(&staging.path);
+    if used > opts.max_tree_bytes {
+        return Err(DeployError::Quota {
+            what: format!("the source {} takes", source.display()),
+            limit: opts.max_tree_bytes,
+            seen: format!(" ({used} bytes)"),
+        });
+    }
     let tree = out
         .to_str()
         .ok_or_else(|| out_err(&out, "the path is not UTF-8"))?
@@ -822,6 +834,7 @@ fn deploy_inner(
             home: &home,
             extra_ro: &extra_ro,
             helper: opts.helper,
+            max_tree_bytes: opts.max_tree_bytes,
         };
         let run = match run_phase(spec, setup, sink) {
             Ok(r) => r,
@@ -850,6 +863,21 @@ fn deploy_inner(
             wall_ms: run.wall_ms,
             events: run.events.clone(),
         });
+        let quota = |seen: String| DeployError::Quota {
+            what: format!("the {} phase wrote", kind.as_str()),
+            limit: opts.max_tree_bytes,
+            seen,
+        };
+        if let Some(used) = run.quota_stop {
+            return Err(quota(format!(
+                " (the tree took {used} bytes when corral stopped the phase)"
+            )));
+        }
+        if run.exit_code != 0 && run.log.contains("File too large") {
+            return Err(quota(
+                " (a single file reached the quota: `File too large`)".to_string(),
+            ));
+        }
         if run.exit_code != 0 {
             let how = if run.timed_out {
                 format!(
@@ -903,6 +931,14 @@ fn deploy_inner(
     // 5. corral's own files, written only now that no sandbox runs, and
     // never through anything a phase left at those names.
     let st = staging.path.clone();
+    let used = disk_usage(&st);
+    if used > opts.max_tree_bytes {
+        return Err(DeployError::Quota {
+            what: "the phases wrote".into(),
+            limit: opts.max_tree_bytes,
+            seen: format!(" ({used} bytes at the end)"),
+        });
+    }
     for name in [".corral", MANIFEST_FILE] {
         remove_tree(&st.join(name))
             .map_err(|e| DeployError::io(format!("clearing {name} in the staged tree"), e))?;

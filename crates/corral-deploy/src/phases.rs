@@ -7,7 +7,9 @@
 //! corral chose.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use corral_launcher::{
     execute, CommandTable, EventSink, ExecuteOptions, HelperStart, OutputMode, RunRequest,
@@ -17,6 +19,7 @@ use serde::Serialize;
 
 use crate::detect::{Detection, Pattern};
 use crate::error::DeployError;
+use crate::tree::disk_usage;
 
 /// Which phase.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -233,6 +236,9 @@ pub(crate) struct PhaseRun {
     pub timed_out: bool,
     pub log: String,
     pub events: Vec<AuditEvent>,
+    /// The tree's disk usage when the watcher stopped the phase for
+    /// passing the quota.
+    pub quota_stop: Option<u64>,
 }
 
 /// Where a phase runs.
@@ -243,6 +249,60 @@ pub(crate) struct PhaseSetup<'a> {
     pub home: &'a Path,
     pub extra_ro: &'a [PathBuf],
     pub helper: HelperStart,
+    /// The tree's quota in bytes: no file may be larger (RLIMIT_FSIZE), and
+    /// a watcher stops the phase once the tree takes more.
+    pub max_tree_bytes: u64,
+}
+
+/// Watches the staging directory while a phase runs: every 250 ms (or
+/// twice as long as the last walk took) its disk usage is measured, and
+/// past `max` the phase is cancelled (the launcher kills the sandbox
+/// within 100 ms).
+struct QuotaWatch {
+    done: Arc<AtomicBool>,
+    stopped_at: Arc<AtomicU64>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl QuotaWatch {
+    fn start(dir: PathBuf, max: u64, cancel: Arc<AtomicBool>) -> QuotaWatch {
+        let done = Arc::new(AtomicBool::new(false));
+        let stopped_at = Arc::new(AtomicU64::new(0));
+        let (d, s) = (Arc::clone(&done), Arc::clone(&stopped_at));
+        let thread = std::thread::Builder::new()
+            .name("corral-deploy-quota".into())
+            .spawn(move || {
+                while !d.load(Ordering::Relaxed) {
+                    let t = Instant::now();
+                    let used = disk_usage(&dir);
+                    if used > max {
+                        s.store(used, Ordering::Relaxed);
+                        cancel.store(true, Ordering::Relaxed);
+                        return;
+                    }
+                    let wait = (t.elapsed() * 2).max(Duration::from_millis(250));
+                    let until = Instant::now() + wait;
+                    while Instant::now() < until && !d.load(Ordering::Relaxed) {
+                        std::thread::sleep(Duration::from_millis(25));
+                    }
+                }
+            })
+            .ok();
+        QuotaWatch {
+            done,
+            stopped_at,
+            thread,
+        }
+    }
+
+    /// Stops the watcher; the usage it stopped the phase at, if it did.
+    fn finish(mut self) -> Option<u64> {
+        self.done.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        Some(self.stopped_at.load(Ordering::Relaxed)).filter(|&u| u > 0)
+    }
 }
 
 fn sandbox_path(p: &Path) -> Result<SandboxPath, DeployError> {
@@ -279,6 +339,14 @@ pub(crate) fn run_phase(
     // Keep a useful log: 4 MiB of each stream, head and tail.
     profile.limits.output_bytes = corral_policy::ByteSize(4 << 20);
     profile.limits.output_kill_bytes = Some(corral_policy::ByteSize(256 << 20));
+    // No single file larger than the whole tree may be.
+    let fsize = profile
+        .limits
+        .file_size_bytes
+        .map_or(setup.max_tree_bytes, |b| {
+            b.bytes().min(setup.max_tree_bytes)
+        });
+    profile.limits.file_size_bytes = Some(corral_policy::ByteSize(fsize));
     let argv = spec.argv(setup.tree);
     let request = RunRequest {
         argv: argv.clone(),
@@ -294,11 +362,17 @@ pub(crate) fn run_phase(
         kept: Mutex::new(Vec::new()),
     });
     let dyn_sink: Arc<dyn EventSink> = phase_sink.clone();
+    let cancel = Arc::new(AtomicBool::new(false));
+    let watch = QuotaWatch::start(
+        setup.staging.to_path_buf(),
+        setup.max_tree_bytes,
+        Arc::clone(&cancel),
+    );
     let opts = ExecuteOptions {
         output: OutputMode::Capture,
         helper: setup.helper,
         forward_signals: true,
-        cancel: None,
+        cancel: Some(cancel),
         stdin: Some(Arc::new(
             std::fs::File::open("/dev/null")
                 .map_err(|e| DeployError::io("opening /dev/null", e))?,
@@ -309,6 +383,7 @@ pub(crate) fn run_phase(
     // No variable of corral's own environment reaches a phase.
     let lookup = |_: &str| None;
     let run = execute(&profile, &commands, &request, &lookup, opts, &dyn_sink);
+    let quota_stop = watch.finish();
     let events = phase_sink
         .kept
         .lock()
@@ -350,6 +425,7 @@ pub(crate) fn run_phase(
                 timed_out: r.timed_out,
                 log,
                 events,
+                quota_stop,
             })
         }
     }

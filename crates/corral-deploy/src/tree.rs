@@ -296,6 +296,30 @@ pub(crate) fn remove_tree(root: &Path) -> std::io::Result<()> {
     std::fs::remove_dir_all(root)
 }
 
+/// The disk space a directory tree takes: allocated blocks, each inode
+/// once (hard links), never following a link; what vanishes while it is
+/// walked (a phase is writing) is skipped. Walked with a stack, so a
+/// deeply nested tree cannot overflow corral's.
+pub(crate) fn disk_usage(root: &Path) -> u64 {
+    let mut seen = std::collections::HashSet::new();
+    let mut total: u64 = 0;
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(p) = stack.pop() {
+        let Ok(m) = std::fs::symlink_metadata(&p) else {
+            continue;
+        };
+        if m.nlink() <= 1 || seen.insert((m.dev(), m.ino())) {
+            total = total.saturating_add(m.blocks().saturating_mul(512));
+        }
+        if m.is_dir() {
+            if let Ok(entries) = std::fs::read_dir(&p) {
+                stack.extend(entries.filter_map(|e| e.ok()).map(|e| e.path()));
+            }
+        }
+    }
+    total
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -361,5 +385,22 @@ mod tests {
         assert!(!link_stays_inside(Path::new("a/b"), Path::new("../../c")));
         assert!(!link_stays_inside(Path::new("a"), Path::new("/etc")));
         assert!(link_stays_inside(Path::new("a"), Path::new("x/../y")));
+    }
+
+    #[test]
+    fn disk_usage_counts_blocks_once() {
+        let d = tempfile::tempdir().unwrap();
+        let empty = disk_usage(d.path());
+        std::fs::write(d.path().join("a"), vec![1u8; 1 << 20]).unwrap();
+        let one = disk_usage(d.path());
+        assert!(one >= empty + (1 << 20), "{empty} {one}");
+        std::fs::hard_link(d.path().join("a"), d.path().join("b")).unwrap();
+        std::os::unix::fs::symlink(d.path().join("a"), d.path().join("c")).unwrap();
+        let linked = disk_usage(d.path());
+        assert!(linked < one + 8192, "{one} {linked}");
+        // A sparse file takes what it allocated, not its length.
+        let f = std::fs::File::create(d.path().join("sparse")).unwrap();
+        f.set_len(1 << 30).unwrap();
+        assert!(disk_usage(d.path()) < linked + (1 << 20));
     }
 }

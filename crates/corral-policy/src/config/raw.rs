@@ -14,6 +14,14 @@ pub(super) struct RawConfig {
     #[serde(default)]
     pub(super) profile: BTreeMap<String, Spanned<RawProfile>>,
     pub(super) server: Option<Spanned<RawServer>>,
+    pub(super) deploy: Option<Spanned<RawDeploy>>,
+}
+
+/// The `[deploy]` section.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawDeploy {
+    pub(super) max_tree_bytes: Option<Spanned<RawSize>>,
 }
 
 /// The `[server]` section.
