@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use clap::Args;
-use corral_deploy::{DeployOptions, DeploySource, Registry, Runtime};
+use corral_deploy::{DeployOptions, DeploySource, Registry, RegistryToken, Runtime};
 use corral_launcher::{EventSink, EventWriter, HelperStart, NoEvents, RunStamp, EXIT_CORRAL_ERROR};
 use corral_policy::network::{normalize_host, Cidr, DomainRule};
 use corral_policy::PackageSpec;
@@ -87,6 +87,11 @@ pub struct DeployArgs {
     /// install can leave things in it. Default: a fresh HOME every time.
     #[arg(long, value_name = "DIR")]
     cache: Option<PathBuf>,
+    /// A PEM bundle of CA certificates the install phase trusts (a
+    /// TLS-intercepting network, a registry with a private CA); default:
+    /// `[deploy] ca_bundle` of --config.
+    #[arg(long, value_name = "FILE")]
+    ca_bundle: Option<PathBuf>,
     /// The most disk space the tree may take, e.g. `500MiB` (default:
     /// `[deploy] max_tree_bytes` of --config, else 1GiB). A phase that
     /// writes more is stopped and nothing is deployed.
@@ -168,14 +173,23 @@ fn options(args: &DeployArgs) -> Result<DeployOptions, (String, String)> {
             .map_err(|e| req(format!("--timeout {e}")))?;
     }
     let (source, out) = targets(args, &config).map_err(req)?;
+    let index_url = registry("--index-url", &args.index_url)?;
+    let npm_registry = registry("--npm-registry", &args.npm_registry)?;
+    let registry_tokens =
+        tokens(&config, [index_url.as_ref(), npm_registry.as_ref()]).map_err(cfg)?;
     Ok(DeployOptions {
         source,
         out,
         runtime,
         install_profile: profile(&args.install_profile)?,
         build_profile: profile(&args.build_profile)?,
-        index_url: registry("--index-url", &args.index_url)?,
-        npm_registry: registry("--npm-registry", &args.npm_registry)?,
+        index_url,
+        npm_registry,
+        ca_bundle: match &args.ca_bundle {
+            Some(p) => Some(std::path::absolute(p).map_err(|e| req(format!("--ca-bundle: {e}")))?),
+            None => config.deploy.ca_bundle.clone(),
+        },
+        registry_tokens,
         allow_domains,
         allow_cidrs,
         hosts,
@@ -209,6 +223,35 @@ fn options(args: &DeployArgs) -> Result<DeployOptions, (String, String)> {
         // callers).
         helper: HelperStart::ReExec,
     })
+}
+
+/// The tokens of `[[deploy.registry_auth]]` entries for the registries in
+/// use (same scheme, host and port), read from corral's environment by
+/// the variable each names.
+fn tokens(
+    config: &corral_policy::Config,
+    in_use: [Option<&Registry>; 2],
+) -> Result<Vec<RegistryToken>, String> {
+    let mut out = Vec::new();
+    for auth in &config.deploy.registry_auth {
+        let r = Registry::parse("deploy.registry_auth.registry", &auth.registry)
+            .map_err(|e| e.to_string())?;
+        let used = in_use
+            .iter()
+            .flatten()
+            .any(|u| (u.plain_http, &u.host, u.port) == (r.plain_http, &r.host, r.port));
+        if !used {
+            continue;
+        }
+        let token = std::env::var(&auth.token_env).map_err(|_| {
+            format!(
+                "deploy.registry_auth for {} names {}, which is not set in corral's environment: set it (an EnvironmentFile of the service, say), or remove the entry",
+                auth.registry, auth.token_env
+            )
+        })?;
+        out.push(RegistryToken::new(r, &auth.username, &token).map_err(|e| e.to_string())?);
+    }
+    Ok(out)
 }
 
 /// `--package SPEC`, parsed; a SOURCE that looks like a package spec

@@ -63,6 +63,8 @@ struct Registry {
     child: Child,
     port: u16,
     root: tempfile::TempDir,
+    /// `http` or `https` (the spec's `tls`).
+    scheme: &'static str,
 }
 
 impl Drop for Registry {
@@ -98,16 +100,26 @@ impl Registry {
             .unwrap_or_else(|| panic!("registry said {line:?}"))
             .parse()
             .unwrap();
-        Registry { child, port, root }
+        let scheme = if spec.get("tls").is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        Registry {
+            child,
+            port,
+            root,
+            scheme,
+        }
     }
 
     /// The flags that let the install phase reach this registry only.
     fn flags(&self) -> Vec<String> {
         vec![
             "--index-url".into(),
-            format!("http://registry.test:{}/simple/", self.port),
+            format!("{}://registry.test:{}/simple/", self.scheme, self.port),
             "--npm-registry".into(),
-            format!("http://registry.test:{}/npm/", self.port),
+            format!("{}://registry.test:{}/npm/", self.scheme, self.port),
             "--add-host".into(),
             "registry.test=127.0.0.1".into(),
             "--allow-cidr".into(),
@@ -444,6 +456,11 @@ def _attack():
     elif what[0] == 'write':
         open(what[1], 'w').write('planted')
         print('planted', what[1])
+    elif what[0] == 'leak':
+        print('leaked:', open(what[1]).read())
+        raise SystemExit('leaked')
+    elif what[0] == 'copy':
+        open(what[2], 'w').write(open(what[1]).read())
     elif what[0] == 'fill':
         # int(what[1]) files of 1 MiB into the tree, 50 ms apart: bounded.
         import time
@@ -1218,7 +1235,12 @@ fn a_server_deployed_from_its_config_entry_is_supervised_and_answers_through_the
 /// script is the stdlib MCP server (it needs corral-dep), and a scoped npm
 /// package whose `bin` needs corral-left.
 fn package_registry() -> Registry {
-    Registry::start(serde_json::json!({
+    package_registry_with(serde_json::json!({}))
+}
+
+/// [`package_registry`] with more keys of the spec (`token`, `tls`).
+fn package_registry_with(extra: serde_json::Value) -> Registry {
+    let mut spec = serde_json::json!({
         "host": "registry.test",
         "wheels": [
             {"name": "corral-dep", "version": "1.0", "files": {"corral_dep.py": "VALUE = 'dep-1.0'\n"}},
@@ -1234,7 +1256,11 @@ fn package_registry() -> Registry {
              "package": {"bin": {"hello": "cli.js"}, "dependencies": {"corral-left": "1.0.0"}},
              "files": {"cli.js": "#!/usr/bin/env node\nconsole.log('hello', require('corral-left')());\n"}},
         ],
-    }))
+    });
+    for (k, v) in extra.as_object().unwrap() {
+        spec[k] = v.clone();
+    }
+    Registry::start(spec)
 }
 
 /// `corral deploy --json --package SPEC --out OUT` with the registry's flags.
@@ -1591,4 +1617,292 @@ fn a_tree_past_its_quota_is_stopped_during_the_phase_and_leaves_nothing() {
         &["--max-tree-bytes", "lots"],
     );
     assert_eq!(v["error"]["code"], "request.invalid", "{v}");
+}
+
+/// Every file under `dir` (links not followed), as bytes.
+fn all_files(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(p) = stack.pop() {
+        let m = std::fs::symlink_metadata(&p).unwrap();
+        if m.is_dir() {
+            stack.extend(std::fs::read_dir(&p).unwrap().map(|e| e.unwrap().path()));
+        } else if m.is_file() {
+            out.push((p.clone(), std::fs::read(&p).unwrap()));
+        }
+    }
+    out
+}
+
+fn holds(bytes: &[u8], needle: &str) -> bool {
+    bytes.windows(needle.len()).any(|w| w == needle.as_bytes())
+}
+
+const TOKEN: &str = "tok-corral-5d1e8a93f0";
+
+#[test]
+fn registry_tokens_reach_the_install_phase_only_and_never_the_tree_logs_or_events() {
+    let reg = package_registry_with(serde_json::json!({"token": TOKEN}));
+    let base = Base::new();
+    let cfg = base.path().join("c.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[[deploy.registry_auth]]\nregistry = \"http://registry.test:{p}/simple/\"\ntoken_env = \"CORRAL_TEST_REGISTRY_TOKEN\"\n\
+             [[deploy.registry_auth]]\nregistry = \"http://registry.test:{p}/npm/\"\ntoken_env = \"CORRAL_TEST_REGISTRY_TOKEN\"\n",
+            p = reg.port
+        ),
+    )
+    .unwrap();
+    let cfg_flag = ["--config", cfg.to_str().unwrap()];
+    // The variable unset: refused up front, naming it.
+    let out = base.path().join("tree");
+    let src = package_source(&base, "src", Some("leak /workspace/.netrc"));
+    let v = deploy(Some(&reg), &src, &out, &cfg_flag);
+    assert_eq!(v["error"]["code"], "config.invalid", "{v}");
+    assert!(v["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("CORRAL_TEST_REGISTRY_TOKEN"));
+    assert_nothing_left(&out);
+    // Without the token the registry refuses.
+    let v = deploy(Some(&reg), &src, &out, &[]);
+    assert_eq!(v["error"]["code"], "deploy.phase", "{v}");
+    // With it: a build backend that prints the .netrc it can read and
+    // fails gets its output redacted in the error.
+    let events = base.path().join("events.jsonl");
+    let mut flags = cfg_flag.to_vec();
+    flags.extend(["--events", events.to_str().unwrap()]);
+    let failed = deploy_env(
+        Some(&reg),
+        &src,
+        &out,
+        &flags,
+        &[("CORRAL_TEST_REGISTRY_TOKEN", TOKEN)],
+    );
+    assert_eq!(failed["error"]["code"], "deploy.phase", "{failed}");
+    let msg = failed["error"]["message"].as_str().unwrap();
+    assert!(
+        msg.contains("leaked: machine registry.test login __token__ password [redacted]"),
+        "{msg}"
+    );
+    assert!(!failed.to_string().contains(TOKEN));
+    assert_nothing_left(&out);
+    // The install phase authenticates (pip through .netrc).
+    std::fs::remove_file(src.join("attack")).unwrap();
+    let v = deploy_env(
+        Some(&reg),
+        &src,
+        &out,
+        &flags,
+        &[("CORRAL_TEST_REGISTRY_TOKEN", TOKEN)],
+    );
+    ok(&v);
+    assert!(
+        reg.requests().contains("AUTH /simple/corral-dep/"),
+        "{}",
+        reg.requests()
+    );
+    // npm, through .npmrc's _authToken.
+    let npm_out = base.path().join("npm-tree");
+    let mut c = corral();
+    c.args([
+        "deploy",
+        "--json",
+        "--timeout",
+        "120",
+        "--package",
+        "npm:@corral/hello@1.2.3",
+    ])
+    .args(cfg_flag)
+    .arg("--out")
+    .arg(&npm_out)
+    .args(reg.flags())
+    .env("CORRAL_TEST_REGISTRY_TOKEN", TOKEN);
+    if !is_root() {
+        c.arg("--allow-unenforced-limits");
+    }
+    let o = c.output().unwrap();
+    let npm_v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    ok(&npm_v);
+    assert!(reg
+        .requests()
+        .contains("AUTH /npm/@corral/hello/-/hello-1.2.3.tgz"));
+    // The token is nowhere corral wrote: the trees (manifest, logs,
+    // audit.jsonl, everything installed), the events file, the output.
+    for tree in [&out, &npm_out] {
+        for (path, bytes) in all_files(tree) {
+            assert!(!holds(&bytes, TOKEN), "the token is in {}", path.display());
+        }
+    }
+    assert!(!holds(&std::fs::read(&events).unwrap(), TOKEN));
+    assert!(!v.to_string().contains(TOKEN) && !npm_v.to_string().contains(TOKEN));
+    assert!(!text(&o.stderr).contains(TOKEN));
+    // A phase that copies the token into the tree: refused, nothing left.
+    std::fs::write(src.join("attack"), "copy /workspace/.netrc leak.txt").unwrap();
+    let out2 = base.path().join("tree2");
+    let v = deploy_env(
+        Some(&reg),
+        &src,
+        &out2,
+        &cfg_flag,
+        &[("CORRAL_TEST_REGISTRY_TOKEN", TOKEN)],
+    );
+    assert_eq!(v["error"]["code"], "deploy.credential", "{v}");
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("leak.txt"),
+        "{v}"
+    );
+    assert!(!v.to_string().contains(TOKEN));
+    assert_nothing_left(&out2);
+}
+
+/// A test CA and a certificate for registry.test signed by it (openssl).
+fn test_ca(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
+    let sh = |args: &[&str]| {
+        let o = Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "openssl {args:?}: {}", text(&o.stderr));
+    };
+    sh(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=corral test CA",
+        "-addext",
+        "basicConstraints=critical,CA:TRUE",
+        "-addext",
+        "keyUsage=critical,keyCertSign,cRLSign",
+    ]);
+    sh(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "leaf.key",
+        "-out",
+        "leaf.csr",
+        "-subj",
+        "/CN=registry.test",
+    ]);
+    std::fs::write(
+        dir.join("ext.cnf"),
+        "subjectAltName=DNS:registry.test\nbasicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n",
+    )
+    .unwrap();
+    sh(&[
+        "x509",
+        "-req",
+        "-in",
+        "leaf.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "leaf.pem",
+        "-days",
+        "2",
+        "-extfile",
+        "ext.cnf",
+    ]);
+    for f in ["ca.pem", "leaf.pem", "leaf.key"] {
+        std::fs::set_permissions(dir.join(f), std::fs::Permissions::from_mode(0o644)).unwrap();
+    }
+    (
+        dir.join("ca.pem"),
+        dir.join("leaf.pem"),
+        dir.join("leaf.key"),
+    )
+}
+
+#[test]
+fn a_ca_bundle_lets_the_install_phase_trust_a_registry_with_a_private_ca() {
+    let base = Base::new();
+    let ca_dir = base.path().join("ca");
+    std::fs::create_dir(&ca_dir).unwrap();
+    let (ca, cert, key) = test_ca(&ca_dir);
+    let reg = package_registry_with(serde_json::json!({
+        "tls": {"cert": cert, "key": key},
+    }));
+    let src = base.source(
+        "src",
+        &[
+            ("requirements.txt", "corral-dep==1.0\n"),
+            ("main.py", "import corral_dep\nprint(corral_dep.VALUE)\n"),
+        ],
+    );
+    // Untrusted: pip refuses the registry's certificate.
+    let out = base.path().join("tree");
+    let v = deploy(Some(&reg), &src, &out, &[]);
+    assert_eq!(v["error"]["code"], "deploy.phase", "{v}");
+    let msg = v["error"]["message"].as_str().unwrap();
+    assert!(
+        msg.to_lowercase().contains("certificate verify failed"),
+        "{msg}"
+    );
+    assert_nothing_left(&out);
+    // With the bundle: pip, uv and npm trust it.
+    let ca_flag = ["--ca-bundle", ca.to_str().unwrap()];
+    let m = ok(&deploy(Some(&reg), &src, &out, &ca_flag)).clone();
+    assert_eq!(m["entry"]["path"], "main.py");
+    let mut with_uv = ca_flag.to_vec();
+    with_uv.extend(["--uv", uv()]);
+    ok(&deploy(
+        Some(&reg),
+        &src,
+        &base.path().join("uv-tree"),
+        &with_uv,
+    ));
+    let npm_out = base.path().join("npm-tree");
+    let mut c = corral();
+    c.args([
+        "deploy",
+        "--json",
+        "--timeout",
+        "120",
+        "--package",
+        "npm:@corral/hello@1.2.3",
+    ])
+    .args(ca_flag)
+    .arg("--out")
+    .arg(&npm_out)
+    .args(reg.flags());
+    if !is_root() {
+        c.arg("--allow-unenforced-limits");
+    }
+    let o = c.output().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    ok(&v);
+    assert!(reg
+        .requests()
+        .contains("/npm/@corral/hello/-/hello-1.2.3.tgz"));
+    // The bundle is not left in the phase's HOME or the tree.
+    assert!(!out.join(".corral-ca.pem").exists());
+    // Not a PEM bundle: refused before anything.
+    let v = deploy(
+        Some(&reg),
+        &src,
+        &base.path().join("t3"),
+        &["--ca-bundle", src.join("main.py").to_str().unwrap()],
+    );
+    assert_eq!(v["error"]["code"], "deploy.config", "{v}");
+    assert!(v["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("BEGIN CERTIFICATE"));
 }

@@ -19,6 +19,7 @@ use crate::error::DeployError;
 use crate::manifest::{Manifest, PhaseRecord, MANIFEST_FILE, MANIFEST_FORMAT};
 use crate::phases::{plan_phases, run_phase, PhaseInputs, PhaseKind, PhaseSetup, VENV};
 use crate::python::{discover_interpreters, select_python, RequiresPython};
+use crate::secrets::{install_files, read_ca_bundle, scan_tree, RegistryToken};
 use crate::tree::{
     disk_usage, file_sha256, hash_and_copy, make_read_only, remove_tree, sha256, write_new, Owner,
 };
@@ -52,7 +53,7 @@ impl Registry {
         let authority = rest.split('/').next().unwrap_or_default();
         if authority.contains('@') {
             return Err(bad(
-                "credentials do not go in the URL (they would reach every phase's environment)",
+                "credentials do not go in the URL (they would reach every phase's environment and its logs): name the variable holding the token in [[deploy.registry_auth]]",
             ));
         }
         let (host, port) = match authority.rsplit_once(':') {
@@ -135,6 +136,13 @@ pub struct DeployOptions {
     /// enforced during each phase (no larger file, and a watcher stops the
     /// phase once the tree passes it) and measured once more at the end.
     pub max_tree_bytes: u64,
+    /// A PEM bundle of CA certificates the install phase trusts
+    /// (`[deploy] ca_bundle`, `--ca-bundle`).
+    pub ca_bundle: Option<PathBuf>,
+    /// Tokens of the registries in use (`[[deploy.registry_auth]]`): in
+    /// the install phase's HOME only, redacted from every log and event,
+    /// and a tree holding one is refused.
+    pub registry_tokens: Vec<RegistryToken>,
     /// Each phase's wall-clock limit, overriding the profiles'.
     pub timeout_secs: Option<u64>,
     /// Run where cgroup limits cannot be enforced.
@@ -674,6 +682,12 @@ fn deploy_inner(
         progress(&format!("installing with {}", uv.display()));
     }
     let options_hash = options_sha256(&d, &interp, uv.as_deref(), opts, package);
+    let ca = opts.ca_bundle.as_deref().map(read_ca_bundle).transpose()?;
+    let secrets: Vec<String> = opts
+        .registry_tokens
+        .iter()
+        .map(|t| t.token.clone())
+        .collect();
     // 2. The same source with the same options over a sound tree: no-op.
     if let Some(m) = &existing {
         if m.source_sha256 == source_hash
@@ -787,6 +801,15 @@ fn deploy_inner(
         let phase_tmp = home.join(format!(".tmp-{suffix}"));
         let _tmp_guard = scratch_dir(phase_tmp.clone(), owner)?;
         let mut profile = profile;
+        // The CA bundle and the tokens: the install phase's only, as files
+        // in its HOME removed when it ends.
+        let _phase_files = if kind == PhaseKind::Install {
+            let (files, env) = install_files(&home, ca.as_deref(), &opts.registry_tokens, owner)?;
+            profile.env.set.extend(env);
+            Some(files)
+        } else {
+            None
+        };
         profile.env.set.insert(
             "TMPDIR".into(),
             format!(
@@ -835,6 +858,7 @@ fn deploy_inner(
             extra_ro: &extra_ro,
             helper: opts.helper,
             max_tree_bytes: opts.max_tree_bytes,
+            secrets: &secrets,
         };
         let run = match run_phase(spec, setup, sink) {
             Ok(r) => r,
@@ -931,6 +955,7 @@ fn deploy_inner(
     // 5. corral's own files, written only now that no sandbox runs, and
     // never through anything a phase left at those names.
     let st = staging.path.clone();
+    scan_tree(&st, &secrets)?;
     let used = disk_usage(&st);
     if used > opts.max_tree_bytes {
         return Err(DeployError::Quota {

@@ -79,6 +79,9 @@ pub enum DeployError {
         /// What was measured, as text (` (1234 bytes when it was stopped)`).
         seen: String,
     },
+    /// A registry token was found where it must never be.
+    #[error("{0}")]
+    Credential(String),
     /// The source changed while it was being copied.
     #[error("source {0} changed while corral copied it; nothing was deployed. Deploy again once it is stable")]
     SourceChanged(PathBuf),
@@ -96,7 +99,7 @@ impl DeployError {
     /// The stable code: `deploy.source`, `deploy.detect`, `deploy.python`,
     /// `deploy.script_denied`, `deploy.dependency`, `deploy.entry`,
     /// `deploy.out`, `deploy.config`, `deploy.sandbox`, `deploy.phase`,
-    /// `deploy.quota`,
+    /// `deploy.quota`, `deploy.credential`,
     /// `deploy.source_changed`, `deploy.io`.
     pub fn code(&self) -> &'static str {
         match self {
@@ -111,6 +114,7 @@ impl DeployError {
             DeployError::Sandbox { .. } => "deploy.sandbox",
             DeployError::Phase { .. } => "deploy.phase",
             DeployError::Quota { .. } => "deploy.quota",
+            DeployError::Credential(_) => "deploy.credential",
             DeployError::SourceChanged(_) => "deploy.source_changed",
             DeployError::Io { .. } => "deploy.io",
         }

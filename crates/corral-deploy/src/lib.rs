@@ -25,6 +25,7 @@ mod package;
 mod phases;
 mod python;
 mod scripts;
+mod secrets;
 mod tree;
 
 pub use deploy::{
@@ -41,6 +42,7 @@ pub use python::{
     NEWEST_STABLE, PYTHON_SEARCH,
 };
 pub use scripts::check_scripts;
+pub use secrets::RegistryToken;
 
 /// Fixtures the unit tests share.
 #[cfg(test)]

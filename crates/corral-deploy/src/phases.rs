@@ -216,14 +216,16 @@ pub fn plan_phases(d: &Detection, i: &PhaseInputs) -> Result<Vec<PhaseSpec>, Dep
 struct PhaseSink {
     inner: Arc<dyn EventSink>,
     kept: Mutex<Vec<AuditEvent>>,
+    secrets: Vec<String>,
 }
 
 impl EventSink for PhaseSink {
     fn emit(&self, event: &AuditEvent) {
+        let event = crate::secrets::redact_event(event, &self.secrets);
         if let Ok(mut k) = self.kept.lock() {
             k.push(event.clone());
         }
-        self.inner.emit(event);
+        self.inner.emit(&event);
     }
 }
 
@@ -252,6 +254,8 @@ pub(crate) struct PhaseSetup<'a> {
     /// The tree's quota in bytes: no file may be larger (RLIMIT_FSIZE), and
     /// a watcher stops the phase once the tree takes more.
     pub max_tree_bytes: u64,
+    /// Values never to let into the log or the events (registry tokens).
+    pub secrets: &'a [String],
 }
 
 /// Watches the staging directory while a phase runs: every 250 ms (or
@@ -360,6 +364,7 @@ pub(crate) fn run_phase(
     let phase_sink = Arc::new(PhaseSink {
         inner: Arc::clone(sink),
         kept: Mutex::new(Vec::new()),
+        secrets: setup.secrets.to_vec(),
     });
     let dyn_sink: Arc<dyn EventSink> = phase_sink.clone();
     let cancel = Arc::new(AtomicBool::new(false));
@@ -418,6 +423,7 @@ pub(crate) fn run_phase(
                 r.exit_code,
                 if r.timed_out { " (timed out)" } else { "" },
             );
+            let log = crate::secrets::redact(&log, setup.secrets);
             Ok(PhaseRun {
                 argv,
                 exit_code: r.exit_code,

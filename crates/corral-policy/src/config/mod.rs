@@ -40,7 +40,7 @@ mod server;
 mod tests;
 
 pub use checks::{reserved_destination, validate_hostname, HostnameError};
-pub use deploy::{DeployConfig, DEFAULT_MAX_TREE_BYTES};
+pub use deploy::{DeployConfig, RegistryAuth, DEFAULT_MAX_TREE_BYTES};
 
 use raw::{RawConfig, RawProfile};
 

@@ -22,6 +22,17 @@ pub(super) struct RawConfig {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawDeploy {
     pub(super) max_tree_bytes: Option<Spanned<RawSize>>,
+    pub(super) ca_bundle: Option<Spanned<String>>,
+    pub(super) registry_auth: Option<Vec<Spanned<RawRegistryAuth>>>,
+}
+
+/// One `[[deploy.registry_auth]]`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawRegistryAuth {
+    pub(super) registry: Spanned<String>,
+    pub(super) token_env: Spanned<String>,
+    pub(super) username: Option<Spanned<String>>,
 }
 
 /// The `[server]` section.
