@@ -714,7 +714,7 @@ fn deploy_inner(
     if hash_and_copy(&source, Some(&staging.path), owner)? != source_hash {
         return Err(DeployError::SourceChanged(source));
     }
-    let used = disk_usage(&staging.path);
+    let used = disk_usage(&staging.path, u64::MAX, None);
     if used > opts.max_tree_bytes {
         return Err(DeployError::Quota {
             what: format!("the source {} takes", source.display()),
@@ -941,7 +941,7 @@ fn deploy_inner(
     // never through anything a phase left at those names.
     let st = staging.path.clone();
     scan_tree(&st, &secrets)?;
-    let used = disk_usage(&st);
+    let used = disk_usage(&st, u64::MAX, None);
     if used > opts.max_tree_bytes {
         return Err(DeployError::Quota {
             what: "the phases wrote".into(),

@@ -278,7 +278,7 @@ impl QuotaWatch {
             .spawn(move || {
                 while !d.load(Ordering::Relaxed) {
                     let t = Instant::now();
-                    let used = disk_usage(&dir);
+                    let used = disk_usage(&dir, max, Some(&d));
                     if used > max {
                         s.store(used, Ordering::Relaxed);
                         cancel.store(true, Ordering::Relaxed);
