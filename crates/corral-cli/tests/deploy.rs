@@ -254,6 +254,18 @@ fn assert_nothing_left(out: &Path) {
     assert!(left.is_empty(), "left behind: {left:?}");
 }
 
+/// The phases reached the registry, through the proxy, and nothing else.
+fn assert_only_the_registry_reached(v: &serde_json::Value) {
+    let allowed = events_of(v, "net.allowed");
+    assert!(!allowed.is_empty(), "{v}");
+    assert!(
+        allowed
+            .iter()
+            .all(|e| e["fields"]["domain"] == "registry.test"),
+        "{allowed:?}"
+    );
+}
+
 fn events_of<'a>(v: &'a serde_json::Value, code: &str) -> Vec<&'a serde_json::Value> {
     v["phases"]
         .as_array()
@@ -307,14 +319,7 @@ fn requirements_pattern_installs_from_the_local_index_and_redeploys_as_a_no_op()
     );
     assert!(m["lockfiles"]["requirements.txt"].is_string(), "{m}");
     // The phase reached the registry, through the proxy, and nothing else.
-    let allowed = events_of(&v, "net.allowed");
-    assert!(!allowed.is_empty(), "{v}");
-    assert!(
-        allowed
-            .iter()
-            .all(|e| e["fields"]["domain"] == "registry.test"),
-        "{allowed:?}"
-    );
+    assert_only_the_registry_reached(&v);
     assert!(
         reg.requests().contains("/simple/corral-dep/"),
         "{}",
@@ -1299,9 +1304,7 @@ fn an_npm_package_is_deployed_pinned_and_runs_from_the_tree() {
         .as_str()
         .unwrap()
         .contains("--ignore-scripts"));
-    assert!(events_of(&v, "net.allowed")
-        .iter()
-        .all(|e| e["fields"]["domain"] == "registry.test"));
+    assert_only_the_registry_reached(&v);
     let entry = out.join("node_modules/@corral/hello/cli.js");
     let said = run_in_tree("mcp-node", &out, false, &["node", entry.to_str().unwrap()]);
     assert_eq!(said, "hello left-1.0.0\n");
@@ -1367,19 +1370,60 @@ fn package_specs_must_be_pinned_valid_and_in_the_registry() {
     let reg = package_registry();
     let base = Base::new();
     let out = base.path().join("tree");
-    for (spec, want) in [
-        ("npm:@corral/hello@^1.2.3", "not an exact version"),
-        ("npm:@corral/hello@latest", "not an exact version"),
-        ("npm:@corral/hello", "no version"),
-        ("pypi:corral-mcp-tool>=1.0", "not one exact version"),
-        ("pypi:corral-mcp-tool==1.*", "not an exact version"),
-        ("pypi:$(touch /var/tmp/x)==1.0", "not a Python package name"),
-        ("npm:Corral;id@1.0.0", "not an npm package name"),
+    // Refused up front (request.invalid), or, not in the registry, by the
+    // install phase (deploy.phase) saying what and where; nothing left.
+    let not_found = "could not be installed from http://registry.test";
+    for (spec, code, wants) in [
+        (
+            "npm:@corral/hello@^1.2.3",
+            "request.invalid",
+            ["not an exact version", ""],
+        ),
+        (
+            "npm:@corral/hello@latest",
+            "request.invalid",
+            ["not an exact version", ""],
+        ),
+        ("npm:@corral/hello", "request.invalid", ["no version", ""]),
+        (
+            "pypi:corral-mcp-tool>=1.0",
+            "request.invalid",
+            ["not one exact version", ""],
+        ),
+        (
+            "pypi:corral-mcp-tool==1.*",
+            "request.invalid",
+            ["not an exact version", ""],
+        ),
+        (
+            "pypi:$(touch /var/tmp/x)==1.0",
+            "request.invalid",
+            ["not a Python package name", ""],
+        ),
+        (
+            "npm:Corral;id@1.0.0",
+            "request.invalid",
+            ["not an npm package name", ""],
+        ),
+        (
+            "pypi:corral-nope==1.0",
+            "deploy.phase",
+            [not_found, "No matching distribution"],
+        ),
+        ("npm:corral-nope@1.0.0", "deploy.phase", [not_found, "404"]),
+        (
+            "pypi:corral-dep==2.0",
+            "deploy.phase",
+            [not_found, "No matching distribution"],
+        ),
     ] {
         let v = deploy_package(&reg, spec, &out);
-        assert_eq!(v["error"]["code"], "request.invalid", "{spec}: {v}");
+        assert_eq!(v["error"]["code"], code, "{spec}: {v}");
         let msg = v["error"]["message"].as_str().unwrap();
-        assert!(msg.contains(want), "{spec}: {msg}");
+        assert!(wants.iter().all(|w| msg.contains(w)), "{spec}: {msg}");
+        if code == "deploy.phase" {
+            assert!(msg.contains(&format!("{spec} {not_found}")), "{msg}");
+        }
         assert_nothing_left(&out);
     }
     // A spec given as SOURCE says to use --package.
@@ -1393,23 +1437,6 @@ fn package_specs_must_be_pinned_valid_and_in_the_registry() {
         "{}",
         text(&o.stdout)
     );
-    // Not in the registry: the install phase fails, saying what and where.
-    for (spec, tool_says) in [
-        ("pypi:corral-nope==1.0", "No matching distribution"),
-        ("npm:corral-nope@1.0.0", "404"),
-        ("pypi:corral-dep==2.0", "No matching distribution"),
-    ] {
-        let v = deploy_package(&reg, spec, &out);
-        assert_eq!(v["error"]["code"], "deploy.phase", "{spec}: {v}");
-        let msg = v["error"]["message"].as_str().unwrap();
-        assert!(
-            msg.contains(&format!(
-                "{spec} could not be installed from http://registry.test"
-            )) && msg.contains(tool_says),
-            "{spec}: {msg}"
-        );
-        assert_nothing_left(&out);
-    }
 }
 
 /// uv, installed by scripts/test.sh from PyPI (a wheel with a static
@@ -1452,14 +1479,7 @@ fn uv_installs_a_package_project_through_the_proxy_from_the_named_index_only() {
     let pk = m["packages"].as_array().unwrap();
     assert!(pk.iter().any(|p| p == "corral_dep==1.0"), "{pk:?}");
     // Through the proxy, to the registry only; evil.test never asked.
-    let allowed = events_of(&v, "net.allowed");
-    assert!(!allowed.is_empty(), "{v}");
-    assert!(
-        allowed
-            .iter()
-            .all(|e| e["fields"]["domain"] == "registry.test"),
-        "{allowed:?}"
-    );
+    assert_only_the_registry_reached(&v);
     assert!(events_of(&v, "net.denied").is_empty(), "{v}");
     assert!(reg.requests().contains("/simple/corral-dep/"));
     let said = run_in_tree(

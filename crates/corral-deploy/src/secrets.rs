@@ -11,7 +11,7 @@ use corral_policy::AuditEvent;
 
 use crate::deploy::Registry;
 use crate::error::DeployError;
-use crate::tree::Owner;
+use crate::tree::{write_new_mode, Owner};
 
 /// A private registry's token, for the install phase only. Its `Debug`
 /// never shows the token.
@@ -134,17 +134,8 @@ pub(crate) fn read_ca_bundle(path: &Path) -> Result<Vec<u8>, DeployError> {
 /// phase left at that name (a link, with a kept `--cache` HOME) is
 /// removed first, never followed (`create_new`).
 fn write_private(path: &Path, bytes: &[u8], owner: Owner) -> Result<(), DeployError> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
     let _ = std::fs::remove_file(path);
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)
-        .map_err(|e| DeployError::io(format!("writing {}", path.display()), e))?;
-    f.write_all(bytes)
-        .map_err(|e| DeployError::io(format!("writing {}", path.display()), e))?;
+    write_new_mode(path, bytes, 0o600)?;
     if let Some((uid, gid)) = owner.0 {
         std::os::unix::fs::chown(path, Some(uid), Some(gid))
             .map_err(|e| DeployError::io(format!("chown {}", path.display()), e))?;

@@ -51,10 +51,15 @@ pub(crate) fn file_sha256(path: &Path) -> Option<String> {
 /// Writes a new file (mode 0644); an existing name, link or not, is an
 /// error rather than something written through.
 pub(crate) fn write_new(path: &Path, bytes: &[u8]) -> Result<(), DeployError> {
+    write_new_mode(path, bytes, 0o644)
+}
+
+/// [`write_new`] with another mode.
+pub(crate) fn write_new_mode(path: &Path, bytes: &[u8], mode: u32) -> Result<(), DeployError> {
     let mut f = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
-        .mode(0o644)
+        .mode(mode)
         .open(path)
         .map_err(|e| DeployError::io(format!("creating {}", path.display()), e))?;
     f.write_all(bytes)
