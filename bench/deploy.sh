@@ -38,7 +38,8 @@ spec() { # $1: the host name tarball URLs use
     cat <<EOF
 {"host": "$1",
  "wheels": [
-   {"name": "bench-a", "version": "1.0", "files": {"bench_a.py": "A = 1\n"}},
+   {"name": "bench-a", "version": "1.0", "files": {"bench_a.py": "A = 1\ndef main():\n    print(A)\n"},
+    "entry_points": {"bench-a": "bench_a:main"}},
    {"name": "bench-b", "version": "1.0", "files": {"bench_b.py": "B = 2\n"}},
    {"name": "bench-c", "version": "1.0", "files": {"bench_c.py": "C = 3\n"}}],
  "npm": [
@@ -83,6 +84,17 @@ for kind in py node; do
     hfs --warmup 1 --prepare "chmod -R u+w $out 2>/dev/null; rm -rf $out" -n "$kind warm (--cache)" "$D --cache $W/cache-$kind $W/$kind --out $out"
     hf -n "$kind no-op redeploy" "$D --cache $W/cache-$kind $W/$kind --out $out"
 done
+# Package sources (--package): the same registries, one package by name.
+for spec in npm:bench-a@1.0.0 pypi:bench-a==1.0; do
+    out=$W/out-pkg
+    hfs --prepare "chmod -R u+w $out 2>/dev/null; rm -rf $out" -n "package $spec, cold" "$D --package $spec --out $out"
+done
+# uv instead of pip, when scripts/test.sh installed it.
+UV=/opt/corral-test-venv/bin/uv
+if [ -x "$UV" ]; then
+    out=$W/out-uv
+    hfs --prepare "chmod -R u+w $out 2>/dev/null; rm -rf $out" -n "py cold with uv" "$D --uv $UV $W/py --out $out"
+fi
 hfs --prepare "rm -rf $W/bare" -n "py bare pip, cold (PIP_NO_CACHE_DIR=1)" "PIP_NO_CACHE_DIR=1 sh -c '$BARE_PIP'"
 hfs --warmup 1 --prepare "rm -rf $W/bare" -n "py bare pip, warm" "PIP_CACHE_DIR=$W/bare-cache sh -c '$BARE_PIP'"
 hfs --prepare "rm -rf $W/bare $W/bare-npm" -n "node bare npm, cold" "sh -c '$BARE_NPM --cache $W/bare-npm'"

@@ -41,6 +41,11 @@ if ! "$venv/bin/python" -c 'import openapi_spec_validator, schemathesis, openapi
     echo "== installing openapi-spec-validator, schemathesis and openapi-python-client into $venv"
     (umask 022 && "$venv/bin/pip" install --quiet --disable-pip-version-check openapi-spec-validator schemathesis openapi-python-client)
 fi
+# uv (a wheel with a static binary) for tests/deploy.rs's uv installs.
+if [ ! -x "$venv/bin/uv" ]; then
+    echo "== installing uv into $venv"
+    (umask 022 && "$venv/bin/pip" install --quiet --disable-pip-version-check uv)
+fi
 chmod -R a+rX "$venv"
 # The official MCP SDK for Node (`@modelcontextprotocol/sdk` from npm) for
 # tests/stream.rs, in a directory every user can read, like the venv.

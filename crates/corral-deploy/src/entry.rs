@@ -142,7 +142,8 @@ fn python(tree: &Path, venv: &str) -> Result<Entry, DeployError> {
     ))
 }
 
-fn node(tree: &Path) -> Result<Entry, DeployError> {
+/// Node's rules in the package directory `tree`: `bin`, `main`, `index.js`.
+pub(crate) fn node_entry(tree: &Path) -> Result<Entry, DeployError> {
     let pkg = package_json(tree)?.unwrap_or_default();
     let name = pkg.get("name").and_then(|n| n.as_str());
     let check = |path: &str, rule: &str| -> Result<Option<Entry>, DeployError> {
@@ -203,7 +204,7 @@ fn node(tree: &Path) -> Result<Entry, DeployError> {
 pub fn resolve_entry(tree: &Path, runtime: Runtime, venv: &str) -> Result<Entry, DeployError> {
     match runtime {
         Runtime::Python3 => python(tree, venv),
-        Runtime::Node => node(tree),
+        Runtime::Node => node_entry(tree),
     }
 }
 

@@ -69,6 +69,19 @@ pub enum DeployError {
         /// The end of its output.
         tail: String,
     },
+    /// The tree took more disk space than `[deploy] max_tree_bytes`.
+    #[error("{what} more than the tree's quota of {limit} bytes ([deploy] max_tree_bytes){seen}; nothing was deployed. If the tree really needs more, raise max_tree_bytes in [deploy] of the config or give --max-tree-bytes")]
+    Quota {
+        /// What passed it (`the install phase wrote`, `the source holds`).
+        what: String,
+        /// The quota.
+        limit: u64,
+        /// What was measured, as text (` (1234 bytes when it was stopped)`).
+        seen: String,
+    },
+    /// A registry token was found where it must never be.
+    #[error("{0}")]
+    Credential(String),
     /// The source changed while it was being copied.
     #[error("source {0} changed while corral copied it; nothing was deployed. Deploy again once it is stable")]
     SourceChanged(PathBuf),
@@ -86,6 +99,7 @@ impl DeployError {
     /// The stable code: `deploy.source`, `deploy.detect`, `deploy.python`,
     /// `deploy.script_denied`, `deploy.dependency`, `deploy.entry`,
     /// `deploy.out`, `deploy.config`, `deploy.sandbox`, `deploy.phase`,
+    /// `deploy.quota`, `deploy.credential`,
     /// `deploy.source_changed`, `deploy.io`.
     pub fn code(&self) -> &'static str {
         match self {
@@ -99,6 +113,8 @@ impl DeployError {
             DeployError::Config(_) => "deploy.config",
             DeployError::Sandbox { .. } => "deploy.sandbox",
             DeployError::Phase { .. } => "deploy.phase",
+            DeployError::Quota { .. } => "deploy.quota",
+            DeployError::Credential(_) => "deploy.credential",
             DeployError::SourceChanged(_) => "deploy.source_changed",
             DeployError::Io { .. } => "deploy.io",
         }

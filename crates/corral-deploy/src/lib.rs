@@ -21,22 +21,28 @@ mod detect;
 mod entry;
 mod error;
 mod manifest;
+mod package;
 mod phases;
 mod python;
 mod scripts;
+mod secrets;
 mod tree;
 
-pub use deploy::{deploy, DeployOptions, DeployReport, Deployment, PhaseAudit, Registry};
+pub use deploy::{
+    deploy, DeployOptions, DeployReport, DeploySource, Deployment, PhaseAudit, Registry,
+};
 pub use detect::{detect, Detection, Pattern, Runtime};
 pub use entry::{resolve_entry, Entry};
 pub use error::DeployError;
 pub use manifest::{Manifest, PhaseRecord, MANIFEST_FILE, MANIFEST_FORMAT};
+pub use package::PackageRecord;
 pub use phases::{plan_phases, PhaseInputs, PhaseKind, PhaseSpec, VENV};
 pub use python::{
     discover_interpreters, select_python, Interpreter, PyVersion, PythonChoice, RequiresPython,
     NEWEST_STABLE, PYTHON_SEARCH,
 };
 pub use scripts::check_scripts;
+pub use secrets::RegistryToken;
 
 /// Fixtures the unit tests share.
 #[cfg(test)]

@@ -66,8 +66,13 @@ pub struct Manifest {
     pub venv: Option<String>,
     /// `node_modules`, for Node.
     pub node_modules: Option<String>,
-    /// The source directory deployed (absolute host path).
+    /// The source directory deployed (absolute host path), or the package
+    /// spec (`npm:NAME@X.Y.Z`, `pypi:NAME==X.Y`).
     pub source: String,
+    /// For a package deployment: the spec and the integrity of what the
+    /// install resolved.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub package: Option<crate::package::PackageRecord>,
     /// SHA-256 over the source's copied files (names, kinds, executable
     /// bits, contents, link targets).
     pub source_sha256: String,
@@ -153,6 +158,7 @@ mod tests {
             venv: venv.map(str::to_string),
             node_modules: None,
             source: String::new(),
+            package: None,
             source_sha256: String::new(),
             options_sha256: String::new(),
             lockfiles: BTreeMap::new(),

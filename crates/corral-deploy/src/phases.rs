@@ -7,7 +7,9 @@
 //! corral chose.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use corral_launcher::{
     execute, CommandTable, EventSink, ExecuteOptions, HelperStart, OutputMode, RunRequest,
@@ -17,6 +19,7 @@ use serde::Serialize;
 
 use crate::detect::{Detection, Pattern};
 use crate::error::DeployError;
+use crate::tree::disk_usage;
 
 /// Which phase.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -80,8 +83,8 @@ pub struct PhaseInputs {
     pub tree: String,
     /// The Python interpreter (host path, visible in the sandbox).
     pub python: Option<String>,
-    /// Use uv (found on the host) instead of pip.
-    pub uv: bool,
+    /// uv's path (visible in the sandbox), to use instead of pip.
+    pub uv: Option<String>,
     /// The interpreter has a pip of its own: make the venv without pip
     /// and install into it with `python -m pip --python VENV/bin/python`.
     pub interpreter_pip: bool,
@@ -123,13 +126,22 @@ pub fn plan_phases(d: &Detection, i: &PhaseInputs) -> Result<Vec<PhaseSpec>, Dep
             } else {
                 vec![]
             };
-            if i.uv {
+            if let Some(uv) = &i.uv {
                 if d.pattern == Pattern::PythonPackage {
-                    steps.push(s(&["uv", "sync", "--no-dev", "--python", &py]));
+                    // Not editable: the project is installed into the venv
+                    // like pip's `install .`, not linked to its files.
+                    steps.push(s(&[
+                        uv,
+                        "sync",
+                        "--no-dev",
+                        "--no-editable",
+                        "--python",
+                        &py,
+                    ]));
                 } else {
-                    steps.push(s(&["uv", "venv", "--python", &py, &venv]));
+                    steps.push(s(&[uv, "venv", "--python", &py, &venv]));
                     if !reqs.is_empty() || !deps.is_empty() {
-                        let mut c = s(&["uv", "pip", "install", "--python", &vpy]);
+                        let mut c = s(&[uv, "pip", "install", "--python", &vpy]);
                         c.extend(reqs);
                         if !deps.is_empty() {
                             c.push("--".into());
@@ -204,14 +216,16 @@ pub fn plan_phases(d: &Detection, i: &PhaseInputs) -> Result<Vec<PhaseSpec>, Dep
 struct PhaseSink {
     inner: Arc<dyn EventSink>,
     kept: Mutex<Vec<AuditEvent>>,
+    secrets: Vec<String>,
 }
 
 impl EventSink for PhaseSink {
     fn emit(&self, event: &AuditEvent) {
+        let event = crate::secrets::redact_event(event, &self.secrets);
         if let Ok(mut k) = self.kept.lock() {
             k.push(event.clone());
         }
-        self.inner.emit(event);
+        self.inner.emit(&event);
     }
 }
 
@@ -224,6 +238,9 @@ pub(crate) struct PhaseRun {
     pub timed_out: bool,
     pub log: String,
     pub events: Vec<AuditEvent>,
+    /// The tree's disk usage when the watcher stopped the phase for
+    /// passing the quota.
+    pub quota_stop: Option<u64>,
 }
 
 /// Where a phase runs.
@@ -234,6 +251,62 @@ pub(crate) struct PhaseSetup<'a> {
     pub home: &'a Path,
     pub extra_ro: &'a [PathBuf],
     pub helper: HelperStart,
+    /// The tree's quota in bytes: no file may be larger (RLIMIT_FSIZE), and
+    /// a watcher stops the phase once the tree takes more.
+    pub max_tree_bytes: u64,
+    /// Values never to let into the log or the events (registry tokens).
+    pub secrets: &'a [String],
+}
+
+/// Watches the staging directory while a phase runs: every 250 ms (or
+/// twice as long as the last walk took) its disk usage is measured, and
+/// past `max` the phase is cancelled (the launcher kills the sandbox
+/// within 100 ms).
+struct QuotaWatch {
+    done: Arc<AtomicBool>,
+    stopped_at: Arc<AtomicU64>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl QuotaWatch {
+    fn start(dir: PathBuf, max: u64, cancel: Arc<AtomicBool>) -> QuotaWatch {
+        let done = Arc::new(AtomicBool::new(false));
+        let stopped_at = Arc::new(AtomicU64::new(0));
+        let (d, s) = (Arc::clone(&done), Arc::clone(&stopped_at));
+        let thread = std::thread::Builder::new()
+            .name("corral-deploy-quota".into())
+            .spawn(move || {
+                while !d.load(Ordering::Relaxed) {
+                    let t = Instant::now();
+                    let used = disk_usage(&dir, max, Some(&d));
+                    if used > max {
+                        s.store(used, Ordering::Relaxed);
+                        cancel.store(true, Ordering::Relaxed);
+                        return;
+                    }
+                    let wait = (t.elapsed() * 2).max(Duration::from_millis(250));
+                    let until = Instant::now() + wait;
+                    while Instant::now() < until && !d.load(Ordering::Relaxed) {
+                        std::thread::sleep(Duration::from_millis(25));
+                    }
+                }
+            })
+            .ok();
+        QuotaWatch {
+            done,
+            stopped_at,
+            thread,
+        }
+    }
+
+    /// Stops the watcher; the usage it stopped the phase at, if it did.
+    fn finish(mut self) -> Option<u64> {
+        self.done.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        Some(self.stopped_at.load(Ordering::Relaxed)).filter(|&u| u > 0)
+    }
 }
 
 fn sandbox_path(p: &Path) -> Result<SandboxPath, DeployError> {
@@ -270,6 +343,14 @@ pub(crate) fn run_phase(
     // Keep a useful log: 4 MiB of each stream, head and tail.
     profile.limits.output_bytes = corral_policy::ByteSize(4 << 20);
     profile.limits.output_kill_bytes = Some(corral_policy::ByteSize(256 << 20));
+    // No single file larger than the whole tree may be.
+    let fsize = profile
+        .limits
+        .file_size_bytes
+        .map_or(setup.max_tree_bytes, |b| {
+            b.bytes().min(setup.max_tree_bytes)
+        });
+    profile.limits.file_size_bytes = Some(corral_policy::ByteSize(fsize));
     let argv = spec.argv(setup.tree);
     let request = RunRequest {
         argv: argv.clone(),
@@ -283,13 +364,20 @@ pub(crate) fn run_phase(
     let phase_sink = Arc::new(PhaseSink {
         inner: Arc::clone(sink),
         kept: Mutex::new(Vec::new()),
+        secrets: setup.secrets.to_vec(),
     });
     let dyn_sink: Arc<dyn EventSink> = phase_sink.clone();
+    let cancel = Arc::new(AtomicBool::new(false));
+    let watch = QuotaWatch::start(
+        setup.staging.to_path_buf(),
+        setup.max_tree_bytes,
+        Arc::clone(&cancel),
+    );
     let opts = ExecuteOptions {
         output: OutputMode::Capture,
         helper: setup.helper,
         forward_signals: true,
-        cancel: None,
+        cancel: Some(cancel),
         stdin: Some(Arc::new(
             std::fs::File::open("/dev/null")
                 .map_err(|e| DeployError::io("opening /dev/null", e))?,
@@ -300,6 +388,7 @@ pub(crate) fn run_phase(
     // No variable of corral's own environment reaches a phase.
     let lookup = |_: &str| None;
     let run = execute(&profile, &commands, &request, &lookup, opts, &dyn_sink);
+    let quota_stop = watch.finish();
     let events = phase_sink
         .kept
         .lock()
@@ -334,6 +423,7 @@ pub(crate) fn run_phase(
                 r.exit_code,
                 if r.timed_out { " (timed out)" } else { "" },
             );
+            let log = crate::secrets::redact(&log, setup.secrets);
             Ok(PhaseRun {
                 argv,
                 exit_code: r.exit_code,
@@ -341,6 +431,7 @@ pub(crate) fn run_phase(
                 timed_out: r.timed_out,
                 log,
                 events,
+                quota_stop,
             })
         }
     }
@@ -367,6 +458,7 @@ mod tests {
     }
 
     fn inputs(uv: bool, lifecycle: bool) -> PhaseInputs {
+        let uv = uv.then(|| "/opt/uv/bin/uv".to_string());
         PhaseInputs {
             tree: "/srv/t".into(),
             python: Some("/usr/bin/python3.11".into()),
@@ -417,9 +509,10 @@ mod tests {
         assert_eq!(
             p[0].steps,
             vec![vec![
-                "uv",
+                "/opt/uv/bin/uv",
                 "sync",
                 "--no-dev",
+                "--no-editable",
                 "--python",
                 "/usr/bin/python3.11"
             ]]
@@ -429,7 +522,10 @@ mod tests {
             &inputs(true, false),
         )
         .unwrap();
-        assert_eq!(p[0].steps[1][..4], ["uv", "pip", "install", "--python"]);
+        assert_eq!(
+            p[0].steps[1][..4],
+            ["/opt/uv/bin/uv", "pip", "install", "--python"]
+        );
         let mut host_pip = inputs(false, false);
         host_pip.interpreter_pip = true;
         let p = plan_phases(&det(Pattern::PythonRequirements, &[], true, &[]), &host_pip).unwrap();

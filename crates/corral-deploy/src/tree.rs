@@ -51,10 +51,15 @@ pub(crate) fn file_sha256(path: &Path) -> Option<String> {
 /// Writes a new file (mode 0644); an existing name, link or not, is an
 /// error rather than something written through.
 pub(crate) fn write_new(path: &Path, bytes: &[u8]) -> Result<(), DeployError> {
+    write_new_mode(path, bytes, 0o644)
+}
+
+/// [`write_new`] with another mode.
+pub(crate) fn write_new_mode(path: &Path, bytes: &[u8], mode: u32) -> Result<(), DeployError> {
     let mut f = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
-        .mode(0o644)
+        .mode(mode)
         .open(path)
         .map_err(|e| DeployError::io(format!("creating {}", path.display()), e))?;
     f.write_all(bytes)
@@ -296,6 +301,41 @@ pub(crate) fn remove_tree(root: &Path) -> std::io::Result<()> {
     std::fs::remove_dir_all(root)
 }
 
+/// The disk space a directory tree takes: allocated blocks, each inode
+/// once (hard links), never following a link; what vanishes while it is
+/// walked (a phase is writing) is skipped. Walked with a stack, so a
+/// deeply nested tree cannot overflow corral's. The walk ends early once
+/// the total passes `cap` or `stop` is set: while a phase runs, it could
+/// swap a directory for a link between two steps and lead the walk
+/// elsewhere, which then costs at most a spurious quota failure of its
+/// own deployment, and never keeps the walk going after the phase.
+pub(crate) fn disk_usage(
+    root: &Path,
+    cap: u64,
+    stop: Option<&std::sync::atomic::AtomicBool>,
+) -> u64 {
+    let mut seen = std::collections::HashSet::new();
+    let mut total: u64 = 0;
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(p) = stack.pop() {
+        if total > cap || stop.is_some_and(|s| s.load(std::sync::atomic::Ordering::Relaxed)) {
+            break;
+        }
+        let Ok(m) = std::fs::symlink_metadata(&p) else {
+            continue;
+        };
+        if m.nlink() <= 1 || seen.insert((m.dev(), m.ino())) {
+            total = total.saturating_add(m.blocks().saturating_mul(512));
+        }
+        if m.is_dir() {
+            if let Ok(entries) = std::fs::read_dir(&p) {
+                stack.extend(entries.filter_map(|e| e.ok()).map(|e| e.path()));
+            }
+        }
+    }
+    total
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -361,5 +401,29 @@ mod tests {
         assert!(!link_stays_inside(Path::new("a/b"), Path::new("../../c")));
         assert!(!link_stays_inside(Path::new("a"), Path::new("/etc")));
         assert!(link_stays_inside(Path::new("a"), Path::new("x/../y")));
+    }
+
+    #[test]
+    fn disk_usage_counts_blocks_once() {
+        let d = tempfile::tempdir().unwrap();
+        let all = |p: &Path| disk_usage(p, u64::MAX, None);
+        let empty = all(d.path());
+        std::fs::write(d.path().join("a"), vec![1u8; 1 << 20]).unwrap();
+        let one = all(d.path());
+        assert!(one >= empty + (1 << 20), "{empty} {one}");
+        std::fs::hard_link(d.path().join("a"), d.path().join("b")).unwrap();
+        std::os::unix::fs::symlink(d.path().join("a"), d.path().join("c")).unwrap();
+        let linked = all(d.path());
+        assert!(linked < one + 8192, "{one} {linked}");
+        // A sparse file takes what it allocated, not its length.
+        let f = std::fs::File::create(d.path().join("sparse")).unwrap();
+        f.set_len(1 << 30).unwrap();
+        assert!(all(d.path()) < linked + (1 << 20));
+        // Past the cap, or stopped, the walk ends early.
+        std::fs::create_dir(d.path().join("z")).unwrap();
+        std::fs::write(d.path().join("z/more"), vec![1u8; 1 << 20]).unwrap();
+        assert!(disk_usage(d.path(), 0, None) < all(d.path()));
+        let stop = std::sync::atomic::AtomicBool::new(true);
+        assert_eq!(disk_usage(d.path(), u64::MAX, Some(&stop)), 0);
     }
 }

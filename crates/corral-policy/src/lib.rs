@@ -15,6 +15,7 @@ pub mod env;
 pub mod limits;
 pub mod mcp_server;
 pub mod network;
+pub mod package;
 pub mod path;
 pub mod profile;
 pub mod protect;
@@ -29,6 +30,7 @@ pub use mcp_server::{
     LogLimits, McpRuntime, McpServer, ProcessMode, RestartPolicy, StartPolicy, ToolFilter,
 };
 pub use network::{Cidr, DomainRule, NetworkError, NetworkMode, NetworkPolicy};
+pub use package::{PackageError, PackageKind, PackageSpec};
 pub use path::{MountSpec, PathError, SandboxPath};
 pub use profile::{
     CommandPolicy, EnvPolicy, Filesystem, Identity, LandlockMode, Limits, Profile, SeccompProfile,

@@ -181,6 +181,10 @@ pub struct McpServer {
     /// For a deployed tree: the source `corral deploy --config F --server
     /// NAME` installs into `dir`.
     pub source: Option<PathBuf>,
+    /// For a deployed tree: the pinned package (`npm:NAME@X.Y.Z`,
+    /// `pypi:NAME==X.Y`) `corral deploy --config F --server NAME`
+    /// installs into `dir` instead of a source directory.
+    pub package: Option<crate::package::PackageSpec>,
     /// Arguments after the entry; checked against the argument deny
     /// patterns.
     pub args: Vec<String>,
@@ -234,6 +238,7 @@ impl McpServer {
             dir,
             entry: entry.to_string(),
             source: None,
+            package: None,
             args: Vec::new(),
             env: Vec::new(),
             env_values: BTreeMap::new(),

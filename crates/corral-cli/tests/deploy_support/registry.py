@@ -9,12 +9,17 @@ binds 127.0.0.1 on a free port, prints "PORT <n>" and serves until killed.
 Every request path is appended to ROOT/requests.log.
 
 SPEC: {"host": NAME the clients use,
+       "token": T (optional: every request must carry `Bearer T` or basic
+                   auth with password T, else 401; requests.log marks the
+                   authorised ones "AUTH "),
+       "tls": {"cert": PEM, "key": PEM} (optional: serve HTTPS),
        "wheels": [{"name", "version", "files": {path: text},
                    "requires": [..], "entry_points": {name: "mod:fn"}}],
        "npm": [{"name", "version", "files": {path: text}, "package": {..}}]}
 """
 import base64
 import hashlib
+import ssl
 import http.server
 import io
 import json
@@ -25,6 +30,8 @@ import zipfile
 
 root, spec = sys.argv[1], json.loads(sys.argv[2])
 host = spec.get("host", "registry.test")
+token = spec.get("token")
+scheme = "https" if spec.get("tls") else "http"
 
 
 def norm(name):
@@ -78,13 +85,14 @@ def write_npm(p, port):
     tgz = buf.getvalue()
     d = os.path.join(root, "npm", name)
     os.makedirs(os.path.join(d, "-"), exist_ok=True)
-    fname = f"{name}-{ver}.tgz"
+    # A scoped name's tarball is named after its last part, as npm's are.
+    fname = f"{name.rsplit('/', 1)[-1]}-{ver}.tgz"
     with open(os.path.join(d, "-", fname), "wb") as f:
         f.write(tgz)
     integrity = "sha512-" + base64.b64encode(hashlib.sha512(tgz).digest()).decode()
     version = dict(pkg)
     version["dist"] = {
-        "tarball": f"http://{host}:{port}/npm/{name}/-/{fname}",
+        "tarball": f"{scheme}://{host}:{port}/npm/{name}/-/{fname}",
         "integrity": integrity,
         "shasum": hashlib.sha1(tgz).hexdigest(),
     }
@@ -93,7 +101,31 @@ def write_npm(p, port):
         json.dump(doc, f)
 
 
+def authorised(header):
+    if not token:
+        return True
+    if header == f"Bearer {token}":
+        return True
+    if header and header.startswith("Basic "):
+        try:
+            user_pass = base64.b64decode(header[6:]).decode()
+        except ValueError:
+            return False
+        return user_pass.split(":", 1)[-1] == token
+    return False
+
+
 class Handler(http.server.SimpleHTTPRequestHandler):
+    def do_GET(self):
+        if not authorised(self.headers.get("Authorization")):
+            self.send_response(401)
+            self.send_header("WWW-Authenticate", 'Basic realm="registry"')
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        self.authed = bool(token)
+        super().do_GET()
+
     def translate_path(self, path):
         p = path.split("?", 1)[0]
         if p.startswith("/npm/") and "/-/" not in p:
@@ -107,11 +139,15 @@ class Handler(http.server.SimpleHTTPRequestHandler):
 
     def log_message(self, fmt, *args):
         with open(os.path.join(root, "requests.log"), "a") as f:
-            f.write(self.path + "\n")
+            f.write(("AUTH " if getattr(self, "authed", False) else "") + self.path + "\n")
 
 
 server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), lambda *a, **k: Handler(*a, directory=root, **k))
 port = server.server_address[1]
+if spec.get("tls"):
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(spec["tls"]["cert"], spec["tls"]["key"])
+    server.socket = ctx.wrap_socket(server.socket, server_side=True)
 names = sorted({write_wheel(w) for w in spec.get("wheels", [])})
 os.makedirs(os.path.join(root, "simple"), exist_ok=True)
 with open(os.path.join(root, "simple", "index.html"), "w") as f:

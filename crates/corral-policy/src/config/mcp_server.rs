@@ -128,6 +128,22 @@ fn apply_one(
         }
         s.source = Some(p);
     }
+    if let Some(package) = &r.package {
+        let refuse = |m: String| Err(err(src, package.span(), "package", m));
+        if runtime != McpRuntime::Deployed {
+            return refuse("`package` is for runtime \"deployed\" (corral deploy --config F --server NAME installs it into dir; nothing is fetched at serve time)".to_string());
+        }
+        if s.source.is_some() {
+            return refuse(
+                "give `source` (a directory) or `package` (npm:NAME@X.Y.Z, pypi:NAME==X.Y), not both"
+                    .to_string(),
+            );
+        }
+        match crate::package::PackageSpec::parse(package.get_ref()) {
+            Ok(p) => s.package = Some(p),
+            Err(e) => return refuse(e.to_string()),
+        }
+    }
     s.tenants = check_tenants(src, r.tenants, entry_span, tenants)?;
     for arg in r.args.unwrap_or_default() {
         if let Some(why) = denied_argument(arg.get_ref()) {

@@ -308,6 +308,7 @@ fn required_keys_and_unknown_keys_are_errors() {
     );
     let e = err(&deployed.replace("dir =", "source = \"src\"\ndir ="));
     assert!(e.message.contains("not an absolute path"), "{e}");
+    package_entries(&deployed);
     let text = server("bogus = 1\n");
     let e = err(&text);
     assert_eq!(e.line, Some(line_of(&text, "bogus")), "{e}");
@@ -806,4 +807,37 @@ fn the_example_file_parses_with_its_server() {
         .map(|s| s.name.as_str())
         .collect();
     assert_eq!(names, ["time"]);
+}
+
+/// `package = "npm:NAME@X.Y.Z"` / `"pypi:NAME==X.Y"`: deployed servers
+/// only, pinned, a valid name, never with `source`.
+fn package_entries(deployed: &str) {
+    let with = |line: &str| deployed.replace("dir =", &format!("{line}\ndir ="));
+    let c = Config::parse(&with("package = \"npm:@acme/tool@1.2.3\""), None).unwrap();
+    let p = c.server.mcp_servers[0].package.clone().unwrap();
+    assert_eq!(
+        (p.kind, p.name.as_str(), p.version.as_str()),
+        (crate::PackageKind::Npm, "@acme/tool", "1.2.3")
+    );
+    let c = Config::parse(&with("package = \"pypi:weather-mcp==0.4\""), None).unwrap();
+    assert_eq!(
+        c.server.mcp_servers[0]
+            .package
+            .as_ref()
+            .unwrap()
+            .to_string(),
+        "pypi:weather-mcp==0.4"
+    );
+    let e = err(&with("package = \"npm:tool@^1.2.3\""));
+    assert_eq!(e.key, "server.mcp_server.package", "{e}");
+    assert!(e.message.contains("not an exact version"), "{e}");
+    let e = err(&with("package = \"pypi:$(id)==1.0\""));
+    assert!(e.message.contains("not a Python package name"), "{e}");
+    let e = err(&with("package = \"pypi:x==1.0\"\nsource = \"/src/x\""));
+    assert!(e.message.contains("not both"), "{e}");
+    let e = err(&server("package = \"pypi:x==1.0\"\n"));
+    assert!(
+        e.message.contains("`package` is for runtime \"deployed\""),
+        "{e}"
+    );
 }

@@ -16,7 +16,7 @@
 //! The module is split along its jobs: `raw` holds what the TOML
 //! deserialises into, `apply` lays a raw profile over its base one
 //! section at a time, `server` applies the `[server]` section, `mcp_server` its
-//! `[[server.mcp_server]]` entries, and
+//! `[[server.mcp_server]]` entries, `deploy` the `[deploy]` section, and
 //! `checks` holds the rules that need the merged profile.
 
 use std::collections::BTreeMap;
@@ -29,6 +29,7 @@ use crate::profile::Profile;
 
 mod apply;
 mod checks;
+mod deploy;
 mod mcp_server;
 #[cfg(test)]
 mod mcp_tests;
@@ -39,6 +40,7 @@ mod server;
 mod tests;
 
 pub use checks::{reserved_destination, validate_hostname, HostnameError};
+pub use deploy::{DeployConfig, RegistryAuth, DEFAULT_MAX_TREE_BYTES};
 
 use raw::{RawConfig, RawProfile};
 
@@ -82,6 +84,8 @@ pub struct Config {
     pub profiles: BTreeMap<String, Profile>,
     /// `corral serve` settings (defaults when the file has no `[server]`).
     pub server: crate::server::ServerConfig,
+    /// `corral deploy` settings (defaults when the file has no `[deploy]`).
+    pub deploy: DeployConfig,
 }
 
 impl Default for Config {
@@ -89,6 +93,7 @@ impl Default for Config {
         Config {
             profiles: builtin::all(),
             server: crate::server::ServerConfig::default(),
+            deploy: DeployConfig::default(),
         }
     }
 }
@@ -147,6 +152,9 @@ impl Config {
         })?;
         let mut config = Config::default();
         let raw_server = raw.server;
+        if let Some(d) = raw.deploy {
+            config.deploy = deploy::apply_deploy(&src, d)?;
+        }
         // Resolve `extends` in dependency order; a round that resolves
         // nothing means the rest extend each other in a cycle.
         let mut pending: Vec<(String, Spanned<RawProfile>)> = raw.profile.into_iter().collect();

@@ -14,6 +14,25 @@ pub(super) struct RawConfig {
     #[serde(default)]
     pub(super) profile: BTreeMap<String, Spanned<RawProfile>>,
     pub(super) server: Option<Spanned<RawServer>>,
+    pub(super) deploy: Option<Spanned<RawDeploy>>,
+}
+
+/// The `[deploy]` section.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawDeploy {
+    pub(super) max_tree_bytes: Option<Spanned<RawSize>>,
+    pub(super) ca_bundle: Option<Spanned<String>>,
+    pub(super) registry_auth: Option<Vec<Spanned<RawRegistryAuth>>>,
+}
+
+/// One `[[deploy.registry_auth]]`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawRegistryAuth {
+    pub(super) registry: Spanned<String>,
+    pub(super) token_env: Spanned<String>,
+    pub(super) username: Option<Spanned<String>>,
 }
 
 /// The `[server]` section.
@@ -69,6 +88,7 @@ pub(super) struct RawMcpServer {
     pub(super) dir: Spanned<String>,
     pub(super) entry: Option<Spanned<String>>,
     pub(super) source: Option<Spanned<String>>,
+    pub(super) package: Option<Spanned<String>>,
     pub(super) args: Option<Vec<Spanned<String>>>,
     pub(super) env: Option<Vec<Spanned<String>>>,
     pub(super) env_values: Option<BTreeMap<String, Spanned<String>>>,

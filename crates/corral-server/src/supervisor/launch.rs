@@ -267,9 +267,10 @@ struct Deployed {
 
 fn deployed(server: &McpServer) -> Result<Deployed, LaunchRefused> {
     let m = corral_deploy::Manifest::read(&server.dir).ok_or_else(|| {
-        let how = match &server.source {
-            Some(_) => format!("corral deploy --config FILE --server {}", server.name),
-            None => format!("corral deploy SOURCE --out {}", server.dir.display()),
+        let how = if server.source.is_some() || server.package.is_some() {
+            format!("corral deploy --config FILE --server {}", server.name)
+        } else {
+            format!("corral deploy SOURCE --out {}", server.dir.display())
         };
         refused(
             "mcp.not_deployed",
