@@ -476,6 +476,13 @@ def _attack():
             open('fill-%d' % i, 'wb').write(b'x' * (1 << 20))
             time.sleep(0.05)
         print('filled', what[1])
+    elif what[0] == 'fillhome':
+        # The same, into the phase's HOME (on the host disk): bounded.
+        import time
+        for i in range(int(what[1])):
+            open(os.path.join(os.environ['HOME'], 'fill-%d' % i), 'wb').write(b'x' * (1 << 20))
+            time.sleep(0.05)
+        print('filled home', what[1])
     elif what[0] == 'fillone':
         # One file of int(what[1]) MiB: bounded.
         with open('big', 'wb') as f:
@@ -1589,6 +1596,16 @@ fn a_tree_past_its_quota_is_stopped_during_the_phase_and_leaves_nothing() {
             || msg.contains("when corral stopped the phase"),
         "{msg}"
     );
+    assert_nothing_left(&out);
+    // Writing into the phase's HOME instead (also the host's disk) is
+    // counted the same way.
+    std::fs::write(src.join("attack"), "fillhome 200").unwrap();
+    let v = deploy(Some(&reg), &src, &out, &["--max-tree-bytes", "8MiB"]);
+    assert_eq!(v["error"]["code"], "deploy.quota", "{v}");
+    let msg = v["error"]["message"].as_str().unwrap();
+    assert!(msg.contains("added to its HOME"), "{msg}");
+    let wall = v["phases"][0]["wall_ms"].as_u64().unwrap();
+    assert!(wall < 6000, "the phase ran {wall} ms");
     assert_nothing_left(&out);
     // Within the quota the same source deploys.
     std::fs::write(src.join("attack"), "fill 2").unwrap();

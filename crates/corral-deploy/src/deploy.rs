@@ -879,7 +879,7 @@ fn deploy_inner(
         };
         if let Some(used) = run.quota_stop {
             return Err(quota(format!(
-                " (the tree took {used} bytes when corral stopped the phase)"
+                " (the tree and what the phase added to its HOME took {used} bytes when corral stopped the phase)"
             )));
         }
         if run.exit_code != 0 && run.log.contains("File too large") {

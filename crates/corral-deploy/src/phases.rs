@@ -258,10 +258,13 @@ pub(crate) struct PhaseSetup<'a> {
     pub secrets: &'a [String],
 }
 
-/// Watches the staging directory while a phase runs: every 250 ms (or
-/// twice as long as the last walk took) its disk usage is measured, and
-/// past `max` the phase is cancelled (the launcher kills the sandbox
-/// within 100 ms).
+/// Watches the staging directory and the phase's HOME while a phase runs:
+/// every 250 ms (or twice as long as the last walk took) the disk usage of
+/// the tree plus what the phase added to HOME (its downloads, caches and
+/// `TMPDIR`, on the host disk too) is measured, and past `max` the phase
+/// is cancelled (the launcher kills the sandbox within 100 ms). HOME is
+/// counted from its size when the phase started, so a warm `--cache` does
+/// not count against the tree.
 struct QuotaWatch {
     done: Arc<AtomicBool>,
     stopped_at: Arc<AtomicU64>,
@@ -269,7 +272,8 @@ struct QuotaWatch {
 }
 
 impl QuotaWatch {
-    fn start(dir: PathBuf, max: u64, cancel: Arc<AtomicBool>) -> QuotaWatch {
+    fn start(dir: PathBuf, home: PathBuf, max: u64, cancel: Arc<AtomicBool>) -> QuotaWatch {
+        let home_base = disk_usage(&home, u64::MAX, None);
         let done = Arc::new(AtomicBool::new(false));
         let stopped_at = Arc::new(AtomicU64::new(0));
         let (d, s) = (Arc::clone(&done), Arc::clone(&stopped_at));
@@ -278,7 +282,10 @@ impl QuotaWatch {
             .spawn(move || {
                 while !d.load(Ordering::Relaxed) {
                     let t = Instant::now();
-                    let used = disk_usage(&dir, max, Some(&d));
+                    let tree = disk_usage(&dir, max, Some(&d));
+                    let added = disk_usage(&home, home_base.saturating_add(max), Some(&d))
+                        .saturating_sub(home_base);
+                    let used = tree.saturating_add(added);
                     if used > max {
                         s.store(used, Ordering::Relaxed);
                         cancel.store(true, Ordering::Relaxed);
@@ -370,6 +377,7 @@ pub(crate) fn run_phase(
     let cancel = Arc::new(AtomicBool::new(false));
     let watch = QuotaWatch::start(
         setup.staging.to_path_buf(),
+        setup.home.to_path_buf(),
         setup.max_tree_bytes,
         Arc::clone(&cancel),
     );
