@@ -14,7 +14,15 @@
 #              registry about the package)
 #   bare tree  node TREE/index.js, no sandbox
 #   corral     corral run --profile mcp-node --ro TREE -- node TREE/index.js
-# uvx is not measured: there is no uv on this machine.
+# and the same for a Python package (`bench-mcp-py` on the local PEP 503
+# index, deployed with `corral deploy --package pypi:bench-mcp-py==1.0.0`):
+#   uvx cold   uvx --from bench-mcp-py==1.0.0 with an empty uv cache
+#   uvx warm   the same with the cache uvx filled
+#   bare tree  TREE/.venv/bin/bench-mcp-py, no sandbox
+#   corral     corral run --profile mcp-python --ro TREE --runtime TREE/.venv
+#              -- python3 TREE/.venv/bin/bench-mcp-py (what the supervisor runs)
+# uv: UV=path, else `uv` on PATH, else /opt/corral-test-venv/bin/uv (what
+# scripts/test.sh installs); without one the Python rows are skipped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
@@ -44,8 +52,20 @@ rl.on("line", (l) => { const m = JSON.parse(l); if (m.id === undefined) return;
     ? { protocolVersion: m.params.protocolVersion, capabilities: { tools: {} }, serverInfo: { name: "bench-mcp", version: "1.0.0" } }
     : { tools: [] };
   process.stdout.write(JSON.stringify({ jsonrpc: "2.0", id: m.id, result }) + "\n"); });'
+SERVER_PY='import json, sys
+def main():
+    for line in sys.stdin:
+        m = json.loads(line)
+        if "id" not in m:
+            continue
+        result = ({"protocolVersion": m["params"]["protocolVersion"], "capabilities": {"tools": {}}, "serverInfo": {"name": "bench-mcp-py", "version": "1.0.0"}}
+                  if m["method"] == "initialize" else {"tools": []})
+        sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": m["id"], "result": result}) + "\n")
+        sys.stdout.flush()'
 spec() { # $1: the host name tarball URLs use
-    $PY -c 'import json, sys; print(json.dumps({"host": sys.argv[1], "wheels": [], "npm": [{"name": "bench-mcp", "version": "1.0.0", "files": {"server.js": sys.argv[2]}, "package": {"bin": {"bench-mcp": "server.js"}}}]}))' "$1" "$SERVER_JS"
+    $PY -c 'import json, sys; print(json.dumps({"host": sys.argv[1],
+        "wheels": [{"name": "bench-mcp-py", "version": "1.0.0", "files": {"bench_mcp_py/__init__.py": sys.argv[3]}, "requires": [], "entry_points": {"bench-mcp-py": "bench_mcp_py:main"}}],
+        "npm": [{"name": "bench-mcp", "version": "1.0.0", "files": {"server.js": sys.argv[2]}, "package": {"bin": {"bench-mcp": "server.js"}}}]}))' "$1" "$SERVER_JS" "$SERVER_PY"
 }
 start_registry() { # $1: host name, $2: directory; prints the port
     mkdir -p "$2"
@@ -64,9 +84,15 @@ UNENF=""
 [ "$(id -u)" -eq 0 ] || UNENF="--allow-unenforced-limits"
 "$BIN" deploy --json $UNENF --npm-registry "http://registry.test:$PORT/npm/" --add-host registry.test=127.0.0.1 \
     --allow-cidr "127.0.0.1/32:$PORT" "$W/src" --out "$W/tree" > "$W/deploy.json"
+UV=${UV:-$(command -v uv || true)}
+[ -n "$UV" ] || { [ -x /opt/corral-test-venv/bin/uv ] && UV=/opt/corral-test-venv/bin/uv; } || true
+if [ -n "$UV" ]; then
+    "$BIN" deploy --json $UNENF --uv "$UV" --index-url "http://registry.test:$PORT/simple/" --add-host registry.test=127.0.0.1 \
+        --allow-cidr "127.0.0.1/32:$PORT" --package pypi:bench-mcp-py==1.0.0 --out "$W/tree-py" > "$W/deploy-py.json"
+fi
 cat > "$W/ready.py" <<'PY'
 import json, os, shutil, statistics, subprocess, sys, time
-runs = int(sys.argv[1]); cmds = json.loads(sys.argv[2]); cold_cache = sys.argv[3]
+runs = int(sys.argv[1]); cmds = json.loads(sys.argv[2]); cold_cache = sys.argv[3]; uv_cold = sys.argv[4]
 INIT = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "bench", "version": "1"}}}) + "\n"
 def ready(cmd, env):
     t = time.perf_counter()
@@ -82,22 +108,33 @@ for name, cmd, env_extra, cold in cmds:
     times = []
     for _ in range(runs):
         if cold:
-            shutil.rmtree(cold_cache, ignore_errors=True)
+            shutil.rmtree(uv_cold if cold == "uv" else cold_cache, ignore_errors=True)
         times.append(ready(cmd, env))
     print(f"{name:12s} median {statistics.median(times) * 1000:8.1f} ms   min {min(times) * 1000:8.1f}   max {max(times) * 1000:8.1f}")
 PY
 NPX=(npx --yes --registry "http://127.0.0.1:$BPORT/npm/" bench-mcp)
 CMDS=$($PY -c '
 import json, sys
-w, binp, unenf, *npx = sys.argv[1:]
+w, binp, unenf, uv, bport, *npx = sys.argv[1:]
 corral = [binp, "run", "--profile", "mcp-node", "--ro", w + "/tree"] + ([unenf] if unenf else []) + ["--", "node", w + "/tree/index.js"]
-print(json.dumps([
+cmds = [
     ["npx cold", npx, {"npm_config_cache": w + "/npx-cold"}, True],
     ["npx warm", npx, {"npm_config_cache": w + "/npx-warm"}, False],
     ["bare tree", ["node", w + "/tree/index.js"], {}, False],
     ["corral", corral, {}, False],
-]))' "$W" "$BIN" "$UNENF" "${NPX[@]}")
-# Fill the warm cache once.
+]
+if uv:
+    uvx = [uv, "tool", "run", "--index-url", f"http://127.0.0.1:{bport}/simple/", "--from", "bench-mcp-py==1.0.0", "bench-mcp-py"]
+    entry = w + "/tree-py/.venv/bin/bench-mcp-py"
+    cmds += [
+        ["uvx cold", uvx, {"UV_CACHE_DIR": w + "/uv-cold"}, "uv"],
+        ["uvx warm", uvx, {"UV_CACHE_DIR": w + "/uv-warm"}, False],
+        ["bare py tree", [entry], {}, False],
+        ["corral py", [binp, "run", "--profile", "mcp-python", "--ro", w + "/tree-py", "--runtime", w + "/tree-py/.venv"] + ([unenf] if unenf else []) + ["--", "python3", entry], {}, False],
+    ]
+print(json.dumps(cmds))' "$W" "$BIN" "$UNENF" "$UV" "$BPORT" "${NPX[@]}")
+# Fill the warm caches once.
 npm_config_cache="$W/npx-warm" "${NPX[@]}" < /dev/null > /dev/null 2>&1 || true
+[ -z "$UV" ] || UV_CACHE_DIR="$W/uv-warm" "$UV" tool run --index-url "http://127.0.0.1:$BPORT/simple/" --from bench-mcp-py==1.0.0 bench-mcp-py < /dev/null > /dev/null 2>&1 || true
 echo "== corral $(git rev-parse --short HEAD), $(nproc) CPUs, uid $(id -u), $(date -u +%FT%TZ), RUNS=$RUNS"
-$PY "$W/ready.py" "$RUNS" "$CMDS" "$W/npx-cold"
+$PY "$W/ready.py" "$RUNS" "$CMDS" "$W/npx-cold" "$W/uv-cold"
