@@ -1,11 +1,12 @@
 //! The MCP side of the service, driven by the official Python SDK (`mcp`
-//! from PyPI) as the client: streamable HTTP against `corral serve`, and
-//! stdio against `corral mcp`.
+//! from PyPI, 2.x and the newest 1.x) and TypeScript SDK as clients:
+//! streamable HTTP against `corral serve`, and stdio against `corral mcp`.
 //!
-//! The client's interpreter is `$CORRAL_TEST_PYTHON`, else
-//! `/opt/corral-test-venv/bin/python` (scripts/test.sh installs it). Its
-//! absence fails the tests: an interop suite that silently skips proves
-//! nothing.
+//! The clients' interpreters are `$CORRAL_TEST_PYTHON`, else
+//! `/opt/corral-test-venv/bin/python` (2.x), and `$CORRAL_TEST_PYTHON_MCP1`,
+//! else `/opt/corral-test-venv-mcp1/bin/python` (1.x); scripts/test.sh
+//! installs both. Their absence fails the tests: an interop suite that
+//! silently skips proves nothing.
 
 #![allow(clippy::unwrap_used)] // test helpers fail loudly, as tests do
 
@@ -87,17 +88,10 @@ async def main():
 print(json.dumps(asyncio.run(asyncio.wait_for(main(), 60))))
 "#;
 
-/// One MCP session against `target`, running `steps`.
+/// One MCP session of the 2.x client ([`CLIENT`]) against `target`,
+/// running `steps`.
 fn session(target: Value, steps: Value) -> Vec<Value> {
-    let out = run_sdk_python(CLIENT, &[target.to_string()], &steps.to_string());
-    let out = out.as_array().unwrap().clone();
-    assert!(
-        out[0].get("fatal").is_none(),
-        "client failed: {}",
-        out[0]["fatal"].as_str().unwrap_or_default()
-    );
-    assert_eq!(out.len(), steps.as_array().unwrap().len() + 1, "{out:?}");
-    out
+    sdk_session(PySdk::V2, CLIENT, &target, &steps)
 }
 
 fn list() -> Value {
@@ -1239,4 +1233,129 @@ fn at_the_session_cap_the_least_recently_used_idle_session_makes_room() {
     assert_eq!(ping(&ids[1]), 404, "the idle session was not ended");
     assert_eq!(ping(&ids[0]), 200, "the session in use was ended");
     assert_eq!(ping(&newcomer), 200);
+}
+
+// --- The Python SDK 1.x (`ClientSession`) ----------------------------------
+
+/// The protocol revisions corral serves (those with sessions; see
+/// corral-server's mcp module), newest last.
+const SERVED_PROTOCOLS: [&str; 4] = ["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"];
+
+/// One MCP session of the 1.x client ([`SDK1_CLIENT`]) against `target`,
+/// running `steps`.
+fn session_v1(target: Value, steps: Value) -> Vec<Value> {
+    sdk_session(PySdk::V1, SDK1_CLIENT, &target, &steps)
+}
+
+/// Files both ways between the file tools and code, an unknown tool (a
+/// JSON-RPC error) and a refused path (a tool error) in between, and the
+/// session still answering after each.
+fn round_trip_steps() -> Value {
+    let code = "import os\n\
+                data = open('data/in.txt').read()\n\
+                os.makedirs('out', exist_ok=True)\n\
+                open('out/r.txt', 'w').write(data[::-1])\n\
+                print(data.upper())\n";
+    json!([
+        list(),
+        call(
+            "write_file",
+            json!({"path": "data/in.txt", "content": "hello one"})
+        ),
+        call("read_file", json!({"path": "data/in.txt"})),
+        call("run_code", json!({"language": "python", "code": code})),
+        call("read_file", json!({"path": "out/r.txt"})),
+        call("no_such_tool", json!({})),
+        call("read_file", json!({"path": "../x"})),
+        call("list_files", json!({"path": "out"})),
+    ])
+}
+
+/// What [`round_trip_steps`] must have given, after the protocol line.
+fn check_round_trip(out: &[Value]) {
+    assert_eq!(out[0]["tools"], json!(ALL_TOOLS), "{out:?}");
+    assert_eq!(ok(&out[1])["size_bytes"], 9, "{out:?}");
+    assert_eq!(ok(&out[2])["content"], "hello one", "{out:?}");
+    assert_eq!(out[2]["text"], "hello one", "{out:?}");
+    let run = ok(&out[3]);
+    assert_eq!(
+        (run["stdout"].as_str(), run["exit_code"].as_i64()),
+        (Some("HELLO ONE\n"), Some(0)),
+        "{run}"
+    );
+    assert_eq!(ok(&out[4])["content"], "eno olleh", "{out:?}");
+    let rpc = out[5]["rpc_error"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{}", out[5]));
+    assert!(
+        rpc.contains("no_such_tool") || rpc.contains("not found"),
+        "{rpc}"
+    );
+    refused(&out[6], "path.traversal");
+    assert_eq!(ok(&out[7])["entries"][0]["name"], "r.txt", "{out:?}");
+}
+
+#[test]
+fn python_sdk_1x_negotiates_lists_and_round_trips_files_over_http_and_stdio() {
+    let s = start_server("", &["--code-mode"]);
+    // The revision this SDK offers is the newest corral serves.
+    let out = session_v1(s.target(None), round_trip_steps());
+    assert_eq!(out[0]["protocol"], SERVED_PROTOCOLS[3], "{out:?}");
+    check_round_trip(&out[1..]);
+    // Older 1.x releases offered older revisions: each is kept.
+    for version in &SERVED_PROTOCOLS[..3] {
+        let mut target = s.target(None);
+        target["protocol"] = json!(version);
+        let out = session_v1(target, round_trip_steps());
+        assert_eq!(out[0]["protocol"], *version, "{out:?}");
+        check_round_trip(&out[1..]);
+    }
+    // A revision corral does not know: it answers its own, which the
+    // client accepts.
+    let mut target = s.target(None);
+    target["protocol"] = json!("2099-01-01");
+    let out = session_v1(target, json!([list()]));
+    assert_eq!(out[0]["protocol"], SERVED_PROTOCOLS[3], "{out:?}");
+    assert_eq!(out[1]["tools"], json!(ALL_TOOLS));
+    assert_no_workspace_left(&s.work());
+    // Over stdio: the same, with the newest and the oldest revision.
+    let dir = tempfile::tempdir().unwrap();
+    for version in [SERVED_PROTOCOLS[3], SERVED_PROTOCOLS[0]] {
+        let mut target = stdio_target(dir.path());
+        target["protocol"] = json!(version);
+        let out = session_v1(target, round_trip_steps());
+        assert_eq!(out[0]["protocol"], version, "{out:?}");
+        check_round_trip(&out[1..]);
+    }
+}
+
+#[test]
+fn python_sdk_1x_with_a_token_runs_as_its_tenant() {
+    let s = start_server(&tenant("carol", "carol-token"), &["--code-mode"]);
+    let out = session_v1(
+        s.target(Some("carol-token")),
+        json!([call(
+            "run_code",
+            json!({"language": "bash", "code": "echo carol"})
+        )]),
+    );
+    let run = ok(&out[1]);
+    assert_eq!(
+        (run["stdout"].as_str(), run["tenant"].as_str()),
+        (Some("carol\n"), Some("carol"))
+    );
+    // Without one, the SDK cannot even initialize.
+    let out = PySdk::V1.run(SDK1_CLIENT, &[s.target(None).to_string()], "[]");
+    let fatal = out[0]["fatal"].as_str().unwrap_or_else(|| panic!("{out}"));
+    assert!(fatal.contains("401"), "{fatal}");
+}
+
+#[test]
+fn python_sdk_1x_gets_big_outputs_cut_to_size_over_http_and_stdio() {
+    let s = start_server("", &["--code-mode"]);
+    let out = session_v1(s.target(None), big_output_steps());
+    check_big_outputs(&out[1..]);
+    let dir = tempfile::tempdir().unwrap();
+    let out = session_v1(stdio_target(dir.path()), big_output_steps());
+    check_big_outputs(&out[1..]);
 }
