@@ -1359,3 +1359,79 @@ fn python_sdk_1x_gets_big_outputs_cut_to_size_over_http_and_stdio() {
     let out = session_v1(stdio_target(dir.path()), big_output_steps());
     check_big_outputs(&out[1..]);
 }
+
+/// The 1.x client against argv[1] (`/mcp`): a call it times out on
+/// (1.x sends no `notifications/cancelled`), the call after it, then a
+/// call left running (a process tagged argv[2]) when the session ends.
+/// Prints what happened and how long the tagged process outlived the
+/// session.
+const SDK1_NO_CANCEL: &str = r#"
+import asyncio, json, os, sys, time, warnings
+from datetime import timedelta
+warnings.simplefilter("ignore", DeprecationWarning)
+from mcp import ClientSession
+from mcp.client.streamable_http import streamablehttp_client
+from mcp.shared.exceptions import McpError
+
+def tagged(marker):
+    for p in os.listdir("/proc"):
+        try:
+            if p.isdigit() and int(p) != os.getpid() and marker.encode() in open(f"/proc/{p}/cmdline", "rb").read():
+                return True
+        except OSError:
+            pass
+    return False
+
+async def main():
+    url, marker = sys.argv[1], sys.argv[2]
+    out = {}
+    bash = lambda code: {"language": "bash", "code": code, "timeout_ms": 120000}
+    async with streamablehttp_client(url) as (r, w, _):
+        async with ClientSession(r, w) as s:
+            await s.initialize()
+            t0 = time.monotonic()
+            try:
+                await s.call_tool("run_code", bash("sleep 3; echo late"), timedelta(seconds=1))
+                out["timed_out"] = None
+            except McpError as e:
+                out["timed_out"] = e.error.code
+            a = await s.call_tool("run_code", bash("echo after"))
+            out["after"] = [a.structuredContent, time.monotonic() - t0]
+            try:
+                await s.call_tool("run_code", bash(f"bash -c 'sleep 100; :' {marker}"), timedelta(seconds=1))
+            except McpError as e:
+                out["left_running"] = e.error.code
+            out["seen"] = tagged(marker)
+    # The session is closed (the SDK's DELETE).
+    t1 = time.monotonic()
+    while tagged(marker) and time.monotonic() - t1 < 20:
+        await asyncio.sleep(0.05)
+    out["outlived"] = time.monotonic() - t1
+    return out
+
+print(json.dumps(asyncio.run(asyncio.wait_for(main(), 60))))
+"#;
+
+#[test]
+fn python_sdk_1x_timeouts_send_no_cancel_and_ending_the_session_kills_at_once() {
+    let s = start_server("", &["--code-mode"]);
+    let marker = format!("sdk1-left-{}", std::process::id());
+    let url = format!("http://{}/mcp", s.addr);
+    let out = PySdk::V1.run(SDK1_NO_CANCEL, &[url, marker.clone()], "");
+    // A client-side timeout (408 from the SDK itself) tells corral
+    // nothing: the call runs on, and the next one waits for it, then runs.
+    assert_eq!(out["timed_out"], 408, "{out}");
+    let after = &out["after"];
+    assert_eq!(after[0]["stdout"], "after\n", "{out}");
+    assert!(after[1].as_f64().unwrap() >= 2.5, "{out}");
+    assert_eq!(out["left_running"], 408, "{out}");
+    assert_eq!(out["seen"], true, "the tagged call never ran: {out}");
+    // Ending the session killed it at once, not after rmcp's 5 s drain.
+    let outlived = out["outlived"].as_f64().unwrap();
+    assert!(
+        outlived < 3.0,
+        "the call outlived its session by {outlived} s"
+    );
+    assert!(!process_running("", &marker));
+    assert_no_workspace_left(&s.work());
+}
