@@ -1495,3 +1495,69 @@ fn sixteen_megabyte_messages_pass_both_ways() {
     let v: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(v["result"]["content"][0]["text"], n.to_string(), "{v}");
 }
+
+// --- the official Python client 1.x through the bridge ---------------------
+
+#[test]
+fn python_sdk_1x_client_through_the_bridge() {
+    let t = tree(&[("server.py", PY_SERVER)], true);
+    let key = marker("key");
+    let s = serve(
+        &format!(
+            "{}{}",
+            tenant("old", "tok-old"),
+            py_entry(
+                "weather",
+                t.path(),
+                "tenants = [\"old\"]\nenv = [\"WEATHER_API_KEY\"]\n\
+                 [server.mcp_server.tools]\nomit = [\"delete_city\"]\n"
+            )
+        ),
+        &[("WEATHER_API_KEY", &key)],
+    );
+    let steps = serde_json::json!([
+        ["list"],
+        ["call", "env", {"name": "WEATHER_API_KEY"}],
+        ["call", "whoami", {}],
+        ["call", "delete_city", {"city": "Oslo"}],
+        ["call", "blob", {"n": 300_000}],
+        ["call", "whoami", {}],
+    ]);
+    let mut ids = Vec::new();
+    // The revision 1.x offers, and an older one (as older 1.x releases
+    // offered): the bridge keeps the client's.
+    for protocol in ["2025-11-25", "2025-03-26"] {
+        let target =
+            serde_json::json!({"url": s.url("weather"), "token": "tok-old", "protocol": protocol});
+        let out = sdk_session(PySdk::V1, SDK1_CLIENT, &target, &steps);
+        assert_eq!(out[0]["protocol"], protocol, "{out:?}");
+        let tools = out[1]["tools"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{out:?}"));
+        assert!(
+            tools.iter().any(|t| t == "whoami") && tools.iter().all(|t| t != "delete_city"),
+            "{out:?}"
+        );
+        assert_eq!(ok_text(&out[2]), key, "{out:?}");
+        let me = whoami(&out[3]);
+        assert_eq!(me["host"], "mcp-old", "{out:?}");
+        // The hidden tool: corral's JSON-RPC error, and the session goes on.
+        let hidden = out[4]["rpc_error"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{out:?}"));
+        assert!(
+            hidden.contains("-32602") && hidden.contains("Unknown tool: delete_city"),
+            "{hidden}"
+        );
+        assert_eq!(ok_text(&out[5]).len(), 300_000);
+        assert_eq!(whoami(&out[6])["id"], me["id"], "{out:?}");
+        ids.push(me["id"].clone());
+    }
+    // One per-tenant process served both sessions.
+    assert_eq!(ids[0], ids[1]);
+    // Without the token the SDK cannot even initialize.
+    let target = serde_json::json!({"url": s.url("weather")});
+    let out = PySdk::V1.run(SDK1_CLIENT, &[target.to_string()], "[]");
+    let fatal = out[0]["fatal"].as_str().unwrap_or_else(|| panic!("{out}"));
+    assert!(fatal.contains("401"), "{fatal}");
+}
