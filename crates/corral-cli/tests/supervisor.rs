@@ -1498,6 +1498,40 @@ fn sixteen_megabyte_messages_pass_both_ways() {
 
 // --- the official Python client 1.x through the bridge ---------------------
 
+/// The 1.x client: argv = url, token. One session times out on a `slow`
+/// call (1.x sends no cancel) and closes; the next ones read `cancelled`
+/// until it counts one, for at most 5 s.
+const SDK1_LEAVES_A_CALL: &str = r#"
+import asyncio, json, sys, warnings
+from datetime import timedelta
+warnings.simplefilter("ignore", DeprecationWarning)
+from mcp import ClientSession
+from mcp.client.streamable_http import streamablehttp_client
+from mcp.shared.exceptions import McpError
+
+async def session(url, token, tool, args, timeout):
+    async with streamablehttp_client(url, headers={"Authorization": "Bearer " + token}) as (r, w, _):
+        async with ClientSession(r, w) as s:
+            await s.initialize()
+            try:
+                c = await s.call_tool(tool, args, timedelta(seconds=timeout))
+                return c.content[0].text
+            except McpError as e:
+                return e.error.code
+
+async def main():
+    url, token = sys.argv[1], sys.argv[2]
+    left = await session(url, token, "slow", {"secs": 30}, 1)
+    for _ in range(10):
+        cancelled = await session(url, token, "cancelled", {}, 10)
+        if cancelled != "0":
+            break
+        await asyncio.sleep(0.5)
+    return {"left": left, "cancelled": cancelled}
+
+print(json.dumps(asyncio.run(asyncio.wait_for(main(), 60))))
+"#;
+
 #[test]
 fn python_sdk_1x_client_through_the_bridge() {
     let t = tree(&[("server.py", PY_SERVER)], true);
@@ -1555,6 +1589,15 @@ fn python_sdk_1x_client_through_the_bridge() {
     }
     // One per-tenant process served both sessions.
     assert_eq!(ids[0], ids[1]);
+    // A call the client timed out on (no cancel) ends at the server as
+    // the client closes its session, not 30 s later.
+    let out = PySdk::V1.run(
+        SDK1_LEAVES_A_CALL,
+        &[s.url("weather"), "tok-old".into()],
+        "",
+    );
+    assert_eq!(out["left"], 408, "{out}");
+    assert_eq!(out["cancelled"], "1", "{out}");
     // Without the token the SDK cannot even initialize.
     let target = serde_json::json!({"url": s.url("weather")});
     let out = PySdk::V1.run(SDK1_CLIENT, &[target.to_string()], "[]");
