@@ -1435,3 +1435,89 @@ fn python_sdk_1x_timeouts_send_no_cancel_and_ending_the_session_kills_at_once() 
     assert!(!process_running("", &marker));
     assert_no_workspace_left(&s.work());
 }
+
+/// A loopback TCP proxy in front of `upstream` that breaks the answer of
+/// each request whose bytes hold `marker` right after its first
+/// server-sent event (the priming event, with its id and `retry`), as a
+/// network would. It rewrites `Host` to the upstream's (corral checks
+/// it). Answers its address and the count of answers it broke.
+fn breaking_proxy(
+    upstream: &str,
+    marker: &'static str,
+) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::net::{Shutdown, TcpListener, TcpStream};
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let me = listener.local_addr().unwrap().to_string();
+    let broken = Arc::new(AtomicUsize::new(0));
+    let (upstream, me2, count) = (upstream.to_string(), me.clone(), broken.clone());
+    std::thread::spawn(move || {
+        for client in listener.incoming().flatten() {
+            let server = TcpStream::connect(&upstream).unwrap();
+            let armed = Arc::new(AtomicBool::new(false));
+            let (mut c_in, mut s_out) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+            let (host_from, host_to) = (format!("Host: {me2}"), format!("Host: {upstream}"));
+            let arm = armed.clone();
+            std::thread::spawn(move || {
+                let mut buf = vec![0u8; 1 << 16];
+                while let Ok(n @ 1..) = c_in.read(&mut buf) {
+                    let chunk = String::from_utf8_lossy(&buf[..n]).into_owned();
+                    if chunk.contains(marker) {
+                        arm.store(true, Ordering::SeqCst);
+                    }
+                    let chunk = chunk.replace(&host_from, &host_to);
+                    if s_out.write_all(chunk.as_bytes()).is_err() {
+                        break;
+                    }
+                }
+            });
+            let count = count.clone();
+            std::thread::spawn(move || {
+                let (mut s_in, mut c_out) = (server, client);
+                let mut buf = vec![0u8; 1 << 16];
+                while let Ok(n @ 1..) = s_in.read(&mut buf) {
+                    if c_out.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                    let chunk = &buf[..n];
+                    if armed.load(Ordering::SeqCst) && chunk.windows(6).any(|w| w == b"retry:") {
+                        count.fetch_add(1, Ordering::SeqCst);
+                        break;
+                    }
+                }
+                let _ = c_out.shutdown(Shutdown::Both);
+                let _ = s_in.shutdown(Shutdown::Both);
+            });
+        }
+    });
+    (me, broken)
+}
+
+#[test]
+fn python_sdk_1x_resumes_a_call_whose_stream_broke_and_gets_its_answer() {
+    let s = start_server("", &["--code-mode"]);
+    let (proxy, broken) = breaking_proxy(&s.addr, "break-here");
+    let bash = |code: &str| json!({"language": "bash", "code": code});
+    // The SDK resumes (GET with Last-Event-ID) after the server's `retry`
+    // (3 s): the first call has answered by then, the second not yet.
+    let out = session_v1(
+        json!({"url": format!("http://{proxy}/mcp")}),
+        json!([
+            call("run_code", bash("sleep 1; echo answered # break-here")),
+            call("run_code", bash("sleep 5; echo live # break-here")),
+            call("run_code", bash("echo after")),
+        ]),
+    );
+    assert_eq!(broken.load(std::sync::atomic::Ordering::SeqCst), 2);
+    assert_eq!(ok(&out[1])["stdout"], "answered\n", "{out:?}");
+    assert_eq!(ok(&out[2])["stdout"], "live\n", "{out:?}");
+    assert_eq!(ok(&out[3])["stdout"], "after\n", "{out:?}");
+    // Each ran once: a broken stream is no cancel, and no retry.
+    let (_, _, body) = http(&s.addr, "GET", "/metrics", None, None);
+    let m = parse_metrics("text", &body);
+    assert_eq!(
+        m["corral_executions_total"]["outcome=ok,profile=code,tenant=anonymous"], 3.0,
+        "{m}"
+    );
+}

@@ -19,6 +19,8 @@ use rmcp::RoleServer;
 use tokio::sync::watch;
 
 use super::{Caller, CorralMcp, Shared};
+
+mod resume;
 use crate::error::ApiError;
 use crate::state::AppState;
 
@@ -53,7 +55,11 @@ where
             token.cancel();
         });
     }
-    let sessions = Arc::new(LocalSessionManager::default());
+    // Every event kept for a while, so that a client whose stream broke
+    // during a call gets the answer when it resumes (see [`resume`]).
+    let sessions = Arc::new(
+        LocalSessionManager::default().with_event_store(Arc::new(resume::ResumeStore::default())),
+    );
     let service = StreamableHttpService::new(
         move || Ok(CorralMcp::new(shared.clone())),
         sessions.clone(),
