@@ -47,6 +47,14 @@ if [ ! -x "$venv/bin/uv" ]; then
     (umask 022 && "$venv/bin/pip" install --quiet --disable-pip-version-check uv)
 fi
 chmod -R a+rX "$venv"
+# The newest Python MCP SDK 1.x (`ClientSession` API) in a venv of its own,
+# next to 2.x: issue #16 has corral driven by both (tests/mcp.rs).
+venv1=/opt/corral-test-venv-mcp1
+if ! "$venv1/bin/python" -c 'import importlib.metadata as m, sys; sys.exit(m.version("mcp").split(".")[0] != "1")' >/dev/null 2>&1; then
+    echo "== installing the Python MCP SDK 1.x into $venv1"
+    (umask 022 && /usr/bin/python3 -m venv "$venv1" && "$venv1/bin/pip" install --quiet --disable-pip-version-check 'mcp>=1,<2')
+fi
+chmod -R a+rX "$venv1"
 # The official MCP SDK for Node (`@modelcontextprotocol/sdk` from npm) for
 # tests/stream.rs, in a directory every user can read, like the venv.
 nodesdk=/opt/corral-test-node

@@ -1,11 +1,12 @@
 //! The MCP side of the service, driven by the official Python SDK (`mcp`
-//! from PyPI) as the client: streamable HTTP against `corral serve`, and
-//! stdio against `corral mcp`.
+//! from PyPI, 2.x and the newest 1.x) and TypeScript SDK as clients:
+//! streamable HTTP against `corral serve`, and stdio against `corral mcp`.
 //!
-//! The client's interpreter is `$CORRAL_TEST_PYTHON`, else
-//! `/opt/corral-test-venv/bin/python` (scripts/test.sh installs it). Its
-//! absence fails the tests: an interop suite that silently skips proves
-//! nothing.
+//! The clients' interpreters are `$CORRAL_TEST_PYTHON`, else
+//! `/opt/corral-test-venv/bin/python` (2.x), and `$CORRAL_TEST_PYTHON_MCP1`,
+//! else `/opt/corral-test-venv-mcp1/bin/python` (1.x); scripts/test.sh
+//! installs both. Their absence fails the tests: an interop suite that
+//! silently skips proves nothing.
 
 #![allow(clippy::unwrap_used)] // test helpers fail loudly, as tests do
 
@@ -87,17 +88,10 @@ async def main():
 print(json.dumps(asyncio.run(asyncio.wait_for(main(), 60))))
 "#;
 
-/// One MCP session against `target`, running `steps`.
+/// One MCP session of the 2.x client ([`CLIENT`]) against `target`,
+/// running `steps`.
 fn session(target: Value, steps: Value) -> Vec<Value> {
-    let out = run_sdk_python(CLIENT, &[target.to_string()], &steps.to_string());
-    let out = out.as_array().unwrap().clone();
-    assert!(
-        out[0].get("fatal").is_none(),
-        "client failed: {}",
-        out[0]["fatal"].as_str().unwrap_or_default()
-    );
-    assert_eq!(out.len(), steps.as_array().unwrap().len() + 1, "{out:?}");
-    out
+    sdk_session(PySdk::V2, CLIENT, &target, &steps)
 }
 
 fn list() -> Value {
@@ -1266,5 +1260,292 @@ fn mcp_tool_refusals_are_audit_events_like_the_apis() {
         (f["error"].as_str(), f["tool"].as_str(), f["via"].as_str()),
         (Some("path.traversal"), Some("read_file"), Some("mcp")),
         "{e}"
+    );
+}
+
+// --- The Python SDK 1.x (`ClientSession`) ----------------------------------
+
+/// The protocol revisions corral serves (those with sessions; see
+/// corral-server's mcp module), newest last.
+const SERVED_PROTOCOLS: [&str; 4] = ["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"];
+
+/// One MCP session of the 1.x client ([`SDK1_CLIENT`]) against `target`,
+/// running `steps`.
+fn session_v1(target: Value, steps: Value) -> Vec<Value> {
+    sdk_session(PySdk::V1, SDK1_CLIENT, &target, &steps)
+}
+
+/// Files both ways between the file tools and code, an unknown tool (a
+/// JSON-RPC error) and a refused path (a tool error) in between, and the
+/// session still answering after each.
+fn round_trip_steps() -> Value {
+    let code = "import os\n\
+                data = open('data/in.txt').read()\n\
+                os.makedirs('out', exist_ok=True)\n\
+                open('out/r.txt', 'w').write(data[::-1])\n\
+                print(data.upper())\n";
+    json!([
+        list(),
+        call(
+            "write_file",
+            json!({"path": "data/in.txt", "content": "hello one"})
+        ),
+        call("read_file", json!({"path": "data/in.txt"})),
+        call("run_code", json!({"language": "python", "code": code})),
+        call("read_file", json!({"path": "out/r.txt"})),
+        call("no_such_tool", json!({})),
+        call("read_file", json!({"path": "../x"})),
+        call("list_files", json!({"path": "out"})),
+    ])
+}
+
+/// What [`round_trip_steps`] must have given, after the protocol line.
+fn check_round_trip(out: &[Value]) {
+    assert_eq!(out[0]["tools"], json!(ALL_TOOLS), "{out:?}");
+    assert_eq!(ok(&out[1])["size_bytes"], 9, "{out:?}");
+    assert_eq!(ok(&out[2])["content"], "hello one", "{out:?}");
+    assert_eq!(out[2]["text"], "hello one", "{out:?}");
+    let run = ok(&out[3]);
+    assert_eq!(
+        (run["stdout"].as_str(), run["exit_code"].as_i64()),
+        (Some("HELLO ONE\n"), Some(0)),
+        "{run}"
+    );
+    assert_eq!(ok(&out[4])["content"], "eno olleh", "{out:?}");
+    let rpc = out[5]["rpc_error"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{}", out[5]));
+    assert!(
+        rpc.contains("no_such_tool") || rpc.contains("not found"),
+        "{rpc}"
+    );
+    refused(&out[6], "path.traversal");
+    assert_eq!(ok(&out[7])["entries"][0]["name"], "r.txt", "{out:?}");
+}
+
+#[test]
+fn python_sdk_1x_negotiates_lists_and_round_trips_files_over_http_and_stdio() {
+    let s = start_server("", &["--code-mode"]);
+    // The revision this SDK offers is the newest corral serves.
+    let out = session_v1(s.target(None), round_trip_steps());
+    assert_eq!(out[0]["protocol"], SERVED_PROTOCOLS[3], "{out:?}");
+    check_round_trip(&out[1..]);
+    // Older 1.x releases offered older revisions: each is kept.
+    for version in &SERVED_PROTOCOLS[..3] {
+        let mut target = s.target(None);
+        target["protocol"] = json!(version);
+        let out = session_v1(target, round_trip_steps());
+        assert_eq!(out[0]["protocol"], *version, "{out:?}");
+        check_round_trip(&out[1..]);
+    }
+    // A revision corral does not know: it answers its own, which the
+    // client accepts.
+    let mut target = s.target(None);
+    target["protocol"] = json!("2099-01-01");
+    let out = session_v1(target, json!([list()]));
+    assert_eq!(out[0]["protocol"], SERVED_PROTOCOLS[3], "{out:?}");
+    assert_eq!(out[1]["tools"], json!(ALL_TOOLS));
+    assert_no_workspace_left(&s.work());
+    // Over stdio: the same, with the newest and the oldest revision.
+    let dir = tempfile::tempdir().unwrap();
+    for version in [SERVED_PROTOCOLS[3], SERVED_PROTOCOLS[0]] {
+        let mut target = stdio_target(dir.path());
+        target["protocol"] = json!(version);
+        let out = session_v1(target, round_trip_steps());
+        assert_eq!(out[0]["protocol"], version, "{out:?}");
+        check_round_trip(&out[1..]);
+    }
+}
+
+#[test]
+fn python_sdk_1x_with_a_token_runs_as_its_tenant() {
+    let s = start_server(&tenant("carol", "carol-token"), &["--code-mode"]);
+    let out = session_v1(
+        s.target(Some("carol-token")),
+        json!([call(
+            "run_code",
+            json!({"language": "bash", "code": "echo carol"})
+        )]),
+    );
+    let run = ok(&out[1]);
+    assert_eq!(
+        (run["stdout"].as_str(), run["tenant"].as_str()),
+        (Some("carol\n"), Some("carol"))
+    );
+    // Without one, the SDK cannot even initialize.
+    let out = PySdk::V1.run(SDK1_CLIENT, &[s.target(None).to_string()], "[]");
+    let fatal = out[0]["fatal"].as_str().unwrap_or_else(|| panic!("{out}"));
+    assert!(fatal.contains("401"), "{fatal}");
+}
+
+#[test]
+fn python_sdk_1x_gets_big_outputs_cut_to_size_over_http_and_stdio() {
+    let s = start_server("", &["--code-mode"]);
+    let out = session_v1(s.target(None), big_output_steps());
+    check_big_outputs(&out[1..]);
+    let dir = tempfile::tempdir().unwrap();
+    let out = session_v1(stdio_target(dir.path()), big_output_steps());
+    check_big_outputs(&out[1..]);
+}
+
+/// The 1.x client against argv[1] (`/mcp`): a call it times out on
+/// (1.x sends no `notifications/cancelled`), the call after it, then a
+/// call left running (a process tagged argv[2]) when the session ends.
+/// Prints what happened and how long the tagged process outlived the
+/// session.
+const SDK1_NO_CANCEL: &str = r#"
+import asyncio, json, os, sys, time, warnings
+from datetime import timedelta
+warnings.simplefilter("ignore", DeprecationWarning)
+from mcp import ClientSession
+from mcp.client.streamable_http import streamablehttp_client
+from mcp.shared.exceptions import McpError
+
+def tagged(marker):
+    for p in os.listdir("/proc"):
+        try:
+            if p.isdigit() and int(p) != os.getpid() and marker.encode() in open(f"/proc/{p}/cmdline", "rb").read():
+                return True
+        except OSError:
+            pass
+    return False
+
+async def main():
+    url, marker = sys.argv[1], sys.argv[2]
+    out = {}
+    bash = lambda code: {"language": "bash", "code": code, "timeout_ms": 120000}
+    async with streamablehttp_client(url) as (r, w, _):
+        async with ClientSession(r, w) as s:
+            await s.initialize()
+            t0 = time.monotonic()
+            try:
+                await s.call_tool("run_code", bash("sleep 3; echo late"), timedelta(seconds=1))
+                out["timed_out"] = None
+            except McpError as e:
+                out["timed_out"] = e.error.code
+            a = await s.call_tool("run_code", bash("echo after"))
+            out["after"] = [a.structuredContent, time.monotonic() - t0]
+            try:
+                await s.call_tool("run_code", bash(f"bash -c 'sleep 100; :' {marker}"), timedelta(seconds=1))
+            except McpError as e:
+                out["left_running"] = e.error.code
+            out["seen"] = tagged(marker)
+    # The session is closed (the SDK's DELETE).
+    t1 = time.monotonic()
+    while tagged(marker) and time.monotonic() - t1 < 20:
+        await asyncio.sleep(0.05)
+    out["outlived"] = time.monotonic() - t1
+    return out
+
+print(json.dumps(asyncio.run(asyncio.wait_for(main(), 60))))
+"#;
+
+#[test]
+fn python_sdk_1x_timeouts_send_no_cancel_and_ending_the_session_kills_at_once() {
+    let s = start_server("", &["--code-mode"]);
+    let marker = format!("sdk1-left-{}", std::process::id());
+    let url = format!("http://{}/mcp", s.addr);
+    let out = PySdk::V1.run(SDK1_NO_CANCEL, &[url, marker.clone()], "");
+    // A client-side timeout (408 from the SDK itself) tells corral
+    // nothing: the call runs on, and the next one waits for it, then runs.
+    assert_eq!(out["timed_out"], 408, "{out}");
+    let after = &out["after"];
+    assert_eq!(after[0]["stdout"], "after\n", "{out}");
+    assert!(after[1].as_f64().unwrap() >= 2.5, "{out}");
+    assert_eq!(out["left_running"], 408, "{out}");
+    assert_eq!(out["seen"], true, "the tagged call never ran: {out}");
+    // Ending the session killed it at once, not after rmcp's 5 s drain.
+    let outlived = out["outlived"].as_f64().unwrap();
+    assert!(
+        outlived < 3.0,
+        "the call outlived its session by {outlived} s"
+    );
+    assert!(!process_running("", &marker));
+    assert_no_workspace_left(&s.work());
+}
+
+/// A loopback TCP proxy in front of `upstream` that breaks the answer of
+/// each request whose bytes hold `marker` right after its first
+/// server-sent event (the priming event, with its id and `retry`), as a
+/// network would. It rewrites `Host` to the upstream's (corral checks
+/// it). Answers its address and the count of answers it broke.
+fn breaking_proxy(
+    upstream: &str,
+    marker: &'static str,
+) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::net::{Shutdown, TcpListener, TcpStream};
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let me = listener.local_addr().unwrap().to_string();
+    let broken = Arc::new(AtomicUsize::new(0));
+    let (upstream, me2, count) = (upstream.to_string(), me.clone(), broken.clone());
+    std::thread::spawn(move || {
+        for client in listener.incoming().flatten() {
+            let server = TcpStream::connect(&upstream).unwrap();
+            let armed = Arc::new(AtomicBool::new(false));
+            let (mut c_in, mut s_out) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+            let (host_from, host_to) = (format!("Host: {me2}"), format!("Host: {upstream}"));
+            let arm = armed.clone();
+            std::thread::spawn(move || {
+                let mut buf = vec![0u8; 1 << 16];
+                while let Ok(n @ 1..) = c_in.read(&mut buf) {
+                    let chunk = String::from_utf8_lossy(&buf[..n]).into_owned();
+                    if chunk.contains(marker) {
+                        arm.store(true, Ordering::SeqCst);
+                    }
+                    let chunk = chunk.replace(&host_from, &host_to);
+                    if s_out.write_all(chunk.as_bytes()).is_err() {
+                        break;
+                    }
+                }
+            });
+            let count = count.clone();
+            std::thread::spawn(move || {
+                let (mut s_in, mut c_out) = (server, client);
+                let mut buf = vec![0u8; 1 << 16];
+                while let Ok(n @ 1..) = s_in.read(&mut buf) {
+                    if c_out.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                    let chunk = &buf[..n];
+                    if armed.load(Ordering::SeqCst) && chunk.windows(6).any(|w| w == b"retry:") {
+                        count.fetch_add(1, Ordering::SeqCst);
+                        break;
+                    }
+                }
+                let _ = c_out.shutdown(Shutdown::Both);
+                let _ = s_in.shutdown(Shutdown::Both);
+            });
+        }
+    });
+    (me, broken)
+}
+
+#[test]
+fn python_sdk_1x_resumes_a_call_whose_stream_broke_and_gets_its_answer() {
+    let s = start_server("", &["--code-mode"]);
+    let (proxy, broken) = breaking_proxy(&s.addr, "break-here");
+    let bash = |code: &str| json!({"language": "bash", "code": code});
+    // The SDK resumes (GET with Last-Event-ID) after the server's `retry`
+    // (3 s): the first call has answered by then, the second not yet.
+    let out = session_v1(
+        json!({"url": format!("http://{proxy}/mcp")}),
+        json!([
+            call("run_code", bash("sleep 1; echo answered # break-here")),
+            call("run_code", bash("sleep 5; echo live # break-here")),
+            call("run_code", bash("echo after")),
+        ]),
+    );
+    assert_eq!(broken.load(std::sync::atomic::Ordering::SeqCst), 2);
+    assert_eq!(ok(&out[1])["stdout"], "answered\n", "{out:?}");
+    assert_eq!(ok(&out[2])["stdout"], "live\n", "{out:?}");
+    assert_eq!(ok(&out[3])["stdout"], "after\n", "{out:?}");
+    // Each ran once: a broken stream is no cancel, and no retry.
+    let (_, _, body) = http(&s.addr, "GET", "/metrics", None, None);
+    let m = parse_metrics("text", &body);
+    assert_eq!(
+        m["corral_executions_total"]["outcome=ok,profile=code,tenant=anonymous"], 3.0,
+        "{m}"
     );
 }

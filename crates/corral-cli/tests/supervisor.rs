@@ -1495,3 +1495,112 @@ fn sixteen_megabyte_messages_pass_both_ways() {
     let v: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(v["result"]["content"][0]["text"], n.to_string(), "{v}");
 }
+
+// --- the official Python client 1.x through the bridge ---------------------
+
+/// The 1.x client: argv = url, token. One session times out on a `slow`
+/// call (1.x sends no cancel) and closes; the next ones read `cancelled`
+/// until it counts one, for at most 5 s.
+const SDK1_LEAVES_A_CALL: &str = r#"
+import asyncio, json, sys, warnings
+from datetime import timedelta
+warnings.simplefilter("ignore", DeprecationWarning)
+from mcp import ClientSession
+from mcp.client.streamable_http import streamablehttp_client
+from mcp.shared.exceptions import McpError
+
+async def session(url, token, tool, args, timeout):
+    async with streamablehttp_client(url, headers={"Authorization": "Bearer " + token}) as (r, w, _):
+        async with ClientSession(r, w) as s:
+            await s.initialize()
+            try:
+                c = await s.call_tool(tool, args, timedelta(seconds=timeout))
+                return c.content[0].text
+            except McpError as e:
+                return e.error.code
+
+async def main():
+    url, token = sys.argv[1], sys.argv[2]
+    left = await session(url, token, "slow", {"secs": 30}, 1)
+    for _ in range(10):
+        cancelled = await session(url, token, "cancelled", {}, 10)
+        if cancelled != "0":
+            break
+        await asyncio.sleep(0.5)
+    return {"left": left, "cancelled": cancelled}
+
+print(json.dumps(asyncio.run(asyncio.wait_for(main(), 60))))
+"#;
+
+#[test]
+fn python_sdk_1x_client_through_the_bridge() {
+    let t = tree(&[("server.py", PY_SERVER)], true);
+    let key = marker("key");
+    let s = serve(
+        &format!(
+            "{}{}",
+            tenant("old", "tok-old"),
+            py_entry(
+                "weather",
+                t.path(),
+                "tenants = [\"old\"]\nenv = [\"WEATHER_API_KEY\"]\n\
+                 [server.mcp_server.tools]\nomit = [\"delete_city\"]\n"
+            )
+        ),
+        &[("WEATHER_API_KEY", &key)],
+    );
+    let steps = serde_json::json!([
+        ["list"],
+        ["call", "env", {"name": "WEATHER_API_KEY"}],
+        ["call", "whoami", {}],
+        ["call", "delete_city", {"city": "Oslo"}],
+        ["call", "blob", {"n": 300_000}],
+        ["call", "whoami", {}],
+    ]);
+    let mut ids = Vec::new();
+    // The revision 1.x offers, and an older one (as older 1.x releases
+    // offered): the bridge keeps the client's.
+    for protocol in ["2025-11-25", "2025-03-26"] {
+        let target =
+            serde_json::json!({"url": s.url("weather"), "token": "tok-old", "protocol": protocol});
+        let out = sdk_session(PySdk::V1, SDK1_CLIENT, &target, &steps);
+        assert_eq!(out[0]["protocol"], protocol, "{out:?}");
+        let tools = out[1]["tools"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{out:?}"));
+        assert!(
+            tools.iter().any(|t| t == "whoami") && tools.iter().all(|t| t != "delete_city"),
+            "{out:?}"
+        );
+        assert_eq!(ok_text(&out[2]), key, "{out:?}");
+        let me = whoami(&out[3]);
+        assert_eq!(me["host"], "mcp-old", "{out:?}");
+        // The hidden tool: corral's JSON-RPC error, and the session goes on.
+        let hidden = out[4]["rpc_error"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{out:?}"));
+        assert!(
+            hidden.contains("-32602") && hidden.contains("Unknown tool: delete_city"),
+            "{hidden}"
+        );
+        assert_eq!(ok_text(&out[5]).len(), 300_000);
+        assert_eq!(whoami(&out[6])["id"], me["id"], "{out:?}");
+        ids.push(me["id"].clone());
+    }
+    // One per-tenant process served both sessions.
+    assert_eq!(ids[0], ids[1]);
+    // A call the client timed out on (no cancel) ends at the server as
+    // the client closes its session, not 30 s later.
+    let out = PySdk::V1.run(
+        SDK1_LEAVES_A_CALL,
+        &[s.url("weather"), "tok-old".into()],
+        "",
+    );
+    assert_eq!(out["left"], 408, "{out}");
+    assert_eq!(out["cancelled"], "1", "{out}");
+    // Without the token the SDK cannot even initialize.
+    let target = serde_json::json!({"url": s.url("weather")});
+    let out = PySdk::V1.run(SDK1_CLIENT, &[target.to_string()], "[]");
+    let fatal = out[0]["fatal"].as_str().unwrap_or_else(|| panic!("{out}"));
+    assert!(fatal.contains("401"), "{fatal}");
+}

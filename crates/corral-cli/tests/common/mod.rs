@@ -456,59 +456,176 @@ pub fn cpu_limit_enforceable() -> bool {
     })
 }
 
-/// The interpreter of the venv with the official `mcp` SDK:
-/// `$CORRAL_TEST_PYTHON`, else `/opt/corral-test-venv/bin/python`
-/// (scripts/test.sh installs it). Its absence fails the test: an interop
-/// test that silently skips proves nothing.
+/// An official Python MCP SDK the interop tests drive corral with, each
+/// in a venv of its own (scripts/test.sh installs both).
 #[allow(dead_code)] // not every test binary drives MCP
-pub fn sdk_python() -> PathBuf {
-    let p = std::env::var_os("CORRAL_TEST_PYTHON")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/opt/corral-test-venv/bin/python"));
-    assert!(
-        p.exists(),
-        "the MCP interop tests need Python with the official `mcp` SDK at {} \
-         (set CORRAL_TEST_PYTHON, or run scripts/test.sh, which does \
-         `python3 -m venv /opt/corral-test-venv && /opt/corral-test-venv/bin/pip install mcp`)",
-        p.display()
-    );
-    p
+#[derive(Clone, Copy, Debug)]
+pub enum PySdk {
+    /// `mcp` 2.x (the `Client` API): `$CORRAL_TEST_PYTHON`, else
+    /// `/opt/corral-test-venv/bin/python`. Its venv also holds the other
+    /// Python tools the tests use (prometheus_client, schemathesis, ...).
+    V2,
+    /// The newest `mcp` 1.x (the `ClientSession` API):
+    /// `$CORRAL_TEST_PYTHON_MCP1`, else `/opt/corral-test-venv-mcp1/bin/python`.
+    V1,
 }
 
-/// Runs the Python `script` with [`sdk_python`], `args` and `stdin`, in a
-/// clean environment; returns what it printed, parsed as JSON.
+impl PySdk {
+    /// The venv's interpreter. Its absence fails the test: an interop
+    /// test that silently skips proves nothing.
+    pub fn python(self) -> PathBuf {
+        let (var, venv, spec) = match self {
+            PySdk::V2 => ("CORRAL_TEST_PYTHON", "/opt/corral-test-venv", "mcp"),
+            PySdk::V1 => (
+                "CORRAL_TEST_PYTHON_MCP1",
+                "/opt/corral-test-venv-mcp1",
+                "'mcp>=1,<2'",
+            ),
+        };
+        let p = std::env::var_os(var)
+            .map(PathBuf::from)
+            .unwrap_or_else(|| Path::new(venv).join("bin/python"));
+        assert!(
+            p.exists(),
+            "the MCP interop tests need Python with the official `mcp` SDK ({self:?}) at {} \
+             (set {var}, or run scripts/test.sh, which does \
+             `python3 -m venv {venv} && {venv}/bin/pip install {spec}`)",
+            p.display()
+        );
+        p
+    }
+
+    /// Runs the Python `script` with this SDK's [`PySdk::python`], `args`
+    /// and `stdin`, in a clean environment; returns what it printed,
+    /// parsed as JSON.
+    pub fn run(self, script: &str, args: &[String], stdin: &str) -> serde_json::Value {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("script.py");
+        std::fs::write(&file, script).expect("write script");
+        let mut child = Command::new(self.python())
+            .arg(&file)
+            .args(args)
+            .env_clear()
+            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+            .env("HOME", dir.path())
+            .env("PYTHONDONTWRITEBYTECODE", "1")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn the SDK's python");
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(stdin.as_bytes())
+            .expect("write stdin");
+        let out = child.wait_with_output().expect("wait for python");
+        let stdout = text(&out.stdout);
+        serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
+            panic!(
+                "the Python script ({self:?}) printed no JSON ({e}); status={:?}\nstdout={stdout}\nstderr={}",
+                out.status,
+                text(&out.stderr)
+            )
+        })
+    }
+}
+
+/// The interpreter of the venv with the official `mcp` SDK 2.x
+/// ([`PySdk::V2`]).
+#[allow(dead_code)] // not every test binary drives MCP
+pub fn sdk_python() -> PathBuf {
+    PySdk::V2.python()
+}
+
+/// Runs the Python `script` with [`sdk_python`] ([`PySdk::run`]).
 #[allow(dead_code)] // not every test binary drives MCP
 pub fn run_sdk_python(script: &str, args: &[String], stdin: &str) -> serde_json::Value {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let file = dir.path().join("script.py");
-    std::fs::write(&file, script).expect("write script");
-    let mut child = Command::new(sdk_python())
-        .arg(&file)
-        .args(args)
-        .env_clear()
-        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
-        .env("HOME", dir.path())
-        .env("PYTHONDONTWRITEBYTECODE", "1")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn the SDK's python");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(stdin.as_bytes())
-        .expect("write stdin");
-    let out = child.wait_with_output().expect("wait for python");
-    let stdout = text(&out.stdout);
-    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
-        panic!(
-            "the Python script printed no JSON ({e}); status={:?}\nstdout={stdout}\nstderr={}",
-            out.status,
-            text(&out.stderr)
-        )
-    })
+    PySdk::V2.run(script, args, stdin)
+}
+
+/// A client of the official Python SDK 1.x ([`PySdk::V1`]: `ClientSession`
+/// over `streamablehttp_client` or `stdio_client`) that runs a list of
+/// steps in one MCP session and prints one JSON answer per step, the first
+/// being the negotiated protocol revision. argv[1] is the target:
+/// `{"url", "token"?}` or `{"command": [...], "env"?}`, either with
+/// `"protocol"` to offer an older revision, as older 1.x releases did; the
+/// steps come on stdin: `["list"]` or `["call", tool, arguments]`.
+#[allow(dead_code)] // not every test binary drives MCP
+pub const SDK1_CLIENT: &str = r#"
+import asyncio, json, sys, traceback, warnings
+import mcp.types
+from mcp import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.shared.exceptions import McpError
+# Deprecated since 1.24 for streamable_http_client (which it wraps), but the
+# entry point 1.x clients have used since streamable HTTP came (1.8).
+warnings.simplefilter("ignore", DeprecationWarning)
+from mcp.client.streamable_http import streamablehttp_client
+
+async def drive(read, write, steps):
+    out = []
+    async with ClientSession(read, write) as session:
+        init = await session.initialize()
+        out.append({"protocol": init.protocolVersion})
+        for step in steps:
+            if step[0] == "list":
+                tools = await session.list_tools()
+                out.append({"tools": sorted(t.name for t in tools.tools)})
+                continue
+            try:
+                r = await session.call_tool(step[1], step[2])
+            except McpError as e:
+                out.append({"rpc_error": f"{e.error.code}: {e}"})
+                continue
+            text = "".join(c.text for c in r.content if c.type == "text")
+            out.append({"is_error": r.isError, "text": text, "structured": r.structuredContent})
+    return out
+
+async def main():
+    target = json.loads(sys.argv[1])
+    steps = json.load(sys.stdin)
+    if target.get("protocol"):
+        # What ClientSession.initialize offers.
+        mcp.types.LATEST_PROTOCOL_VERSION = target["protocol"]
+    if "url" in target:
+        headers = {"Authorization": "Bearer " + target["token"]} if target.get("token") else None
+        async with streamablehttp_client(target["url"], headers=headers, timeout=30, sse_read_timeout=60) as (read, write, _):
+            return await drive(read, write, steps)
+    cmd = target["command"]
+    params = StdioServerParameters(command=cmd[0], args=cmd[1:], env=target.get("env"))
+    async with stdio_client(params) as (read, write):
+        return await drive(read, write, steps)
+
+try:
+    out = asyncio.run(asyncio.wait_for(main(), 60))
+except BaseException as e:
+    out = [{"fatal": "".join(traceback.format_exception(e))[-4000:]}]
+print(json.dumps(out))
+"#;
+
+/// Runs a step-list client `script` of `sdk` (such as [`SDK1_CLIENT`])
+/// against `target` with `steps`; fails the test unless the client
+/// connected and answered every step: the protocol revision, then one
+/// answer per step.
+#[allow(dead_code)] // not every test binary drives MCP
+pub fn sdk_session(
+    sdk: PySdk,
+    script: &str,
+    target: &serde_json::Value,
+    steps: &serde_json::Value,
+) -> Vec<serde_json::Value> {
+    let out = sdk.run(script, &[target.to_string()], &steps.to_string());
+    let out = out.as_array().expect("a JSON array").clone();
+    assert!(
+        out[0].get("fatal").is_none(),
+        "the {sdk:?} client failed: {}",
+        out[0]["fatal"].as_str().unwrap_or_default()
+    );
+    let n = steps.as_array().map_or(0, Vec::len);
+    assert_eq!(out.len(), n + 1, "{out:?}");
+    out
 }
 
 /// The cgroups named for `pid` (`<pid>-<n>`) in every hierarchy corral

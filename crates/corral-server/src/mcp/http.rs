@@ -6,15 +6,21 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::extract::{Request, State};
+use axum::http::request::Parts;
 use axum::http::{Method, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::Router;
+use rmcp::service::RequestContext;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::session::SessionManager;
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
+use rmcp::RoleServer;
+use tokio::sync::watch;
 
 use super::{Caller, CorralMcp, Shared};
+
+mod resume;
 use crate::error::ApiError;
 use crate::state::AppState;
 
@@ -49,7 +55,11 @@ where
             token.cancel();
         });
     }
-    let sessions = Arc::new(LocalSessionManager::default());
+    // Every event kept for a while, so that a client whose stream broke
+    // during a call gets the answer when it resumes (see [`resume`]).
+    let sessions = Arc::new(
+        LocalSessionManager::default().with_event_store(Arc::new(resume::ResumeStore::default())),
+    );
     let service = StreamableHttpService::new(
         move || Ok(CorralMcp::new(shared.clone())),
         sessions.clone(),
@@ -76,10 +86,38 @@ struct Gate {
 }
 
 /// A session's tenant and last use.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug)]
 struct Owner {
     caller: usize,
     last_used: Instant,
+    /// Dropped when the session is forgotten (its `DELETE`, reaped for
+    /// room, closed by the SDK): what [`session_ended`] waits for.
+    end: watch::Sender<()>,
+}
+
+/// Attached to each request of a known session: its end, as
+/// [`session_ended`] sees it.
+#[derive(Debug, Clone)]
+struct SessionEnd(watch::Receiver<()>);
+
+/// Completes when the session of the request in `ctx` ends, and never for
+/// a request outside a known session. rmcp cancels a closed session's
+/// running handlers only after letting them finish for up to 5 s (to send
+/// their answers, which nobody will read); a `run_code` waits on this too,
+/// so that a `DELETE` kills its sandbox at once. The Python SDK 1.x sends
+/// no cancel when a call times out: ending the session is how its user
+/// stops one.
+pub(super) async fn session_ended(ctx: &RequestContext<RoleServer>) {
+    let end = ctx
+        .extensions
+        .get::<Parts>()
+        .and_then(|p| p.extensions.get::<SessionEnd>())
+        .cloned();
+    match end {
+        // No value is ever sent: this returns when the sender is dropped.
+        Some(SessionEnd(mut rx)) => while rx.changed().await.is_ok() {},
+        None => std::future::pending().await,
+    }
 }
 
 impl Gate {
@@ -120,9 +158,9 @@ impl Gate {
                 .filter(|(_, o)| !own_cap || o.caller == caller)
                 .filter(|(_, o)| o.last_used.elapsed() >= idle)
                 .min_by_key(|(_, o)| o.last_used)
-                .map(|(id, o)| (id.clone(), *o))
+                .map(|(id, o)| (id.clone(), o.caller, o.last_used))
         };
-        let Some((id, owner)) = victim else {
+        let Some((id, owner, last_used)) = victim else {
             return false;
         };
         let closed = self.sessions.close_session(&Arc::from(id.as_str())).await;
@@ -133,11 +171,11 @@ impl Gate {
         let tenant = self
             .state
             .tenants
-            .get(owner.caller)
+            .get(owner)
             .map_or("", |t| t.tenant.name.as_str());
         tracing::info!(
             tenant,
-            idle_secs = owner.last_used.elapsed().as_secs(),
+            idle_secs = last_used.elapsed().as_secs(),
             closed = closed.is_ok(),
             "idle MCP session ended to make room for a new one"
         );
@@ -177,9 +215,12 @@ async fn authenticate(State(gate): State<Arc<Gate>>, mut req: Request, next: Nex
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .get(id)
-            .copied();
-        if owner.is_some_and(|o| o.caller != caller) {
-            return (StatusCode::NOT_FOUND, "Not Found: Session not found").into_response();
+            .map(|o| (o.caller, SessionEnd(o.end.subscribe())));
+        if let Some((owner, end)) = owner {
+            if owner != caller {
+                return (StatusCode::NOT_FOUND, "Not Found: Session not found").into_response();
+            }
+            req.extensions_mut().insert(end);
         }
     }
     if session.is_none() && req.method() == Method::POST {
@@ -254,6 +295,7 @@ async fn authenticate(State(gate): State<Arc<Gate>>, mut req: Request, next: Nex
             Owner {
                 caller,
                 last_used: Instant::now(),
+                end: watch::channel(()).0,
             },
         );
     }

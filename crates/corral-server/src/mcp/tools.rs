@@ -12,6 +12,7 @@ use rmcp::service::RequestContext;
 use rmcp::RoleServer;
 use serde::{Deserialize, Serialize};
 
+use super::http::session_ended;
 use super::session::run_in_workspace;
 use super::CorralMcp;
 use crate::base64;
@@ -261,6 +262,11 @@ impl CorralMcp {
                 cancel.store(true, Ordering::Relaxed);
                 task.await
             }
+            () = session_ended(&ctx) => {
+                // Its session ended (a DELETE): nobody will read the answer.
+                cancel.store(true, Ordering::Relaxed);
+                task.await
+            }
         };
         guard.disarm();
         drop(session_slot);
@@ -297,6 +303,10 @@ impl CorralMcp {
             () = ctx.ct.cancelled() => Err(ApiError::new(
                 ErrorCode::Cancelled,
                 "the call was cancelled while it waited for the session's running code",
+            )),
+            () = session_ended(ctx) => Err(ApiError::new(
+                ErrorCode::Cancelled,
+                "the session ended while the call waited for its running code",
             )),
         }
     }
