@@ -1200,7 +1200,7 @@ fn session_workspaces_share_a_per_tenant_byte_budget() {
 
 #[test]
 fn at_the_session_cap_the_least_recently_used_idle_session_makes_room() {
-    let s = start_server("mcp_pressure_idle_secs = 1\n", &[]);
+    let s = start_server("mcp_pressure_idle_secs = 1\n", &["--code-mode"]);
     let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}"#;
     let base = [
         ("Content-Type", "application/json"),
@@ -1211,28 +1211,39 @@ fn at_the_session_cap_the_least_recently_used_idle_session_makes_room() {
         assert_eq!(status, 200, "{head}\n{body}");
         header(&head, "mcp-session-id").unwrap().to_string()
     };
-    let ping = |id: &str| {
+    let post = |id: &str, body: &str| {
         let mut h = base.to_vec();
         h.push(("Mcp-Session-Id", id));
         h.push(("MCP-Protocol-Version", "2025-06-18"));
-        http_with(
-            &s.addr,
-            "POST",
-            "/mcp",
-            &h,
-            Some(r#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#),
-        )
-        .0
+        http_with(&s.addr, "POST", "/mcp", &h, Some(body))
     };
-    let ids: Vec<String> = (0..64).map(|_| open()).collect();
-    std::thread::sleep(Duration::from_millis(1500));
-    // The oldest session is used again: now the second is the least
-    // recently used, and it is the one ended for the newcomer.
-    assert_eq!(ping(&ids[0]), 200);
-    let newcomer = open();
-    assert_eq!(ping(&ids[1]), 404, "the idle session was not ended");
-    assert_eq!(ping(&ids[0]), 200, "the session in use was ended");
-    assert_eq!(ping(&newcomer), 200);
+    let ping = |id: &str| post(id, r#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#).0;
+    // The oldest session starts a long call: the oldest, but not idle.
+    let busy = open();
+    post(
+        &busy,
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+    );
+    let call = r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"run_code","arguments":{"language":"bash","code":"sleep 6; echo done-sleeping"}}}"#;
+    let running = std::thread::scope(|scope| {
+        let running = scope.spawn(|| post(&busy, call));
+        let ids: Vec<String> = (0..63).map(|_| open()).collect();
+        std::thread::sleep(Duration::from_millis(1500));
+        // One of them is used again: now the second opened is the least
+        // recently used idle one, and it is the one ended for the newcomer.
+        assert_eq!(ping(&ids[0]), 200);
+        let newcomer = open();
+        assert_eq!(ping(&ids[1]), 404, "the idle session was not ended");
+        assert_eq!(ping(&ids[0]), 200, "the session in use was ended");
+        assert_eq!(ping(&newcomer), 200);
+        running.join().unwrap()
+    });
+    let (status, _, body) = running;
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        body.contains("done-sleeping"),
+        "the long call's session was ended under it: {body}"
+    );
 }
 
 #[test]

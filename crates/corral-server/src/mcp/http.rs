@@ -147,7 +147,8 @@ impl Gate {
     }
 
     /// Under pressure (a new session of `caller` would pass a cap), ends
-    /// the least recently used session idle for at least `idle`: one of
+    /// the least recently used session idle for at least `idle` and with
+    /// no request in progress: one of
     /// `caller`'s own when it is the tenant's cap, any when it is the
     /// server's. Answers whether one was ended.
     async fn reap_one(&self, caller: usize, own_cap: bool, idle: Duration) -> bool {
@@ -157,6 +158,9 @@ impl Gate {
                 .iter()
                 .filter(|(_, o)| !own_cap || o.caller == caller)
                 .filter(|(_, o)| o.last_used.elapsed() >= idle)
+                // A request of it still in the handler (a long run_code)
+                // holds a receiver of its end: not idle, however old.
+                .filter(|(_, o)| o.end.receiver_count() == 0)
                 .min_by_key(|(_, o)| o.last_used)
                 .map(|(id, o)| (id.clone(), o.caller, o.last_used))
         };
