@@ -827,6 +827,60 @@ mod tests {
     }
 
     #[test]
+    fn real_v1_a_single_threaded_process_joins_itself_through_tasks() {
+        let _serial = REAL.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(host) = real_v1_host() else {
+            return;
+        };
+        let bases = missing_bases(&host);
+        let name = sandbox_group_name();
+        let cg = host
+            .create(
+                &name,
+                &CgroupLimits {
+                    memory_bytes: Some(64 << 20),
+                    pids: Some(16),
+                    cpu_millicores: None,
+                },
+            )
+            .unwrap();
+        let files = cg.self_join_files();
+        let tasks: Vec<PathBuf> = cg.paths().iter().map(|p| p.join("tasks")).collect();
+        assert_eq!(files, tasks);
+        // sh (one thread) writes `0` into each file itself, as the forked
+        // sandbox helper does, then waits.
+        let sh = Command::new("sh")
+            .arg("-c")
+            .arg(r#"for f; do printf 0 > "$f" || exit 3; done; read _"#)
+            .arg("sh")
+            .args(&files)
+            .stdin(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut sh = Guard(sh);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while cg.pids() != vec![sh.pid()] && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(cg.pids(), vec![sh.pid()], "sh did not join every hierarchy");
+        let own = std::fs::read_to_string(format!("/proc/{}/cgroup", sh.pid())).unwrap();
+        let wanted = format!("/{BASE_DIR}/{name}");
+        for c in ["memory", "pids"] {
+            assert!(
+                own.lines().any(|l| l.ends_with(&wanted)
+                    && l.split(':')
+                        .nth(1)
+                        .is_some_and(|cs| cs.split(',').any(|x| x == c))),
+                "not in the {c} group:\n{own}"
+            );
+        }
+        cg.kill_all();
+        assert_eq!(sh.wait_signal(5), Some(libc::SIGKILL));
+        cg.remove().unwrap();
+        remove_bases(&bases);
+    }
+
+    #[test]
     fn real_v1_memory_bomb_is_reported_as_oom() {
         let _serial = REAL.lock().unwrap_or_else(|e| e.into_inner());
         let Some(host) = real_v1_host() else {
