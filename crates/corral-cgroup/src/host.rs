@@ -508,18 +508,18 @@ impl CgroupHost {
             let Ok(entries) = std::fs::read_dir(&base) else {
                 continue;
             };
+            // Most entries are the base's own control files (dozens in a
+            // v1 memory hierarchy): only `<pid>-<n>` names are kept.
             for entry in entries.flatten() {
-                if let Some(name) = entry.file_name().to_str() {
-                    names.insert(name.to_string());
+                let name = entry.file_name();
+                if let Some(pid) = name.to_str().and_then(owner_pid) {
+                    names.insert((name.to_string_lossy().into_owned(), pid));
                 }
             }
         }
         let me = i32::try_from(std::process::id()).unwrap_or(0);
         let mut removed = 0;
-        for name in names {
-            let Some(pid) = owner_pid(&name) else {
-                continue;
-            };
+        for (name, pid) in names {
             if pid == me || process_alive(pid) {
                 continue;
             }
