@@ -666,6 +666,18 @@ mod tests {
         Some(host)
     }
 
+    /// A group with `limits` on the real v1 host (None: skipped), with the
+    /// bases it found missing (to remove afterwards) and its name.
+    fn real_v1_group(
+        limits: CgroupLimits,
+    ) -> Option<(CgroupHost, Vec<PathBuf>, String, SandboxCgroup)> {
+        let host = real_v1_host()?;
+        let bases = missing_bases(&host);
+        let name = sandbox_group_name();
+        let cg = host.create(&name, &limits).unwrap();
+        Some((host, bases, name, cg))
+    }
+
     /// The `corral/` bases that do not exist yet, to remove after the test
     /// so the host is left as found.
     fn missing_bases(host: &CgroupHost) -> Vec<PathBuf> {
@@ -689,21 +701,13 @@ mod tests {
     #[test]
     fn real_v1_group_holds_a_process_and_is_cleaned_up() {
         let _serial = REAL.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(host) = real_v1_host() else {
+        let Some((host, bases, name, cg)) = real_v1_group(CgroupLimits {
+            memory_bytes: Some(64 << 20),
+            pids: Some(16),
+            cpu_millicores: Some(500),
+        }) else {
             return;
         };
-        let bases = missing_bases(&host);
-        let name = sandbox_group_name();
-        let cg = host
-            .create(
-                &name,
-                &CgroupLimits {
-                    memory_bytes: Some(64 << 20),
-                    pids: Some(16),
-                    cpu_millicores: Some(500),
-                },
-            )
-            .unwrap();
         eprintln!("real cgroup: {:?}", cg.paths());
         eprintln!("enforced: {:?}", cg.enforced());
         let Version::V1 { mounts } = host.version() else {
@@ -829,21 +833,13 @@ mod tests {
     #[test]
     fn real_v1_a_single_threaded_process_joins_itself_through_tasks() {
         let _serial = REAL.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(host) = real_v1_host() else {
+        let Some((_host, bases, name, cg)) = real_v1_group(CgroupLimits {
+            memory_bytes: Some(64 << 20),
+            pids: Some(16),
+            cpu_millicores: None,
+        }) else {
             return;
         };
-        let bases = missing_bases(&host);
-        let name = sandbox_group_name();
-        let cg = host
-            .create(
-                &name,
-                &CgroupLimits {
-                    memory_bytes: Some(64 << 20),
-                    pids: Some(16),
-                    cpu_millicores: None,
-                },
-            )
-            .unwrap();
         let files = cg.self_join_files();
         let tasks: Vec<PathBuf> = cg.paths().iter().map(|p| p.join("tasks")).collect();
         assert_eq!(files, tasks);
@@ -883,20 +879,13 @@ mod tests {
     #[test]
     fn real_v1_memory_bomb_is_reported_as_oom() {
         let _serial = REAL.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(host) = real_v1_host() else {
+        let Some((_host, bases, _name, cg)) = real_v1_group(CgroupLimits {
+            memory_bytes: Some(32 << 20),
+            pids: Some(8),
+            cpu_millicores: None,
+        }) else {
             return;
         };
-        let bases = missing_bases(&host);
-        let cg = host
-            .create(
-                &sandbox_group_name(),
-                &CgroupLimits {
-                    memory_bytes: Some(32 << 20),
-                    pids: Some(8),
-                    cpu_millicores: None,
-                },
-            )
-            .unwrap();
         // Waits for a line so that it is inside the group before it
         // allocates; then doubles a shell string until the limit hits.
         let child = Command::new("sh")
