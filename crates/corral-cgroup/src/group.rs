@@ -223,10 +223,10 @@ impl SandboxCgroup {
         self.done = true;
         let start = Instant::now();
         let deadline = start + EMPTY_WAIT;
-        // The usual case: the pid namespace is gone and so is every process.
-        if !self.pids().is_empty() {
-            self.kill_until(deadline);
-        }
+        // The usual case: the pid namespace is gone and so is every
+        // process, and the rmdir just works; only a group the kernel
+        // finds busy is listed and killed (once), then removed again.
+        let mut killed = false;
         let mut first_err = None;
         // Leaf first does not matter (no children), but the order is fixed
         // for predictable errors.
@@ -236,6 +236,14 @@ impl SandboxCgroup {
                 match self.backend.rmdir(&dir.path) {
                     Ok(()) => break,
                     Err(e) if e.kind() == io::ErrorKind::NotFound => break,
+                    Err(e)
+                        if e.raw_os_error() == Some(libc::EBUSY)
+                            && !killed
+                            && !self.pids().is_empty() =>
+                    {
+                        killed = true;
+                        self.kill_until(deadline);
+                    }
                     Err(e)
                         if e.raw_os_error() == Some(libc::EBUSY) && Instant::now() < deadline =>
                     {
