@@ -106,6 +106,26 @@ impl SandboxCgroup {
         Ok(())
     }
 
+    /// The files a single-threaded process writes `0` to, each once, to
+    /// move itself into every hierarchy of this group: on v1 the `tasks`
+    /// file of each directory; empty on v2, where a thread may move itself
+    /// only within its own domain, so the parent uses
+    /// [`SandboxCgroup::add_process`] there.
+    ///
+    /// Why this exists: writing a pid to `cgroup.procs` takes the kernel's
+    /// global `cgroup_threadgroup_rwsem` for writing, which first waits for
+    /// an RCU grace period (10-40 ms measured on this project's v1 test VM,
+    /// and it stalls every fork on the host meanwhile). A thread that moves
+    /// *itself* (`tasks`, pid `0`) skips that lock (kernel/cgroup/cgroup.c,
+    /// `cgroup_procs_write_start`). Only a process with one thread is moved
+    /// whole this way, so callers must guarantee it has exactly one.
+    pub fn self_join_files(&self) -> Vec<PathBuf> {
+        if self.v2 {
+            return Vec::new();
+        }
+        self.dirs.iter().map(|d| d.path.join("tasks")).collect()
+    }
+
     /// The pids listed in the group's `cgroup.procs`, over all hierarchies.
     pub fn pids(&self) -> Vec<i32> {
         let mut all = BTreeSet::new();
@@ -203,10 +223,10 @@ impl SandboxCgroup {
         self.done = true;
         let start = Instant::now();
         let deadline = start + EMPTY_WAIT;
-        // The usual case: the pid namespace is gone and so is every process.
-        if !self.pids().is_empty() {
-            self.kill_until(deadline);
-        }
+        // The usual case: the pid namespace is gone and so is every
+        // process, and the rmdir just works; only a group the kernel
+        // finds busy is listed and killed (once), then removed again.
+        let mut killed = false;
         let mut first_err = None;
         // Leaf first does not matter (no children), but the order is fixed
         // for predictable errors.
@@ -216,6 +236,14 @@ impl SandboxCgroup {
                 match self.backend.rmdir(&dir.path) {
                     Ok(()) => break,
                     Err(e) if e.kind() == io::ErrorKind::NotFound => break,
+                    Err(e)
+                        if e.raw_os_error() == Some(libc::EBUSY)
+                            && !killed
+                            && !self.pids().is_empty() =>
+                    {
+                        killed = true;
+                        self.kill_until(deadline);
+                    }
                     Err(e)
                         if e.raw_os_error() == Some(libc::EBUSY) && Instant::now() < deadline =>
                     {

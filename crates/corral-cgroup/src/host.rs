@@ -70,19 +70,20 @@ pub(crate) fn parse_mountinfo(mountinfo: &str) -> Result<Vec<CgroupMount>, Cgrou
             text: line.chars().take(200).collect(),
         };
         let (left, right) = line.split_once(" - ").ok_or_else(malformed)?;
-        let fields: Vec<&str> = left.split(' ').collect();
-        if fields.len() < 6 {
-            return Err(malformed());
-        }
-        let id: u64 = fields[0].parse().map_err(|_| malformed())?;
-        let parent: u64 = fields[1].parse().map_err(|_| malformed())?;
-        let mount_point = PathBuf::from(unescape_mount_path(fields[4]));
-        let mount_opts = fields[5];
-        let rest: Vec<&str> = right.split(' ').collect();
-        if rest.len() < 3 {
-            return Err(malformed());
-        }
-        let (fstype, super_opts) = (rest[0], rest[2]);
+        // Fields are taken as they come (no Vec per line: this runs on
+        // every `corral run` with limits).
+        let mut fields = left.split(' ');
+        let mut field = || fields.next().ok_or_else(malformed);
+        let id: u64 = field()?.parse().map_err(|_| malformed())?;
+        let parent: u64 = field()?.parse().map_err(|_| malformed())?;
+        let (_major_minor, _root) = (field()?, field()?);
+        let mount_point = PathBuf::from(unescape_mount_path(field()?));
+        let mount_opts = field()?;
+        let mut rest = right.split(' ');
+        let (fstype, _source, super_opts) = match (rest.next(), rest.next(), rest.next()) {
+            (Some(t), Some(src), Some(o)) => (t, src, o),
+            _ => return Err(malformed()),
+        };
         all.push((id, parent, mount_point.clone()));
         let v2 = fstype == "cgroup2";
         if !v2 && fstype != "cgroup" {
@@ -121,13 +122,29 @@ pub(crate) fn parse_mountinfo(mountinfo: &str) -> Result<Vec<CgroupMount>, Cgrou
         }
         ids
     };
+    // A later mount hides `m` if its point is `m`'s or an ancestor of it.
+    // The byte comparison first: a path-component prefix of a mountinfo
+    // path (absolute, normalised) is always a byte prefix too, and most
+    // later mounts fail it at once.
+    let covers = |m: &CgroupMount, point: &Path| {
+        m.mount_point
+            .as_os_str()
+            .as_encoded_bytes()
+            .starts_with(point.as_os_str().as_encoded_bytes())
+            && m.mount_point.starts_with(point)
+    };
     Ok(cgroups
         .into_iter()
         .filter(|(pos, m)| {
-            let below = ancestors(*pos);
-            !all[pos + 1..]
+            let mut later = all[pos + 1..]
                 .iter()
-                .any(|(id, _, point)| m.mount_point.starts_with(point) && !below.contains(id))
+                .filter(|(_, _, point)| covers(m, point))
+                .peekable();
+            if later.peek().is_none() {
+                return true;
+            }
+            let below = ancestors(*pos);
+            !later.any(|(id, _, _)| !below.contains(id))
         })
         .map(|(_, m)| m)
         .collect())
@@ -277,7 +294,13 @@ impl CgroupHost {
             _ => return Err(CgroupError::NotMounted),
         };
         let (_, euid) = corral_sys::process::uids();
-        let (egid, groups) = own_groups();
+        // Only a non-root corral's write access depends on its groups
+        // (`write_access`): root skips reading /proc/self/status.
+        let (egid, groups) = if euid == 0 {
+            (0, Vec::new())
+        } else {
+            own_groups()
+        };
         Ok(CgroupHost {
             version,
             read_only,
@@ -485,18 +508,18 @@ impl CgroupHost {
             let Ok(entries) = std::fs::read_dir(&base) else {
                 continue;
             };
+            // Most entries are the base's own control files (dozens in a
+            // v1 memory hierarchy): only `<pid>-<n>` names are kept.
             for entry in entries.flatten() {
-                if let Some(name) = entry.file_name().to_str() {
-                    names.insert(name.to_string());
+                let name = entry.file_name();
+                if let Some(pid) = name.to_str().and_then(owner_pid) {
+                    names.insert((name.to_string_lossy().into_owned(), pid));
                 }
             }
         }
         let me = i32::try_from(std::process::id()).unwrap_or(0);
         let mut removed = 0;
-        for name in names {
-            let Some(pid) = owner_pid(&name) else {
-                continue;
-            };
+        for (name, pid) in names {
             if pid == me || process_alive(pid) {
                 continue;
             }

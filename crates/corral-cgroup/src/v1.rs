@@ -666,6 +666,18 @@ mod tests {
         Some(host)
     }
 
+    /// A group with `limits` on the real v1 host (None: skipped), with the
+    /// bases it found missing (to remove afterwards) and its name.
+    fn real_v1_group(
+        limits: CgroupLimits,
+    ) -> Option<(CgroupHost, Vec<PathBuf>, String, SandboxCgroup)> {
+        let host = real_v1_host()?;
+        let bases = missing_bases(&host);
+        let name = sandbox_group_name();
+        let cg = host.create(&name, &limits).unwrap();
+        Some((host, bases, name, cg))
+    }
+
     /// The `corral/` bases that do not exist yet, to remove after the test
     /// so the host is left as found.
     fn missing_bases(host: &CgroupHost) -> Vec<PathBuf> {
@@ -689,21 +701,13 @@ mod tests {
     #[test]
     fn real_v1_group_holds_a_process_and_is_cleaned_up() {
         let _serial = REAL.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(host) = real_v1_host() else {
+        let Some((host, bases, name, cg)) = real_v1_group(CgroupLimits {
+            memory_bytes: Some(64 << 20),
+            pids: Some(16),
+            cpu_millicores: Some(500),
+        }) else {
             return;
         };
-        let bases = missing_bases(&host);
-        let name = sandbox_group_name();
-        let cg = host
-            .create(
-                &name,
-                &CgroupLimits {
-                    memory_bytes: Some(64 << 20),
-                    pids: Some(16),
-                    cpu_millicores: Some(500),
-                },
-            )
-            .unwrap();
         eprintln!("real cgroup: {:?}", cg.paths());
         eprintln!("enforced: {:?}", cg.enforced());
         let Version::V1 { mounts } = host.version() else {
@@ -827,22 +831,61 @@ mod tests {
     }
 
     #[test]
-    fn real_v1_memory_bomb_is_reported_as_oom() {
+    fn real_v1_a_single_threaded_process_joins_itself_through_tasks() {
         let _serial = REAL.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(host) = real_v1_host() else {
+        let Some((_host, bases, name, cg)) = real_v1_group(CgroupLimits {
+            memory_bytes: Some(64 << 20),
+            pids: Some(16),
+            cpu_millicores: None,
+        }) else {
             return;
         };
-        let bases = missing_bases(&host);
-        let cg = host
-            .create(
-                &sandbox_group_name(),
-                &CgroupLimits {
-                    memory_bytes: Some(32 << 20),
-                    pids: Some(8),
-                    cpu_millicores: None,
-                },
-            )
+        let files = cg.self_join_files();
+        let tasks: Vec<PathBuf> = cg.paths().iter().map(|p| p.join("tasks")).collect();
+        assert_eq!(files, tasks);
+        // sh (one thread) writes `0` into each file itself, as the forked
+        // sandbox helper does, then waits.
+        let sh = Command::new("sh")
+            .arg("-c")
+            .arg(r#"for f; do printf 0 > "$f" || exit 3; done; read _"#)
+            .arg("sh")
+            .args(&files)
+            .stdin(Stdio::piped())
+            .spawn()
             .unwrap();
+        let mut sh = Guard(sh);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while cg.pids() != vec![sh.pid()] && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(cg.pids(), vec![sh.pid()], "sh did not join every hierarchy");
+        let own = std::fs::read_to_string(format!("/proc/{}/cgroup", sh.pid())).unwrap();
+        let wanted = format!("/{BASE_DIR}/{name}");
+        for c in ["memory", "pids"] {
+            assert!(
+                own.lines().any(|l| l.ends_with(&wanted)
+                    && l.split(':')
+                        .nth(1)
+                        .is_some_and(|cs| cs.split(',').any(|x| x == c))),
+                "not in the {c} group:\n{own}"
+            );
+        }
+        cg.kill_all();
+        assert_eq!(sh.wait_signal(5), Some(libc::SIGKILL));
+        cg.remove().unwrap();
+        remove_bases(&bases);
+    }
+
+    #[test]
+    fn real_v1_memory_bomb_is_reported_as_oom() {
+        let _serial = REAL.lock().unwrap_or_else(|e| e.into_inner());
+        let Some((_host, bases, _name, cg)) = real_v1_group(CgroupLimits {
+            memory_bytes: Some(32 << 20),
+            pids: Some(8),
+            cpu_millicores: None,
+        }) else {
+            return;
+        };
         // Waits for a line so that it is inside the group before it
         // allocates; then doubles a shell string until the limit hits.
         let child = Command::new("sh")

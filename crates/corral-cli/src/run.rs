@@ -474,8 +474,13 @@ pub fn run(args: RunArgs) -> i32 {
     } else {
         None
     };
-    // Resolved once, here, before anything of the request is looked at.
-    let commands = CommandTable::resolve(&profile, std::env::var("PATH").ok().as_deref());
+    // Resolved once, here, before anything of the request is looked at;
+    // only the command this run asks for (see `resolve_for_run`).
+    let commands = CommandTable::resolve_for_run(
+        &profile,
+        std::env::var("PATH").ok().as_deref(),
+        args.command.first().map(String::as_str),
+    );
     let lookup = |name: &str| std::env::var(name).ok();
     let opts = ExecuteOptions {
         output: if json {

@@ -153,20 +153,26 @@ pub fn main() -> ! {
 
 /// Entry point of a helper forked (not re-executed) from a single-threaded
 /// corral: stdio and the control socket are already at 0-3, and the plan
-/// is already in memory. First the copy of corral's argv and environment
-/// this process inherited is wiped, so `/proc/1/cmdline` of the sandbox
-/// shows nothing of the caller and the environment strings are gone from
-/// memory. Never returns.
-pub fn main_forked(plan: SandboxPlan) -> ! {
+/// is already in memory. After the go-ahead it moves itself into its
+/// cgroup through `join` (cgroup v1 `tasks` files; empty when corral moved
+/// it already), failing closed. Then the copy of corral's argv and
+/// environment this process inherited is wiped, so `/proc/1/cmdline` of
+/// the sandbox shows nothing of the caller and the environment strings are
+/// gone from memory. Never returns.
+pub fn main_forked(plan: SandboxPlan, join: &[std::path::PathBuf]) -> ! {
     let Ok(ctrl) = fd::take_inherited(fd::HELPER_CONTROL_FD) else {
         process::exit_now(EXIT_CORRAL_ERROR);
     };
     let mut ctrl = Control(File::from(ctrl));
-    // Wait until the parent has put us in the sandbox's cgroup.
+    // Wait until the parent has put us in the sandbox's cgroup, or lets us
+    // join it ourselves.
     let mut go = [0u8; 8];
     match ctrl.0.read(&mut go) {
         Ok(n) if &go[..n] == GO_AHEAD => {}
         _ => process::exit_now(EXIT_CORRAL_ERROR),
+    }
+    if let Err(msg) = join_cgroup(join) {
+        ctrl.fail(FailureKind::Setup, msg);
     }
     if let Err(e) = process::wipe_args_and_env(b"corral-sandbox") {
         ctrl.fail(
@@ -175,6 +181,26 @@ pub fn main_forked(plan: SandboxPlan) -> ! {
         );
     }
     run(plan, ctrl)
+}
+
+/// Moves this process (which has one thread) into every group of `join`
+/// by writing `0` to each `tasks` file: the calling thread moves itself,
+/// which takes no global lock in the kernel. Any failure is returned, and
+/// the helper then stops before doing anything else.
+fn join_cgroup(join: &[std::path::PathBuf]) -> Result<(), String> {
+    for path in join {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(path)
+            .and_then(|mut f| f.write_all(b"0"))
+            .map_err(|e| {
+                format!(
+                    "cannot contain the sandbox: moving the helper into {} failed: {e}",
+                    path.display()
+                )
+            })?;
+    }
+    Ok(())
 }
 
 /// Reads the plan message: the run's stdin, stdout and stderr and a sealed

@@ -152,6 +152,10 @@ impl crate::launch::Containment for SandboxCgroup {
         SandboxCgroup::add_process(self, pid).map_err(std::io::Error::other)
     }
 
+    fn self_join_files(&self) -> Vec<std::path::PathBuf> {
+        SandboxCgroup::self_join_files(self)
+    }
+
     fn kill_all(&self) {
         SandboxCgroup::kill_all(self)
     }

@@ -112,6 +112,13 @@ pub const FORWARDED_SIGNALS: [i32; 6] = [
 pub trait Containment {
     /// Moves `pid` (the helper, still waiting for its plan) in.
     fn add_process(&self, pid: i32) -> std::io::Result<()>;
+    /// Files a forked, single-threaded helper writes `0` to in order to
+    /// move itself in, instead of being moved by pid (see
+    /// `SandboxCgroup::self_join_files`); empty when it cannot (then
+    /// [`Containment::add_process`] is used).
+    fn self_join_files(&self) -> Vec<std::path::PathBuf> {
+        Vec::new()
+    }
     /// Kills every process inside.
     fn kill_all(&self);
 }
@@ -254,6 +261,12 @@ pub fn launch(
         HelperStart::Fork => {
             let (ours, theirs) =
                 fd::seqpacket_pair().map_err(|e| spawn_err("socketpair")(e.into()))?;
+            // A forked helper has one thread, so on cgroup v1 it can move
+            // itself in (`tasks`), which skips the RCU grace period that
+            // moving it by pid waits for. It does so right after the
+            // go-ahead, before any other step (helper step 0).
+            let join = containment.map(|c| c.self_join_files()).unwrap_or_default();
+            contained = !join.is_empty();
             match process::fork_in_single_threaded_helper() {
                 Err(e) => return Err(spawn_err("fork")(e.into())),
                 Ok(process::Fork::Child) => guard_forked_child(|| {
@@ -282,7 +295,7 @@ pub fn launch(
                     if placed.is_err() || process::getppid() != plan.parent_pid {
                         process::exit_now(EXIT_CORRAL_ERROR);
                     }
-                    corral_helper::main_forked(plan.clone())
+                    corral_helper::main_forked(plan.clone(), &join)
                 }),
                 Ok(process::Fork::Parent(pid)) => (pid, ours),
             }
@@ -294,7 +307,8 @@ pub fn launch(
         Err(err)
     };
     // Contained before it does anything: the re-executed helper waits for
-    // its plan, the forked one for a go-ahead, both sent only after this.
+    // its plan, the forked one for a go-ahead, both sent only after this
+    // (a forked helper that joins its cgroup itself does that first).
     if let Some(c) = containment.filter(|_| !contained) {
         if let Err(e) = c.add_process(helper_pid) {
             return abort(LaunchError::Contain(e));

@@ -46,17 +46,41 @@ fn visible_trees(profile: &Profile) -> Vec<(PathBuf, SandboxPath)> {
     trees
 }
 
-/// The visible trees with canonical host sources (`/lib` may be a
-/// symlink), computed once per resolution.
-fn canonical_trees(profile: &Profile) -> Vec<(PathBuf, SandboxPath)> {
-    visible_trees(profile)
-        .into_iter()
-        .map(|(source, dest)| (std::fs::canonicalize(&source).unwrap_or(source), dest))
-        .collect()
+/// The visible trees, each host source made canonical (`/lib` may be a
+/// symlink) the first time a lookup reaches it: `locate` takes the first
+/// tree that holds a path, so the trees after it are never resolved
+/// (canonicalizing costs a `readlink` per path component).
+struct CanonicalTrees {
+    trees: Vec<(PathBuf, SandboxPath, bool)>,
 }
 
-fn locate(profile: &Profile, trees: &[(PathBuf, SandboxPath)], host: &Path) -> Option<String> {
-    for (source, dest) in trees {
+impl CanonicalTrees {
+    fn new(profile: &Profile) -> CanonicalTrees {
+        CanonicalTrees {
+            trees: visible_trees(profile)
+                .into_iter()
+                .map(|(source, dest)| (source, dest, false))
+                .collect(),
+        }
+    }
+
+    /// The `i`th tree with its canonical source, if there is one.
+    fn get(&mut self, i: usize) -> Option<(&Path, &SandboxPath)> {
+        let (source, dest, canonical) = self.trees.get_mut(i)?;
+        if !*canonical {
+            if let Ok(real) = std::fs::canonicalize(&*source) {
+                *source = real;
+            }
+            *canonical = true;
+        }
+        Some((source.as_path(), dest))
+    }
+}
+
+fn locate(profile: &Profile, trees: &mut CanonicalTrees, host: &Path) -> Option<String> {
+    let mut i = 0;
+    while let Some((source, dest)) = trees.get(i) {
+        i += 1;
         if let Ok(rest) = host.strip_prefix(source) {
             let inside = Path::new(dest.as_str()).join(rest);
             let inside = inside.to_str()?.to_string();
@@ -75,6 +99,30 @@ impl CommandTable {
     /// Resolves every name in the profile's allowlist against `host_path`
     /// (the invoking `PATH`, if any) and then the profile's search path.
     pub fn resolve(profile: &Profile, host_path: Option<&str>) -> CommandTable {
+        CommandTable::resolve_matching(profile, host_path, |_| true)
+    }
+
+    /// Like [`CommandTable::resolve`], for one run of `argv0`: only that
+    /// name is resolved (a run looks up no other), which saves a search of
+    /// the path per allowlisted name on every `corral run`. Every name is
+    /// resolved when the profile sets `commands.restrict_exec`, whose
+    /// Landlock rule lists the paths of all of them.
+    pub fn resolve_for_run(
+        profile: &Profile,
+        host_path: Option<&str>,
+        argv0: Option<&str>,
+    ) -> CommandTable {
+        if profile.commands.restrict_exec {
+            return CommandTable::resolve(profile, host_path);
+        }
+        CommandTable::resolve_matching(profile, host_path, |name| Some(name) == argv0)
+    }
+
+    fn resolve_matching(
+        profile: &Profile,
+        host_path: Option<&str>,
+        wanted: impl Fn(&str) -> bool,
+    ) -> CommandTable {
         let mut dirs: Vec<PathBuf> = host_path
             .unwrap_or_default()
             .split(':')
@@ -96,12 +144,16 @@ impl CommandTable {
             dirs.retain(|d| d != bin.as_path());
             dirs.insert(0, bin.as_path().to_path_buf());
         }
-        let trees = canonical_trees(profile);
-        let entries = profile
+        let names: Vec<&String> = profile
             .commands
             .allow
             .iter()
-            .map(|name| (name.clone(), resolve_one(profile, &trees, &dirs, name)))
+            .filter(|name| wanted(name))
+            .collect();
+        let mut trees = CanonicalTrees::new(profile);
+        let entries = names
+            .into_iter()
+            .map(|name| (name.clone(), resolve_one(profile, &mut trees, &dirs, name)))
             .collect();
         CommandTable { entries }
     }
@@ -119,7 +171,7 @@ impl CommandTable {
 
 fn resolve_one(
     profile: &Profile,
-    trees: &[(PathBuf, SandboxPath)],
+    trees: &mut CanonicalTrees,
     dirs: &[PathBuf],
     name: &str,
 ) -> Resolution {
@@ -127,15 +179,18 @@ fn resolve_one(
     for dir in dirs {
         searched.push(dir.display().to_string());
         let candidate = dir.join(name);
-        let Ok(real) = std::fs::canonicalize(&candidate) else {
-            continue;
-        };
-        let Ok(meta) = std::fs::metadata(&real) else {
+        // One stat first (it follows links as canonicalize would): most
+        // directories of a PATH do not hold the name, and canonicalizing
+        // a missing file costs a readlink per component before it fails.
+        let Ok(meta) = std::fs::metadata(&candidate) else {
             continue;
         };
         if !meta.is_file() || meta.permissions().mode() & 0o111 == 0 {
             continue;
         }
+        let Ok(real) = std::fs::canonicalize(&candidate) else {
+            continue;
+        };
         if let Some(inside) = locate(profile, trees, &real) {
             return Resolution::Found(inside);
         }
@@ -164,6 +219,31 @@ mod tests {
             table.get("perl").is_none(),
             "only allowlisted names are resolved"
         );
+    }
+
+    #[test]
+    fn a_run_resolves_only_its_own_command_unless_exec_is_restricted() {
+        let mut profile = corral_policy::builtin::code();
+        let table = CommandTable::resolve_for_run(&profile, None, Some("sh"));
+        assert!(matches!(table.get("sh"), Some(Resolution::Found(_))));
+        assert_eq!(table.entries().len(), 1, "{:?}", table.entries());
+        // A name not in the allowlist resolves nothing (it is refused).
+        let none = CommandTable::resolve_for_run(&profile, None, Some("perl"));
+        assert!(none.entries().is_empty());
+        // restrict_exec lists every allowed command's path: all resolved.
+        profile.commands.restrict_exec = true;
+        let all = CommandTable::resolve_for_run(&profile, None, Some("sh"));
+        assert_eq!(
+            all.entries().keys().collect::<Vec<_>>(),
+            profile
+                .commands
+                .allow
+                .iter()
+                .collect::<std::collections::BTreeSet<_>>()
+                .into_iter()
+                .collect::<Vec<_>>()
+        );
+        assert_eq!(all.get("sh"), table.get("sh"));
     }
 
     #[test]
