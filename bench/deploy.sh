@@ -20,19 +20,8 @@ PY=/usr/bin/python3
 command -v hyperfine >/dev/null || { echo "bench/deploy.sh: needs hyperfine (apt-get install hyperfine)" >&2; exit 2; }
 cargo build --release -q -p corral
 BIN=$PWD/${CARGO_TARGET_DIR:-target}/release/corral
-REG=$PWD/crates/corral-cli/tests/deploy_support/registry.py
-# Trees are bound into sandboxes at their own path: not under /tmp.
-W=$(mktemp -d /var/tmp/corral-bench-deploy.XXXXXX)
-chmod 755 "$W"
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-    # start_registry runs in a command substitution: its pids stay there.
-    pkill -f "registry.py $W/" 2>/dev/null || true
-    chmod -R u+w "$W" 2>/dev/null || true
-    rm -rf "$W"
-}
-trap cleanup EXIT
+. bench/registry.sh
+registry_workdir deploy
 
 spec() { # $1: the host name tarball URLs use
     cat <<EOF
@@ -47,13 +36,6 @@ spec() { # $1: the host name tarball URLs use
    {"name": "bench-b", "version": "1.0.0", "files": {"index.js": "module.exports = 2;\n"}},
    {"name": "bench-c", "version": "1.0.0", "files": {"index.js": "module.exports = 3;\n"}}]}
 EOF
-}
-start_registry() { # $1: host name, $2: directory; prints the port
-    mkdir -p "$2"
-    $PY "$REG" "$2" "$(spec "$1")" > "$2.port" 2>/dev/null &
-    pids+=($!)
-    for _ in $(seq 100); do grep -q PORT "$2.port" 2>/dev/null && break; sleep 0.05; done
-    awk '{print $2}' "$2.port"
 }
 PORT=$(start_registry registry.test "$W/reg")
 BPORT=$(start_registry 127.0.0.1 "$W/reg-bare")

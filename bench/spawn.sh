@@ -33,18 +33,8 @@ PY=/usr/bin/python3
 unset NODE_EXTRA_CA_CERTS
 cargo build --release -q -p corral
 BIN=$PWD/${CARGO_TARGET_DIR:-target}/release/corral
-REG=$PWD/crates/corral-cli/tests/deploy_support/registry.py
-W=$(mktemp -d /var/tmp/corral-bench-spawn.XXXXXX)
-chmod 755 "$W"
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-    # start_registry runs in a command substitution: its pids stay there.
-    pkill -f "registry.py $W/" 2>/dev/null || true
-    chmod -R u+w "$W" 2>/dev/null || true
-    rm -rf "$W"
-}
-trap cleanup EXIT
+. bench/registry.sh
+registry_workdir spawn
 SERVER_JS='#!/usr/bin/env node
 const rl = require("readline").createInterface({ input: process.stdin });
 rl.on("line", (l) => { const m = JSON.parse(l); if (m.id === undefined) return;
@@ -66,13 +56,6 @@ spec() { # $1: the host name tarball URLs use
     $PY -c 'import json, sys; print(json.dumps({"host": sys.argv[1],
         "wheels": [{"name": "bench-mcp-py", "version": "1.0.0", "files": {"bench_mcp_py/__init__.py": sys.argv[3]}, "requires": [], "entry_points": {"bench-mcp-py": "bench_mcp_py:main"}}],
         "npm": [{"name": "bench-mcp", "version": "1.0.0", "files": {"server.js": sys.argv[2]}, "package": {"bin": {"bench-mcp": "server.js"}}}]}))' "$1" "$SERVER_JS" "$SERVER_PY"
-}
-start_registry() { # $1: host name, $2: directory; prints the port
-    mkdir -p "$2"
-    $PY "$REG" "$2" "$(spec "$1")" > "$2.port" 2>/dev/null &
-    pids+=($!)
-    for _ in $(seq 100); do grep -q PORT "$2.port" 2>/dev/null && break; sleep 0.05; done
-    awk '{print $2}' "$2.port"
 }
 PORT=$(start_registry registry.test "$W/reg")
 BPORT=$(start_registry 127.0.0.1 "$W/reg-bare")
