@@ -134,6 +134,10 @@ pub fn doctor(json: bool) -> i32 {
         detail,
         meaning: "`corral run` with the default profile is refused here (fail closed): run as root, delegate a cgroup to this user, or pass --allow-unenforced-limits",
     });
+    findings.push(cgroup_start_cost(
+        corral_cgroup_version().as_ref(),
+        &read("/proc/self/mountinfo").unwrap_or_default(),
+    ));
     let all_ok = findings
         .iter()
         .all(|f| f.ok || !matches!(f.feature, "full sandbox start"));
@@ -202,5 +206,121 @@ fn probe_sandbox() -> (bool, String) {
                 .unwrap_or_else(|| format!("exit {}", o.exit_code)),
         ),
         Err(e) => (false, e.to_string()),
+    }
+}
+
+/// The cgroup version corral would put its sandboxes in here, if any.
+fn corral_cgroup_version() -> Option<corral_launcher::CgroupVersion> {
+    corral_launcher::CgroupHost::detect()
+        .ok()
+        .map(|h| h.version().clone())
+}
+
+/// What moving each sandbox into its cgroup costs on this host, and what
+/// an operator can do about it (issue 17). On cgroup v2 a process is moved
+/// by pid (`cgroup.procs`), which write-locks the kernel's
+/// `cgroup_threadgroup_rwsem` and so waits for an RCU grace period on
+/// every sandbox start, unless cgroup2 is mounted with `favordynmods`
+/// (cgroup-v2.rst, "favordynmods"). On v1 `corral run`'s helper joins its
+/// groups itself, which takes no such lock. Advice only: it never changes
+/// the exit status.
+fn cgroup_start_cost(version: Option<&corral_launcher::CgroupVersion>, mountinfo: &str) -> Finding {
+    const FEATURE: &str = "cgroup move per sandbox start";
+    match version {
+        Some(corral_launcher::CgroupVersion::V2 { mount, .. }) => {
+            let options = cgroup2_super_options(mountinfo, mount);
+            let favored = options
+                .as_deref()
+                .is_some_and(|o| o.split(',').any(|x| x == "favordynmods"));
+            Finding {
+                ok: favored,
+                feature: FEATURE,
+                detail: format!(
+                    "cgroup v2 at {} ({})",
+                    mount.display(),
+                    match (&options, favored) {
+                        (_, true) => "favordynmods: moves are cheap".to_string(),
+                        (Some(o), false) => format!("mounted with {o}, without favordynmods"),
+                        (None, false) => "mount options not found".to_string(),
+                    }
+                ),
+                meaning: "each sandbox start waits for an RCU grace period (milliseconds) when corral moves its helper into the sandbox's cgroup: remount with `mount -o remount,favordynmods /sys/fs/cgroup` or boot with cgroup_favordynmods=true",
+            }
+        }
+        Some(corral_launcher::CgroupVersion::V1 { .. }) => Finding {
+            ok: true,
+            feature: FEATURE,
+            detail: "cgroup v1: `corral run`'s helper joins its groups itself (no grace-period wait); `corral serve` moves its warm helpers before requests arrive".into(),
+            meaning: "",
+        },
+        None => Finding {
+            ok: true,
+            feature: FEATURE,
+            detail: "no cgroup hierarchy corral can use (see the cgroup findings above)".into(),
+            meaning: "",
+        },
+    }
+}
+
+/// The super options (the last field) of the cgroup2 mount at `mount` in
+/// a `/proc/self/mountinfo` text, e.g. `rw,nsdelegate,favordynmods`.
+fn cgroup2_super_options(mountinfo: &str, mount: &std::path::Path) -> Option<String> {
+    mountinfo.lines().find_map(|line| {
+        let (before, after) = line.split_once(" - ")?;
+        let mount_point = before.split(' ').nth(4)?;
+        let mut fields = after.split(' ');
+        let fstype = fields.next()?;
+        let options = fields.nth(1)?;
+        (fstype == "cgroup2" && std::path::Path::new(mount_point) == mount)
+            .then(|| options.to_string())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+
+    const MOUNTINFO: &str = "\
+22 27 0:21 / /proc rw,relatime - proc proc rw
+35 25 0:30 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime shared:9 - cgroup2 cgroup2 rw,nsdelegate,memory_recursiveprot
+41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw,favordynmods
+";
+
+    fn v2(at: &str) -> corral_launcher::CgroupVersion {
+        corral_launcher::CgroupVersion::V2 {
+            mount: PathBuf::from(at),
+            controllers: vec!["memory".into(), "pids".into()],
+        }
+    }
+
+    #[test]
+    fn cgroup_v2_without_favordynmods_is_flagged_with_the_remedy() {
+        let f = cgroup_start_cost(Some(&v2("/sys/fs/cgroup")), MOUNTINFO);
+        assert!(!f.ok);
+        assert!(
+            f.detail.contains("rw,nsdelegate,memory_recursiveprot"),
+            "{}",
+            f.detail
+        );
+        assert!(f.meaning.contains("favordynmods"), "{}", f.meaning);
+    }
+
+    #[test]
+    fn cgroup_v2_with_favordynmods_passes() {
+        // The options of the mount corral uses count, not another one's.
+        let f = cgroup_start_cost(Some(&v2("/sys/fs/cgroup/unified")), MOUNTINFO);
+        assert!(f.ok, "{}", f.detail);
+    }
+
+    #[test]
+    fn cgroup_v1_and_no_cgroups_need_nothing() {
+        let v1 = corral_launcher::CgroupVersion::V1 {
+            mounts: Default::default(),
+        };
+        assert!(cgroup_start_cost(Some(&v1), MOUNTINFO).ok);
+        assert!(cgroup_start_cost(None, MOUNTINFO).ok);
+        // A cgroup2 mount missing from mountinfo is not taken as favoured.
+        assert!(!cgroup_start_cost(Some(&v2("/elsewhere")), MOUNTINFO).ok);
     }
 }

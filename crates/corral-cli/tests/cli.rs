@@ -232,6 +232,8 @@ fn doctor_reports_a_working_sandbox() {
         "{s}"
     );
     assert!(s.contains("landlock"), "{s}");
+    // What each start's cgroup move costs here, and the remedy if any.
+    assert!(s.contains("cgroup move per sandbox start"), "{s}");
 }
 
 #[test]

@@ -36,7 +36,7 @@ mod result;
 mod seccomp;
 
 pub use contain::{cgroup_limits, LimitsUnenforceable, RunCgroup, RunCgroupStats};
-pub use corral_cgroup::{CgroupEnforced, CgroupLimits};
+pub use corral_cgroup::{CgroupEnforced, CgroupHost, CgroupLimits, Version as CgroupVersion};
 pub use corral_helper::{
     FailureKind, LandlockOutcome, SandboxIdentity, SandboxPlan, EXIT_CORRAL_ERROR,
     EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND,
