@@ -254,3 +254,59 @@ fn strict_seccomp_profile_runs_snippets_and_refuses_the_rest() {
         "the default profile allows both: {v}"
     );
 }
+
+#[test]
+fn the_program_sits_in_the_runs_group_which_is_the_root_of_its_cgroup_namespace() {
+    // The helper joins the run's group before it creates the cgroup
+    // namespace and init: the program is in the group (seen from the
+    // host, as root, where the limits are enforced), and inside every
+    // hierarchy shows `/`, nothing of the host's layout.
+    let mut child = corral_run()
+        .args(["--", "sh", "-c", "cat /proc/self/cgroup; sleep 2"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // corral -> helper -> init -> program: the deepest descendant.
+    let children = |pid: u32| -> Vec<u32> {
+        std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+            .unwrap_or_default()
+            .split_whitespace()
+            .filter_map(|p| p.parse().ok())
+            .collect()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let program = loop {
+        let mut pid = child.id();
+        let mut depth = 0;
+        while let Some(&next) = children(pid).first() {
+            pid = next;
+            depth += 1;
+        }
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+        if depth >= 3 && comm.trim() == "sleep" {
+            break pid;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no sandboxed sleep found"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let host_view = std::fs::read_to_string(format!("/proc/{program}/cgroup")).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let s = text(&out.stdout);
+    assert!(out.status.success(), "{s}");
+    if is_root() {
+        for controller in ["memory", "pids"] {
+            let line = host_view
+                .lines()
+                .find(|l| l.split(':').nth(1) == Some(controller))
+                .unwrap_or_else(|| panic!("no {controller} line in {host_view}"));
+            assert!(line.contains("/corral/"), "{line} in\n{host_view}");
+        }
+    }
+    assert!(s.lines().count() >= 1, "{s}");
+    for line in s.lines() {
+        assert!(line.ends_with(":/"), "{line} in\n{s}");
+    }
+}
