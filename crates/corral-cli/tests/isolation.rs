@@ -261,7 +261,7 @@ fn the_program_sits_in_the_runs_group_which_is_the_root_of_its_cgroup_namespace(
     // namespace and init: the program is in the group (seen from the
     // host, as root, where the limits are enforced), and inside every
     // hierarchy shows `/`, nothing of the host's layout.
-    let mut child = corral_run()
+    let child = corral_run()
         .args(["--", "sh", "-c", "cat /proc/self/cgroup; sleep 2"])
         .stdout(std::process::Stdio::piped())
         .spawn()
