@@ -153,7 +153,7 @@ impl Config {
         match path {
             Some(path) => Config::parse_wanted(&read(path)?, Some(path), wanted),
             None => Ok(Config {
-                profiles: Builtins::default().wanted(BTreeMap::new(), Wanted::Only(wanted)),
+                profiles: add_builtins(BTreeMap::new(), Wanted::Only(wanted)),
                 server: crate::server::ServerConfig::default(),
                 deploy: DeployConfig::default(),
             }),
@@ -179,9 +179,8 @@ impl Config {
                 .unwrap_or_default();
             src.err(e.span(), key, plain::plain_message(e.message().trim()))
         })?;
-        // The built-in profiles are built when a profile names them (as
-        // its base or as itself) and, at the end, when `wanted` asks.
-        let mut builtins = Builtins::default();
+        // A built-in profile is built when a file profile names it (as its
+        // base or as itself) and, at the end, when `wanted` asks for it.
         let mut config = Config {
             profiles: BTreeMap::new(),
             server: crate::server::ServerConfig::default(),
@@ -220,12 +219,12 @@ impl Config {
                     continue;
                 }
                 let base = match &base_name {
-                    Some(b) if b == &name => builtins.get(b),
+                    Some(b) if b == &name => builtin::by_name(b),
                     Some(b) => match config.profiles.get(b) {
                         Some(p) => Some(p.clone()),
-                        None => builtins.get(b),
+                        None => builtin::by_name(b),
                     },
-                    None => builtins.get(&name),
+                    None => builtin::by_name(&name),
                 };
                 let base = match (base, &base_name) {
                     (Some(mut p), _) => {
@@ -258,7 +257,7 @@ impl Config {
             }
             pending = next;
         }
-        config.profiles = builtins.wanted(config.profiles, wanted);
+        config.profiles = add_builtins(config.profiles, wanted);
         if let Some(server) = raw_server {
             config.server = server::apply_server(&src, server, &config)?;
         }
@@ -314,46 +313,23 @@ enum Wanted<'a> {
     Only(&'a [&'a str]),
 }
 
-/// The built-in profiles built so far in one parse, each at most once.
-#[derive(Default)]
-struct Builtins {
-    built: BTreeMap<String, Profile>,
-}
-
-impl Builtins {
-    /// A copy of the built-in profile `name`, built on first use.
-    fn get(&mut self, name: &str) -> Option<Profile> {
-        if let Some(p) = self.built.get(name) {
-            return Some(p.clone());
+/// `profiles` (the file's) with the built-in profiles `wanted` names
+/// added, except those the file overrides.
+fn add_builtins(
+    mut profiles: BTreeMap<String, Profile>,
+    wanted: Wanted,
+) -> BTreeMap<String, Profile> {
+    let names: &[&str] = match wanted {
+        Wanted::All => builtin::NAMES,
+        Wanted::Only(names) => names,
+    };
+    for &name in names {
+        if profiles.contains_key(name) {
+            continue;
         }
-        let p = builtin::by_name(name)?;
-        self.built.insert(name.to_string(), p.clone());
-        Some(p)
-    }
-
-    /// `profiles` (the file's) with the built-in profiles `wanted` names
-    /// added, except those the file overrides.
-    fn wanted(
-        mut self,
-        mut profiles: BTreeMap<String, Profile>,
-        wanted: Wanted,
-    ) -> BTreeMap<String, Profile> {
-        let names: &[&str] = match wanted {
-            Wanted::All => builtin::NAMES,
-            Wanted::Only(names) => names,
-        };
-        for &name in names {
-            if profiles.contains_key(name) {
-                continue;
-            }
-            let built = match self.built.remove(name) {
-                Some(p) => Some(p),
-                None => builtin::by_name(name),
-            };
-            if let Some(p) = built {
-                profiles.insert(name.to_string(), p);
-            }
+        if let Some(p) = builtin::by_name(name) {
+            profiles.insert(name.to_string(), p);
         }
-        profiles
     }
+    profiles
 }

@@ -682,3 +682,36 @@ fn what_each_way_of_reaching_a_built_in_profile_resolves_to() {
         assert_eq!(c.profile("fresh").unwrap(), &want);
     }
 }
+
+#[test]
+fn reserved_destinations_are_the_root_proc_dev_tmp_below_them_and_workspace() {
+    use crate::path::SandboxPath;
+    for (p, reserved) in [
+        ("/", true),
+        ("/proc", true),
+        ("/proc/self", true),
+        ("/procfs", false),
+        ("/dev", true),
+        ("/dev/shm", true),
+        ("/devices", false),
+        ("/tmp", true),
+        ("/tmp/x/y", true),
+        ("/tmpx", false),
+        ("/var/tmp", false),
+        ("/workspace", true),
+        ("/workspace/x", false),
+        ("/usr", false),
+    ] {
+        let path = SandboxPath::new(p).unwrap();
+        assert_eq!(reserved_destination(&path).is_some(), reserved, "{p}");
+        let below_reserved = ["/proc", "/dev", "/tmp"]
+            .iter()
+            .any(|r| path.starts_with(&SandboxPath::new(r).unwrap()));
+        if !path.is_root() && p != "/workspace" {
+            assert_eq!(
+                below_reserved, reserved,
+                "{p}: as SandboxPath::starts_with says"
+            );
+        }
+    }
+}
