@@ -53,12 +53,42 @@ pub(crate) fn unescape_mount_path(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// A mountinfo path, unescaped; borrowed when it has no escape (almost
+/// always), so no line costs an allocation.
+pub(crate) fn mount_path(s: &str) -> std::borrow::Cow<'_, str> {
+    if s.as_bytes().contains(&b'\\') {
+        std::borrow::Cow::Owned(unescape_mount_path(s))
+    } else {
+        std::borrow::Cow::Borrowed(s)
+    }
+}
+
+/// `text` split at every `sep` byte, as `str::split(char)` does for an
+/// ASCII `sep`, by a plain byte scan: mountinfo's fields are a few bytes
+/// long, shorter than `str::split`'s searcher takes to set up.
+pub(crate) fn split_at_byte(text: &str, sep: u8) -> impl Iterator<Item = &str> {
+    let mut rest = Some(text);
+    std::iter::from_fn(move || {
+        let s = rest?;
+        match s.bytes().position(|b| b == sep) {
+            Some(i) => {
+                rest = Some(&s[i + 1..]);
+                Some(&s[..i])
+            }
+            None => {
+                rest = None;
+                Some(s)
+            }
+        }
+    })
+}
+
 /// The cgroup mounts in `mountinfo` that are visible: not hidden by a later
 /// mount on the same path or on an ancestor path (one that is not itself
 /// below it in the mount tree).
 pub(crate) fn parse_mountinfo(mountinfo: &str) -> Result<Vec<CgroupMount>, CgroupError> {
     // Every mount: (id, parent id, mount point); and the cgroup ones.
-    let mut all: Vec<(u64, u64, PathBuf)> = Vec::new();
+    let mut all: Vec<(u64, u64, std::borrow::Cow<'_, str>)> = Vec::new();
     let mut cgroups: Vec<(usize, CgroupMount)> = Vec::new();
     for (i, line) in mountinfo.lines().enumerate() {
         if line.trim().is_empty() {
@@ -72,37 +102,38 @@ pub(crate) fn parse_mountinfo(mountinfo: &str) -> Result<Vec<CgroupMount>, Cgrou
         let (left, right) = line.split_once(" - ").ok_or_else(malformed)?;
         // Fields are taken as they come (no Vec per line: this runs on
         // every `corral run` with limits).
-        let mut fields = left.split(' ');
+        let mut fields = split_at_byte(left, b' ');
         let mut field = || fields.next().ok_or_else(malformed);
         let id: u64 = field()?.parse().map_err(|_| malformed())?;
         let parent: u64 = field()?.parse().map_err(|_| malformed())?;
         let (_major_minor, _root) = (field()?, field()?);
-        let mount_point = PathBuf::from(unescape_mount_path(field()?));
+        let mount_point = mount_path(field()?);
         let mount_opts = field()?;
-        let mut rest = right.split(' ');
+        let mut rest = split_at_byte(right, b' ');
         let (fstype, _source, super_opts) = match (rest.next(), rest.next(), rest.next()) {
             (Some(t), Some(src), Some(o)) => (t, src, o),
             _ => return Err(malformed()),
         };
-        all.push((id, parent, mount_point.clone()));
         let v2 = fstype == "cgroup2";
         if !v2 && fstype != "cgroup" {
+            all.push((id, parent, mount_point));
             continue;
         }
+        let point = PathBuf::from(mount_point.as_ref());
+        all.push((id, parent, mount_point));
         let controllers = if v2 {
             Vec::new()
         } else {
-            super_opts
-                .split(',')
+            split_at_byte(super_opts, b',')
                 .filter_map(Controller::from_name)
                 .collect()
         };
-        let read_only =
-            mount_opts.split(',').any(|o| o == "ro") || super_opts.split(',').any(|o| o == "ro");
+        let read_only = split_at_byte(mount_opts, b',').any(|o| o == "ro")
+            || split_at_byte(super_opts, b',').any(|o| o == "ro");
         cgroups.push((
             all.len() - 1,
             CgroupMount {
-                mount_point,
+                mount_point: point,
                 v2,
                 controllers,
                 read_only,
@@ -126,11 +157,11 @@ pub(crate) fn parse_mountinfo(mountinfo: &str) -> Result<Vec<CgroupMount>, Cgrou
     // The byte comparison first: a path-component prefix of a mountinfo
     // path (absolute, normalised) is always a byte prefix too, and most
     // later mounts fail it at once.
-    let covers = |m: &CgroupMount, point: &Path| {
+    let covers = |m: &CgroupMount, point: &str| {
         m.mount_point
             .as_os_str()
             .as_encoded_bytes()
-            .starts_with(point.as_os_str().as_encoded_bytes())
+            .starts_with(point.as_bytes())
             && m.mount_point.starts_with(point)
     };
     Ok(cgroups

@@ -160,6 +160,35 @@ fn over_mounted_and_escaped_mount_points() {
 }
 
 #[test]
+fn mountinfo_fields_split_and_unescape_as_the_std_ways_do() {
+    for text in [
+        "",
+        " ",
+        "a",
+        "a b",
+        " a",
+        "a ",
+        "a  b",
+        "24 1 0:22 / /",
+        "é ü ",
+        "rw,ro,,x,",
+    ] {
+        for sep in [b' ', b','] {
+            let ours: Vec<&str> = split_at_byte(text, sep).collect();
+            let std: Vec<&str> = text.split(char::from(sep)).collect();
+            assert_eq!(ours, std, "{text:?} at {:?}", char::from(sep));
+        }
+    }
+    for path in ["/sys/fs/cgroup", "/a\\040b", "/x\\134y\\", "/plain"] {
+        assert_eq!(mount_path(path), unescape_mount_path(path), "{path}");
+    }
+    assert!(matches!(
+        mount_path("/sys/fs/cgroup"),
+        std::borrow::Cow::Borrowed(_)
+    ));
+}
+
+#[test]
 fn no_cgroups_and_malformed_input_are_errors() {
     let err =
         CgroupHost::from_mountinfo("24 1 0:22 / / rw - overlay overlay rw\n", "").unwrap_err();

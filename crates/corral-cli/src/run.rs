@@ -11,7 +11,7 @@ use corral_launcher::{
     RunResult, SandboxIdentity, EXIT_CORRAL_ERROR,
 };
 use corral_policy::env::{parse_assignment, EnvRequest};
-use corral_policy::{AuditEvent, ByteSize, MountSpec, Profile, SandboxPath};
+use corral_policy::{AuditEvent, ByteSize, Config, MountSpec, Profile, SandboxPath};
 
 /// Arguments of `corral run`.
 #[derive(Args)]
@@ -397,7 +397,9 @@ pub fn run(args: RunArgs) -> i32 {
         }
     }
     let sink = event_writer(&args);
-    let config = match crate::load_config(args.config.as_deref()) {
+    // Only the named profile (and what the file's profiles extend) is
+    // built: the other built-in profiles are work a run never uses.
+    let config = match Config::load_wanted(args.config.as_deref(), &[args.profile.as_str()]) {
         Ok(c) => c,
         Err(e) => {
             return refuse(

@@ -67,10 +67,19 @@ impl RunStamp {
 pub fn command_sha256(argv: &[String]) -> String {
     // A list of strings always serialises.
     let encoded = serde_json::to_vec(argv).unwrap_or_default();
-    Sha256::digest(&encoded)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    hex(&Sha256::digest(&encoded))
+}
+
+/// `bytes` as lowercase hex digits, two per byte, into one allocation
+/// (a `format!` per byte cost more than the hash it prints).
+fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for &b in bytes {
+        out.push(char::from(DIGITS[usize::from(b >> 4)]));
+        out.push(char::from(DIGITS[usize::from(b & 0xf)]));
+    }
+    out
 }
 
 /// A fresh run id: 12 bytes from the kernel's random source as 24 hex
@@ -78,7 +87,7 @@ pub fn command_sha256(argv: &[String]) -> String {
 pub fn new_run_id() -> std::io::Result<String> {
     let mut bytes = [0u8; 12];
     getrandom::fill(&mut bytes).map_err(|e| std::io::Error::other(e.to_string()))?;
-    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+    Ok(hex(&bytes))
 }
 
 /// `t` as RFC 3339 in UTC with milliseconds, e.g.
@@ -253,6 +262,19 @@ mod tests {
         assert_eq!(rfc3339(at(951_782_400, 5)), "2000-02-29T00:00:00.005Z");
         assert_eq!(rfc3339(at(1_796_081_405, 123)), "2026-11-30T23:30:05.123Z");
         assert_eq!(rfc3339(at(4_107_542_399, 999)), "2100-02-28T23:59:59.999Z");
+    }
+
+    #[test]
+    fn hex_is_two_lowercase_digits_per_byte() {
+        let all: Vec<u8> = (0..=255).collect();
+        let by_format: String = all.iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(hex(&all), by_format);
+        assert_eq!(hex(&[]), "");
+        let id = new_run_id().unwrap();
+        assert_eq!(id.len(), 24);
+        assert!(id
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)));
     }
 
     #[test]

@@ -266,10 +266,48 @@ pub fn build() -> Profile {
     p
 }
 
+/// The names of the built-in profiles, sorted.
+pub const NAMES: &[&str] = &["build", "code", "install", "mcp-node", "mcp-python"];
+
+/// The built-in profile called `name`, built now, or `None` when no
+/// built-in has that name. Building one costs a few tens of thousands of
+/// instructions, so callers that need one profile build only that one.
+pub fn by_name(name: &str) -> Option<Profile> {
+    match name {
+        "build" => Some(build()),
+        "code" => Some(code()),
+        "install" => Some(install()),
+        "mcp-node" => Some(mcp_node()),
+        "mcp-python" => Some(mcp_python()),
+        _ => None,
+    }
+}
+
 /// Every built-in profile, by name.
 pub fn all() -> BTreeMap<String, Profile> {
-    [code(), mcp_python(), mcp_node(), install(), build()]
-        .into_iter()
+    NAMES
+        .iter()
+        .filter_map(|name| by_name(name))
         .map(|p| (p.name.clone(), p))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_exactly_the_profiles_by_name_builds() {
+        let mut sorted = NAMES.to_vec();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(sorted, NAMES, "NAMES is sorted, without repeats");
+        for name in NAMES {
+            let p = by_name(name).expect("every name builds");
+            assert_eq!(&p.name, name, "by_name({name:?}) builds that profile");
+        }
+        assert_eq!(all().keys().collect::<Vec<_>>(), NAMES.to_vec());
+        assert_eq!(by_name("nope"), None);
+        assert_eq!(by_name("base"), None, "base() is no profile of its own");
+    }
 }

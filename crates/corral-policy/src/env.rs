@@ -6,6 +6,7 @@
 //! into interpreters and the dynamic loader always wins, and every name it
 //! strips becomes an `env.blocked` audit event.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use crate::audit::{AuditEvent, Level, ReasonCode};
@@ -104,17 +105,21 @@ pub enum EnvError {
 /// ignored), cheap enough to build on every launch.
 #[derive(Debug, Clone)]
 pub struct Blocklist {
-    patterns: Vec<(String, String)>,
+    /// (pattern, why): the built-in ones borrowed, not copied.
+    patterns: Vec<(Cow<'static, str>, Cow<'static, str>)>,
 }
 
 impl Blocklist {
     /// The built-in list plus `extra` patterns. A pattern must be a
     /// non-empty name made of name characters and `*`/`?` wildcards.
     pub fn new(extra: &[String]) -> Result<Self, EnvError> {
-        let mut patterns: Vec<(String, String)> = ALWAYS_BLOCKED
-            .iter()
-            .map(|(p, why)| (p.to_string(), why.to_string()))
-            .collect();
+        let mut patterns: Vec<(Cow<'static, str>, Cow<'static, str>)> =
+            Vec::with_capacity(ALWAYS_BLOCKED.len() + extra.len());
+        patterns.extend(
+            ALWAYS_BLOCKED
+                .iter()
+                .map(|&(p, why)| (Cow::Borrowed(p), Cow::Borrowed(why))),
+        );
         for p in extra {
             if p.is_empty() || p.contains(['=', '\0', '[', ']', '{', '}', '\\']) {
                 return Err(EnvError::BadPattern {
@@ -122,7 +127,10 @@ impl Blocklist {
                     why: String::from("use letters, digits, `_`, and the wildcards `*` and `?`"),
                 });
             }
-            patterns.push((p.clone(), String::from("blocked by the profile")));
+            patterns.push((
+                Cow::Owned(p.clone()),
+                Cow::Borrowed("blocked by the profile"),
+            ));
         }
         Ok(Blocklist { patterns })
     }
@@ -132,7 +140,7 @@ impl Blocklist {
         self.patterns
             .iter()
             .find(|(p, _)| wildcard_match(p.as_bytes(), name.as_bytes()))
-            .map(|(p, why)| (p.as_str(), why.as_str()))
+            .map(|(p, why)| (p.as_ref(), why.as_ref()))
     }
 }
 

@@ -164,11 +164,12 @@ pub fn reserved_destination(dest: &SandboxPath) -> Option<&'static str> {
     if dest.is_root() {
         return Some("the root is corral's own read-only tmpfs");
     }
+    // `SandboxPath::starts_with` on the normalised constants, without
+    // building a path for each (this runs for every mount of every run).
+    let d = dest.as_str();
     for r in RESERVED {
-        if let Ok(r) = SandboxPath::new(r) {
-            if dest.starts_with(&r) {
-                return Some("/proc, /dev and /tmp are set up by corral");
-            }
+        if d == r || (d.starts_with(r) && d.as_bytes().get(r.len()) == Some(&b'/')) {
+            return Some("/proc, /dev and /tmp are set up by corral");
         }
     }
     if dest.as_str() == "/workspace" {

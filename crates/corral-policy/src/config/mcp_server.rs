@@ -184,7 +184,7 @@ fn apply_one(
         s.env_values.insert(key, value.into_inner());
     }
     if let Some(p) = r.profile {
-        if !config.profiles.contains_key(p.get_ref()) {
+        if !config.has_profile(p.get_ref()) {
             return Err(err(
                 src,
                 p.span(),

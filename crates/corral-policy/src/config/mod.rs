@@ -130,18 +130,47 @@ impl Source<'_> {
 impl Config {
     /// Loads a config file on top of the built-in profiles.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
-            file: Some(path.to_path_buf()),
-            line: None,
-            key: String::new(),
-            message: format!("cannot read config file: {e}"),
-        })?;
-        Config::parse(&text, Some(path))
+        Config::parse(&read(path)?, Some(path))
     }
 
     /// Parses config text on top of the built-in profiles. `file` is only
     /// used in error messages.
     pub fn parse(text: &str, file: Option<&Path>) -> Result<Config, ConfigError> {
+        Config::parse_with(text, file, Wanted::All)
+    }
+
+    /// Like [`Config::load`] (or the built-in profiles alone when `path` is
+    /// `None`), for a caller that uses only the profiles named in `wanted`,
+    /// such as `corral run`: of the built-in profiles, only those `wanted`
+    /// names and those the file's profiles extend are built; the others
+    /// are missing from [`Config::profiles`]. Everything else is as with
+    /// [`Config::load`]: every profile of the file is built and checked,
+    /// so a file that `load` refuses is refused with the same error; a
+    /// `wanted` profile is the same profile; [`Config::profile`]'s error
+    /// for an unknown name lists every profile, built or not; and the
+    /// `[server]` and `[deploy]` sections are applied.
+    pub fn load_wanted(path: Option<&Path>, wanted: &[&str]) -> Result<Config, ConfigError> {
+        match path {
+            Some(path) => Config::parse_wanted(&read(path)?, Some(path), wanted),
+            None => Ok(Config {
+                profiles: add_builtins(BTreeMap::new(), Wanted::Only(wanted)),
+                server: crate::server::ServerConfig::default(),
+                deploy: DeployConfig::default(),
+            }),
+        }
+    }
+
+    /// [`Config::parse`] building only the built-in profiles `wanted` names
+    /// or the text's profiles extend; see [`Config::load_wanted`].
+    pub fn parse_wanted(
+        text: &str,
+        file: Option<&Path>,
+        wanted: &[&str],
+    ) -> Result<Config, ConfigError> {
+        Config::parse_with(text, file, Wanted::Only(wanted))
+    }
+
+    fn parse_with(text: &str, file: Option<&Path>, wanted: Wanted) -> Result<Config, ConfigError> {
         let src = Source { text, file };
         let raw: RawConfig = toml::from_str(text).map_err(|e| {
             let key = e
@@ -150,7 +179,13 @@ impl Config {
                 .unwrap_or_default();
             src.err(e.span(), key, plain::plain_message(e.message().trim()))
         })?;
-        let mut config = Config::default();
+        // A built-in profile is built when a file profile names it (as its
+        // base or as itself) and, at the end, when `wanted` asks for it.
+        let mut config = Config {
+            profiles: BTreeMap::new(),
+            server: crate::server::ServerConfig::default(),
+            deploy: DeployConfig::default(),
+        };
         let raw_server = raw.server;
         if let Some(d) = raw.deploy {
             config.deploy = deploy::apply_deploy(&src, d)?;
@@ -184,9 +219,12 @@ impl Config {
                     continue;
                 }
                 let base = match &base_name {
-                    Some(b) if b == &name => builtin::all().remove(b),
-                    Some(b) => config.profiles.get(b).cloned(),
-                    None => builtin::all().remove(&name),
+                    Some(b) if b == &name => builtin::by_name(b),
+                    Some(b) => match config.profiles.get(b) {
+                        Some(p) => Some(p.clone()),
+                        None => builtin::by_name(b),
+                    },
+                    None => builtin::by_name(&name),
                 };
                 let base = match (base, &base_name) {
                     (Some(mut p), _) => {
@@ -219,10 +257,17 @@ impl Config {
             }
             pending = next;
         }
+        config.profiles = add_builtins(config.profiles, wanted);
         if let Some(server) = raw_server {
             config.server = server::apply_server(&src, server, &config)?;
         }
         Ok(config)
+    }
+
+    /// Whether a profile called `name` exists: one of the file's or a
+    /// built-in one, built or not.
+    pub fn has_profile(&self, name: &str) -> bool {
+        self.profiles.contains_key(name) || builtin::NAMES.contains(&name)
     }
 
     /// The named profile, or an error listing the known ones.
@@ -236,11 +281,55 @@ impl Config {
     }
 }
 
+/// The names of every profile, sorted: the file's and the built-in ones,
+/// also those not built.
 fn known(config: &Config) -> String {
-    config
+    let names: std::collections::BTreeSet<&str> = config
         .profiles
         .keys()
-        .cloned()
-        .collect::<Vec<_>>()
-        .join(", ")
+        .map(String::as_str)
+        .chain(builtin::NAMES.iter().copied())
+        .collect();
+    names.into_iter().collect::<Vec<_>>().join(", ")
+}
+
+/// Reads a config file.
+fn read(path: &Path) -> Result<String, ConfigError> {
+    std::fs::read_to_string(path).map_err(|e| ConfigError {
+        file: Some(path.to_path_buf()),
+        line: None,
+        key: String::new(),
+        message: format!("cannot read config file: {e}"),
+    })
+}
+
+/// Which built-in profiles end up in [`Config::profiles`] besides those a
+/// file's profiles extend.
+#[derive(Clone, Copy)]
+enum Wanted<'a> {
+    /// Every one (what [`Config::load`] and [`Config::parse`] give).
+    All,
+    /// Only these names (names that are no built-in are ignored).
+    Only(&'a [&'a str]),
+}
+
+/// `profiles` (the file's) with the built-in profiles `wanted` names
+/// added, except those the file overrides.
+fn add_builtins(
+    mut profiles: BTreeMap<String, Profile>,
+    wanted: Wanted,
+) -> BTreeMap<String, Profile> {
+    let names: &[&str] = match wanted {
+        Wanted::All => builtin::NAMES,
+        Wanted::Only(names) => names,
+    };
+    for &name in names {
+        if profiles.contains_key(name) {
+            continue;
+        }
+        if let Some(p) = builtin::by_name(name) {
+            profiles.insert(name.to_string(), p);
+        }
+    }
+    profiles
 }

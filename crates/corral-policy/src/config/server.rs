@@ -285,7 +285,7 @@ fn apply_tenant(
         ));
     }
     for p in t.profiles.get_ref() {
-        if !config.profiles.contains_key(p) {
+        if !config.has_profile(p) {
             return Err(src.err(
                 Some(t.profiles.span()),
                 format!("{k}.profiles"),

@@ -499,3 +499,219 @@ fn a_word_other_than_none_is_refused_naming_the_choices() {
     let e = err("[profile.a.limits]\nmemory = \"none\"\n");
     assert_eq!(e.key.as_str(), "profile.a.limits.memory", "{e}");
 }
+
+/// Configs that exercise every way a profile reaches a built-in one: by
+/// name, by overriding it, by extending it (itself, another, through a
+/// chain, through an override), and from `[server]`; and configs that are
+/// refused, also for a profile other than the one a run asks for.
+fn wanted_cases() -> Vec<String> {
+    let token = "a".repeat(64);
+    vec![
+        String::new(),
+        "[profile.bench]\nextends = \"code\"\n[profile.bench.commands]\nallow = [\"true\"]\n".into(),
+        "[profile.code]\nhostname = \"mine\"\n".into(),
+        "[profile.code]\nextends = \"code\"\nhostname = \"self\"\n".into(),
+        "[profile.code]\nextends = \"build\"\n".into(),
+        "[profile.a]\nextends = \"code\"\n[profile.code]\nhostname = \"over\"\n".into(),
+        "[profile.z]\nextends = \"y\"\n[profile.y]\nextends = \"install\"\nhostname = \"y\"\n".into(),
+        "[profile.a]\nextends = \"mcp-node\"\n[profile.b]\nextends = \"mcp-node\"\nhostname = \"b\"\n".into(),
+        "[profile.fresh]\nhostname = \"fresh\"\n".into(),
+        format!(
+            "[[server.tenant]]\nname = \"t\"\ntoken_sha256 = \"{token}\"\nprofiles = [\"install\", \"code\"]\n\
+             [[server.mcp_server]]\nname = \"s\"\nruntime = \"node\"\ndir = \"/srv/s\"\nentry = \"i.js\"\n\
+             profile = \"mcp-node\"\ntenants = [\"t\"]\n"
+        ),
+        "[deploy]\nmax_tree_bytes = \"300MiB\"\n".into(),
+        // Refused: an unknown base, a cycle, a bad profile next to a good
+        // one, a tenant naming no profile.
+        "[profile.a]\nextends = \"nope\"\n".into(),
+        "[profile.a]\nextends = \"b\"\n[profile.b]\nextends = \"a\"\n".into(),
+        "[profile.a]\nextends = \"code\"\n[profile.b]\nhostname = \"bad host\"\n".into(),
+        format!(
+            "[[server.tenant]]\nname = \"t\"\ntoken_sha256 = \"{token}\"\nprofiles = [\"nope\"]\n"
+        ),
+        "[[server.mcp_server]]\nname = \"s\"\nruntime = \"node\"\ndir = \"/srv/s\"\nentry = \"i.js\"\n\
+         profile = \"nope\"\n"
+            .into(),
+    ]
+}
+
+#[test]
+fn building_only_the_wanted_profiles_resolves_them_as_building_all_does() {
+    let file = Some(Path::new("corral.toml"));
+    let mut refused = 0;
+    for text in wanted_cases() {
+        let full = Config::parse(&text, file);
+        let mut names: Vec<String> = match &full {
+            Ok(c) => c.profiles.keys().cloned().collect(),
+            Err(_) => vec![],
+        };
+        names.extend(["code", "build", "nope"].map(String::from));
+        for name in &names {
+            let lean = Config::parse_wanted(&text, file, &[name.as_str()]);
+            let (full, lean) = match (&full, lean) {
+                (Ok(f), Ok(l)) => (f, l),
+                (Err(f), Err(l)) => {
+                    assert_eq!(f, &l, "{text}: the same error for {name}");
+                    refused += 1;
+                    continue;
+                }
+                (f, l) => panic!("{text}: wanting {name}: all gives {f:?}, lean gives {l:?}"),
+            };
+            assert_eq!(
+                full.profile(name).map_err(|e| e.to_string()),
+                lean.profile(name).map_err(|e| e.to_string()),
+                "{text}: profile {name}"
+            );
+            for (n, p) in &lean.profiles {
+                assert_eq!(
+                    Some(p),
+                    full.profiles.get(n),
+                    "{text}: {n} as when all are built"
+                );
+            }
+            for n in full.profiles.keys() {
+                assert_eq!(full.has_profile(n), lean.has_profile(n), "{text}: {n}");
+            }
+            assert!(!lean.has_profile("nope"));
+            assert_eq!(full.server, lean.server, "{text}");
+            assert_eq!(full.deploy, lean.deploy, "{text}");
+        }
+    }
+    assert_eq!(
+        refused,
+        5 * 3,
+        "the five refused cases, and only they, were refused"
+    );
+}
+
+#[test]
+fn only_the_wanted_built_in_profiles_are_built() {
+    let c = Config::load_wanted(None, &["code"]).unwrap();
+    assert_eq!(c.profiles.keys().collect::<Vec<_>>(), ["code"]);
+    assert_eq!(c.profiles["code"], crate::builtin::code());
+    let e = c.profile("build").unwrap_err().to_string();
+    assert!(
+        e.contains("unknown profile `build`"),
+        "a lean config is for the wanted profiles only: {e}"
+    );
+    let all = Config::default();
+    for name in crate::builtin::NAMES {
+        let c = Config::load_wanted(None, &[name]).unwrap();
+        assert_eq!(c.profile(name).unwrap(), all.profile(name).unwrap());
+        assert_eq!(
+            c.profile("nope").unwrap_err(),
+            all.profile("nope").unwrap_err(),
+            "the unknown-profile error lists every profile, built or not"
+        );
+    }
+    // A file profile extending a built-in one: only the file's profile is
+    // kept; the built-in base was built to derive it.
+    let text = "[profile.bench]\nextends = \"code\"\n";
+    let c = Config::parse_wanted(text, None, &["bench"]).unwrap();
+    assert_eq!(c.profiles.keys().collect::<Vec<_>>(), ["bench"]);
+    assert_eq!(
+        c.profile("bench").unwrap().commands.allow,
+        ["python3", "node", "sh", "bash"]
+    );
+    // Overriding a built-in profile replaces it in both ways of loading.
+    let text = "[profile.code]\nhostname = \"mine\"\n";
+    for c in [
+        Config::parse(text, None).unwrap(),
+        Config::parse_wanted(text, None, &["code"]).unwrap(),
+    ] {
+        assert_eq!(c.profile("code").unwrap().hostname, "mine");
+    }
+    let dir = std::env::temp_dir().join(format!("corral-wanted-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("c.toml");
+    std::fs::write(&path, "[profile.x]\nextends = \"install\"\n").unwrap();
+    let lean = Config::load_wanted(Some(&path), &["x"]);
+    let full = Config::load(&path);
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(
+        lean.unwrap().profile("x").unwrap(),
+        full.unwrap().profile("x").unwrap()
+    );
+    let missing = dir.join("gone.toml");
+    assert_eq!(
+        Config::load_wanted(Some(&missing), &["x"]).unwrap_err(),
+        Config::load(&missing).unwrap_err()
+    );
+}
+
+#[test]
+fn what_each_way_of_reaching_a_built_in_profile_resolves_to() {
+    let b = crate::builtin::by_name;
+    for wanted in [None, Some(["a", "code", "z", "fresh"].as_slice())] {
+        let parse = |text: &str| match wanted {
+            None => Config::parse(text, None).unwrap(),
+            Some(names) => Config::parse_wanted(text, None, names).unwrap(),
+        };
+        // Extending a built-in profile that the file overrides gets the
+        // file's version.
+        let c = parse("[profile.a]\nextends = \"code\"\n[profile.code]\nhostname = \"over\"\n");
+        assert_eq!(c.profile("a").unwrap().hostname, "over");
+        assert_eq!(c.profile("code").unwrap().hostname, "over");
+        // Extending itself or naming itself starts from the built-in one.
+        for text in [
+            "[profile.code]\nextends = \"code\"\nhostname = \"h\"\n",
+            "[profile.code]\nhostname = \"h\"\n",
+        ] {
+            let mut want = b("code").unwrap();
+            want.hostname = "h".into();
+            assert_eq!(parse(text).profile("code").unwrap(), &want, "{text}");
+        }
+        // Extending another built-in profile takes all of it but the name.
+        let mut want = b("build").unwrap();
+        want.name = "code".into();
+        let c = parse("[profile.code]\nextends = \"build\"\n");
+        assert_eq!(c.profile("code").unwrap(), &want);
+        // Through a chain of file profiles.
+        let c = parse(
+            "[profile.z]\nextends = \"y\"\n[profile.y]\nextends = \"install\"\nhostname = \"y\"\n",
+        );
+        let mut want = b("install").unwrap();
+        want.name = "z".into();
+        want.hostname = "y".into();
+        assert_eq!(c.profile("z").unwrap(), &want);
+        // A new name without `extends` starts from the bare base.
+        let c = parse("[profile.fresh]\nhostname = \"f\"\n");
+        let mut want = crate::builtin::base("fresh");
+        want.hostname = "f".into();
+        assert_eq!(c.profile("fresh").unwrap(), &want);
+    }
+}
+
+#[test]
+fn reserved_destinations_are_the_root_proc_dev_tmp_below_them_and_workspace() {
+    use crate::path::SandboxPath;
+    for (p, reserved) in [
+        ("/", true),
+        ("/proc", true),
+        ("/proc/self", true),
+        ("/procfs", false),
+        ("/dev", true),
+        ("/dev/shm", true),
+        ("/devices", false),
+        ("/tmp", true),
+        ("/tmp/x/y", true),
+        ("/tmpx", false),
+        ("/var/tmp", false),
+        ("/workspace", true),
+        ("/workspace/x", false),
+        ("/usr", false),
+    ] {
+        let path = SandboxPath::new(p).unwrap();
+        assert_eq!(reserved_destination(&path).is_some(), reserved, "{p}");
+        let below_reserved = ["/proc", "/dev", "/tmp"]
+            .iter()
+            .any(|r| path.starts_with(&SandboxPath::new(r).unwrap()));
+        if !path.is_root() && p != "/workspace" {
+            assert_eq!(
+                below_reserved, reserved,
+                "{p}: as SandboxPath::starts_with says"
+            );
+        }
+    }
+}

@@ -1,0 +1,673 @@
+//! The seccomp rules as data, and the BPF programs built from them.
+//!
+//! This file depends on nothing but `std`, `libc` and `seccompiler`: the
+//! launcher's build script includes it too (`#[path]`) and builds every
+//! program once at build time (see `build.rs`), so `corral run` does not
+//! spend its start-up compiling constant filters. The launcher compiles
+//! at run time only when the build could not (a cross build), and its
+//! tests check that the prebuilt programs are exactly what this file
+//! builds.
+
+use std::collections::BTreeMap;
+
+use seccompiler::{
+    BpfProgram, SeccompAction, SeccompCmpArgLen as Len, SeccompCmpOp as Op,
+    SeccompCondition as Cond, SeccompFilter, SeccompRule, TargetArch,
+};
+
+/// One BPF instruction (`struct sock_filter`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Bpf {
+    /// Operation (`BPF_LD | BPF_W | BPF_ABS` ...).
+    pub(crate) code: u16,
+    /// Jump offset when the test is true.
+    pub(crate) jt: u8,
+    /// Jump offset when the test is false.
+    pub(crate) jf: u8,
+    /// Operand.
+    pub(crate) k: u32,
+}
+
+/// Every program corral installs; the filters of a run are a few of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Program {
+    /// The profile's main filter: the default deny-list or (`strict`) the
+    /// allowlist, with or without `AF_UNIX` sockets.
+    Main {
+        /// The strict allowlist instead of the default deny-list.
+        strict: bool,
+        /// `security.unix_sockets`.
+        unix_sockets: bool,
+    },
+    /// `clone3` answered with ENOSYS.
+    Clone3,
+    /// What init may still do once the program runs ([`INIT_ALLOWED`]).
+    Init,
+    /// Reduced mode's extra filter: no socket(2), no SysV IPC.
+    Reduced,
+}
+
+impl Program {
+    /// Every program, in the order the prebuilt table holds them (read
+    /// by build.rs and the tests).
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(crate) const ALL: [Program; 7] = [
+        Program::Main {
+            strict: false,
+            unix_sockets: false,
+        },
+        Program::Main {
+            strict: false,
+            unix_sockets: true,
+        },
+        Program::Main {
+            strict: true,
+            unix_sockets: false,
+        },
+        Program::Main {
+            strict: true,
+            unix_sockets: true,
+        },
+        Program::Clone3,
+        Program::Init,
+        Program::Reduced,
+    ];
+
+    /// The position of `self` in [`Program::ALL`].
+    pub(crate) fn index(self) -> usize {
+        match self {
+            Program::Main {
+                strict,
+                unix_sockets,
+            } => usize::from(strict) * 2 + usize::from(unix_sockets),
+            Program::Clone3 => 4,
+            Program::Init => 5,
+            Program::Reduced => 6,
+        }
+    }
+}
+
+/// Builds `program` with seccompiler, the x32 guard added.
+pub(crate) fn build(program: Program) -> Result<Vec<Bpf>, String> {
+    let eperm = SeccompAction::Errno(libc::EPERM as u32);
+    match program {
+        Program::Main {
+            strict: false,
+            unix_sockets,
+        } => compile_one(default_rules(unix_sockets)?, SeccompAction::Allow, eperm),
+        Program::Main {
+            strict: true,
+            unix_sockets,
+        } => compile_one(strict_rules(unix_sockets)?, eperm, SeccompAction::Allow),
+        Program::Clone3 => compile_one(
+            BTreeMap::from([(libc::SYS_clone3, vec![])]),
+            SeccompAction::Allow,
+            SeccompAction::Errno(libc::ENOSYS as u32),
+        ),
+        Program::Init => {
+            let rules = INIT_ALLOWED.iter().map(|(_, nr)| (*nr, vec![])).collect();
+            compile_one(rules, eperm, SeccompAction::Allow)
+        }
+        Program::Reduced => {
+            let mut rules: BTreeMap<i64, Vec<SeccompRule>> =
+                SYSV_IPC.iter().map(|(_, nr)| (*nr, vec![])).collect();
+            // Every socket(2): without a network namespace even AF_UNIX
+            // would reach the host's named sockets (the D-Bus session bus,
+            // ssh-agent), which Landlock below ABI 9 cannot restrict.
+            // socketpair(2) stays.
+            rules.insert(libc::SYS_socket, vec![]);
+            compile_one(rules, SeccompAction::Allow, eperm)
+        }
+    }
+}
+
+const NS_FLAGS: [u64; 7] = [
+    libc::CLONE_NEWNS as u64,
+    libc::CLONE_NEWUSER as u64,
+    libc::CLONE_NEWPID as u64,
+    libc::CLONE_NEWNET as u64,
+    libc::CLONE_NEWIPC as u64,
+    libc::CLONE_NEWUTS as u64,
+    libc::CLONE_NEWCGROUP as u64,
+];
+const NS_MASK: u64 = libc::CLONE_NEWNS as u64
+    | libc::CLONE_NEWUSER as u64
+    | libc::CLONE_NEWPID as u64
+    | libc::CLONE_NEWNET as u64
+    | libc::CLONE_NEWIPC as u64
+    | libc::CLONE_NEWUTS as u64
+    | libc::CLONE_NEWCGROUP as u64
+    | 0x80; // CLONE_NEWTIME
+
+/// `TIOCSTI`: push a byte into a terminal's input queue (CVE-2017-5226).
+const TIOCSTI: u64 = 0x5412;
+/// `TIOCLINUX`: the console's selection paste does the same (CVE-2023-1523 class).
+const TIOCLINUX: u64 = 0x541C;
+
+/// Syscalls denied outright by the default profile, with the reason.
+pub(crate) const DENIED: &[(&str, i64, &str)] = &[
+    (
+        "ptrace",
+        libc::SYS_ptrace,
+        "inspect or control other processes",
+    ),
+    (
+        "process_vm_readv",
+        libc::SYS_process_vm_readv,
+        "read another process's memory",
+    ),
+    (
+        "process_vm_writev",
+        libc::SYS_process_vm_writev,
+        "write another process's memory",
+    ),
+    ("mount", libc::SYS_mount, "change the filesystem view"),
+    ("umount2", libc::SYS_umount2, "reveal what a mount hides"),
+    ("pivot_root", libc::SYS_pivot_root, "change the root"),
+    ("fsopen", libc::SYS_fsopen, "new mount API"),
+    ("fsconfig", libc::SYS_fsconfig, "new mount API"),
+    ("fsmount", libc::SYS_fsmount, "new mount API"),
+    ("fspick", libc::SYS_fspick, "new mount API"),
+    ("move_mount", libc::SYS_move_mount, "new mount API"),
+    ("open_tree", libc::SYS_open_tree, "new mount API"),
+    (
+        "mount_setattr",
+        libc::SYS_mount_setattr,
+        "new mount API: clear read-only flags",
+    ),
+    (
+        "unshare",
+        libc::SYS_unshare,
+        "new namespaces: a fresh user namespace regains capabilities",
+    ),
+    ("setns", libc::SYS_setns, "enter other namespaces"),
+    (
+        "keyctl",
+        libc::SYS_keyctl,
+        "kernel keyrings are not namespaced",
+    ),
+    (
+        "add_key",
+        libc::SYS_add_key,
+        "kernel keyrings are not namespaced",
+    ),
+    (
+        "request_key",
+        libc::SYS_request_key,
+        "kernel keyrings are not namespaced",
+    ),
+    ("bpf", libc::SYS_bpf, "load programs into the kernel"),
+    (
+        "perf_event_open",
+        libc::SYS_perf_event_open,
+        "kernel attack surface and side channels",
+    ),
+    (
+        "userfaultfd",
+        libc::SYS_userfaultfd,
+        "stalls kernel threads; a staple of kernel exploits",
+    ),
+    (
+        "io_uring_setup",
+        libc::SYS_io_uring_setup,
+        "bypasses seccomp for the operations it runs",
+    ),
+    (
+        "io_uring_enter",
+        libc::SYS_io_uring_enter,
+        "bypasses seccomp for the operations it runs",
+    ),
+    (
+        "io_uring_register",
+        libc::SYS_io_uring_register,
+        "bypasses seccomp for the operations it runs",
+    ),
+    ("kexec_load", libc::SYS_kexec_load, "replace the kernel"),
+    (
+        "kexec_file_load",
+        libc::SYS_kexec_file_load,
+        "replace the kernel",
+    ),
+    ("init_module", libc::SYS_init_module, "load kernel modules"),
+    (
+        "finit_module",
+        libc::SYS_finit_module,
+        "load kernel modules",
+    ),
+    (
+        "delete_module",
+        libc::SYS_delete_module,
+        "unload kernel modules",
+    ),
+    ("reboot", libc::SYS_reboot, "reboot the host"),
+    ("swapon", libc::SYS_swapon, "change host swap"),
+    ("swapoff", libc::SYS_swapoff, "change host swap"),
+    ("acct", libc::SYS_acct, "process accounting to a file"),
+    ("quotactl", libc::SYS_quotactl, "filesystem quotas"),
+    ("quotactl_fd", libc::SYS_quotactl_fd, "filesystem quotas"),
+    (
+        "open_tree_attr",
+        SYS_OPEN_TREE_ATTR,
+        "new mount API: clone a tree with new attributes",
+    ),
+    (
+        "name_to_handle_at",
+        libc::SYS_name_to_handle_at,
+        "file handles escape mount confinement (CVE-2014-3519, 'shocker')",
+    ),
+    (
+        "open_by_handle_at",
+        libc::SYS_open_by_handle_at,
+        "file handles escape mount confinement (CVE-2014-3519, 'shocker')",
+    ),
+    (
+        "lookup_dcookie",
+        libc::SYS_lookup_dcookie,
+        "kernel internals",
+    ),
+    ("vhangup", libc::SYS_vhangup, "hang up a terminal"),
+    ("syslog", libc::SYS_syslog, "read the kernel log"),
+    ("uselib", libc::SYS_uselib, "obsolete loader entry point"),
+    (
+        "personality",
+        libc::SYS_personality,
+        "READ_IMPLIES_EXEC and ASLR switches",
+    ),
+];
+
+/// `open_tree_attr` (Linux 6.15), not yet in the libc crate; the same
+/// number on every architecture that uses the generic syscall table.
+const SYS_OPEN_TREE_ATTR: i64 = 467;
+
+/// Socket families a sandbox may open; everything else fails (AF_PACKET,
+/// AF_VSOCK, AF_BLUETOOTH, AF_ALG, AF_KEY, AF_XDP, ...).
+const ALLOWED_FAMILIES: [u64; 4] = [
+    libc::AF_UNIX as u64,
+    libc::AF_INET as u64,
+    libc::AF_INET6 as u64,
+    libc::AF_NETLINK as u64,
+];
+
+/// Syscalls the strict allowlist permits: what python3, node, sh and
+/// coreutils need to compute, read and write files, and talk over pipes and
+/// unix sockets.
+pub(crate) const STRICT_ALLOWED: &[(&str, i64)] = &[
+    ("read", libc::SYS_read),
+    ("write", libc::SYS_write),
+    ("readv", libc::SYS_readv),
+    ("writev", libc::SYS_writev),
+    ("pread64", libc::SYS_pread64),
+    ("pwrite64", libc::SYS_pwrite64),
+    ("preadv", libc::SYS_preadv),
+    ("pwritev", libc::SYS_pwritev),
+    ("open", libc::SYS_open),
+    ("openat", libc::SYS_openat),
+    ("close", libc::SYS_close),
+    ("close_range", libc::SYS_close_range),
+    ("creat", libc::SYS_creat),
+    ("stat", libc::SYS_stat),
+    ("fstat", libc::SYS_fstat),
+    ("lstat", libc::SYS_lstat),
+    ("newfstatat", libc::SYS_newfstatat),
+    ("statx", libc::SYS_statx),
+    ("statfs", libc::SYS_statfs),
+    ("fstatfs", libc::SYS_fstatfs),
+    ("lseek", libc::SYS_lseek),
+    ("access", libc::SYS_access),
+    ("faccessat", libc::SYS_faccessat),
+    ("faccessat2", libc::SYS_faccessat2),
+    ("poll", libc::SYS_poll),
+    ("ppoll", libc::SYS_ppoll),
+    ("select", libc::SYS_select),
+    ("pselect6", libc::SYS_pselect6),
+    ("epoll_create", libc::SYS_epoll_create),
+    ("epoll_create1", libc::SYS_epoll_create1),
+    ("epoll_ctl", libc::SYS_epoll_ctl),
+    ("epoll_wait", libc::SYS_epoll_wait),
+    ("epoll_pwait", libc::SYS_epoll_pwait),
+    ("epoll_pwait2", libc::SYS_epoll_pwait2),
+    ("eventfd2", libc::SYS_eventfd2),
+    ("timerfd_create", libc::SYS_timerfd_create),
+    ("timerfd_settime", libc::SYS_timerfd_settime),
+    ("timerfd_gettime", libc::SYS_timerfd_gettime),
+    ("signalfd4", libc::SYS_signalfd4),
+    ("mmap", libc::SYS_mmap),
+    ("mprotect", libc::SYS_mprotect),
+    ("munmap", libc::SYS_munmap),
+    ("mremap", libc::SYS_mremap),
+    ("brk", libc::SYS_brk),
+    ("madvise", libc::SYS_madvise),
+    ("mincore", libc::SYS_mincore),
+    ("msync", libc::SYS_msync),
+    ("mlock", libc::SYS_mlock),
+    ("munlock", libc::SYS_munlock),
+    ("membarrier", libc::SYS_membarrier),
+    ("rt_sigaction", libc::SYS_rt_sigaction),
+    ("rt_sigprocmask", libc::SYS_rt_sigprocmask),
+    ("rt_sigreturn", libc::SYS_rt_sigreturn),
+    ("rt_sigsuspend", libc::SYS_rt_sigsuspend),
+    ("rt_sigpending", libc::SYS_rt_sigpending),
+    ("rt_sigtimedwait", libc::SYS_rt_sigtimedwait),
+    ("sigaltstack", libc::SYS_sigaltstack),
+    ("kill", libc::SYS_kill),
+    ("tgkill", libc::SYS_tgkill),
+    ("tkill", libc::SYS_tkill),
+    ("pipe", libc::SYS_pipe),
+    ("pipe2", libc::SYS_pipe2),
+    ("dup", libc::SYS_dup),
+    ("dup2", libc::SYS_dup2),
+    ("dup3", libc::SYS_dup3),
+    ("fcntl", libc::SYS_fcntl),
+    ("flock", libc::SYS_flock),
+    ("fsync", libc::SYS_fsync),
+    ("fdatasync", libc::SYS_fdatasync),
+    ("truncate", libc::SYS_truncate),
+    ("ftruncate", libc::SYS_ftruncate),
+    ("fallocate", libc::SYS_fallocate),
+    ("fadvise64", libc::SYS_fadvise64),
+    ("getdents64", libc::SYS_getdents64),
+    ("getcwd", libc::SYS_getcwd),
+    ("chdir", libc::SYS_chdir),
+    ("fchdir", libc::SYS_fchdir),
+    ("rename", libc::SYS_rename),
+    ("renameat", libc::SYS_renameat),
+    ("renameat2", libc::SYS_renameat2),
+    ("mkdir", libc::SYS_mkdir),
+    ("mkdirat", libc::SYS_mkdirat),
+    ("rmdir", libc::SYS_rmdir),
+    ("link", libc::SYS_link),
+    ("linkat", libc::SYS_linkat),
+    ("unlink", libc::SYS_unlink),
+    ("unlinkat", libc::SYS_unlinkat),
+    ("symlink", libc::SYS_symlink),
+    ("symlinkat", libc::SYS_symlinkat),
+    ("readlink", libc::SYS_readlink),
+    ("readlinkat", libc::SYS_readlinkat),
+    ("chmod", libc::SYS_chmod),
+    ("fchmod", libc::SYS_fchmod),
+    ("fchmodat", libc::SYS_fchmodat),
+    ("umask", libc::SYS_umask),
+    ("utimensat", libc::SYS_utimensat),
+    ("copy_file_range", libc::SYS_copy_file_range),
+    ("sendfile", libc::SYS_sendfile),
+    ("splice", libc::SYS_splice),
+    ("memfd_create", libc::SYS_memfd_create),
+    ("clone", libc::SYS_clone),
+    ("fork", libc::SYS_fork),
+    ("vfork", libc::SYS_vfork),
+    ("execve", libc::SYS_execve),
+    ("execveat", libc::SYS_execveat),
+    ("exit", libc::SYS_exit),
+    ("exit_group", libc::SYS_exit_group),
+    ("wait4", libc::SYS_wait4),
+    ("waitid", libc::SYS_waitid),
+    ("pidfd_open", libc::SYS_pidfd_open),
+    ("getpid", libc::SYS_getpid),
+    ("getppid", libc::SYS_getppid),
+    ("gettid", libc::SYS_gettid),
+    ("getuid", libc::SYS_getuid),
+    ("geteuid", libc::SYS_geteuid),
+    ("getgid", libc::SYS_getgid),
+    ("getegid", libc::SYS_getegid),
+    ("getgroups", libc::SYS_getgroups),
+    ("getresuid", libc::SYS_getresuid),
+    ("getresgid", libc::SYS_getresgid),
+    ("getpgrp", libc::SYS_getpgrp),
+    ("getpgid", libc::SYS_getpgid),
+    ("setpgid", libc::SYS_setpgid),
+    ("getsid", libc::SYS_getsid),
+    ("setsid", libc::SYS_setsid),
+    ("uname", libc::SYS_uname),
+    ("sysinfo", libc::SYS_sysinfo),
+    ("times", libc::SYS_times),
+    ("getrusage", libc::SYS_getrusage),
+    ("getrlimit", libc::SYS_getrlimit),
+    ("setrlimit", libc::SYS_setrlimit),
+    ("prlimit64", libc::SYS_prlimit64),
+    ("getpriority", libc::SYS_getpriority),
+    ("sched_yield", libc::SYS_sched_yield),
+    ("sched_getaffinity", libc::SYS_sched_getaffinity),
+    ("sched_getparam", libc::SYS_sched_getparam),
+    ("sched_getscheduler", libc::SYS_sched_getscheduler),
+    ("nanosleep", libc::SYS_nanosleep),
+    ("clock_nanosleep", libc::SYS_clock_nanosleep),
+    ("clock_gettime", libc::SYS_clock_gettime),
+    ("clock_getres", libc::SYS_clock_getres),
+    ("gettimeofday", libc::SYS_gettimeofday),
+    ("time", libc::SYS_time),
+    ("alarm", libc::SYS_alarm),
+    ("getitimer", libc::SYS_getitimer),
+    ("setitimer", libc::SYS_setitimer),
+    ("pause", libc::SYS_pause),
+    ("futex", libc::SYS_futex),
+    ("set_tid_address", libc::SYS_set_tid_address),
+    ("set_robust_list", libc::SYS_set_robust_list),
+    ("get_robust_list", libc::SYS_get_robust_list),
+    ("rseq", libc::SYS_rseq),
+    ("arch_prctl", libc::SYS_arch_prctl),
+    ("prctl", libc::SYS_prctl),
+    ("getrandom", libc::SYS_getrandom),
+    ("restart_syscall", libc::SYS_restart_syscall),
+    ("capget", libc::SYS_capget),
+    ("ioctl", libc::SYS_ioctl),
+    ("socket", libc::SYS_socket),
+    ("socketpair", libc::SYS_socketpair),
+    ("connect", libc::SYS_connect),
+    ("bind", libc::SYS_bind),
+    ("listen", libc::SYS_listen),
+    ("accept", libc::SYS_accept),
+    ("accept4", libc::SYS_accept4),
+    ("getsockname", libc::SYS_getsockname),
+    ("getpeername", libc::SYS_getpeername),
+    ("sendto", libc::SYS_sendto),
+    ("recvfrom", libc::SYS_recvfrom),
+    ("sendmsg", libc::SYS_sendmsg),
+    ("recvmsg", libc::SYS_recvmsg),
+    ("shutdown", libc::SYS_shutdown),
+    ("setsockopt", libc::SYS_setsockopt),
+    ("getsockopt", libc::SYS_getsockopt),
+    ("clone3", libc::SYS_clone3),
+];
+
+fn cond(arg: u8, len: Len, op: Op, value: u64) -> Result<Cond, String> {
+    Cond::new(arg, len, op, value).map_err(|e| e.to_string())
+}
+
+fn rule(conds: Vec<Cond>) -> Result<SeccompRule, String> {
+    SeccompRule::new(conds).map_err(|e| e.to_string())
+}
+
+fn arch() -> Result<TargetArch, String> {
+    TargetArch::try_from(std::env::consts::ARCH).map_err(|e| e.to_string())
+}
+
+fn compile_one(
+    rules: BTreeMap<i64, Vec<SeccompRule>>,
+    mismatch: SeccompAction,
+    matched: SeccompAction,
+) -> Result<Vec<Bpf>, String> {
+    let filter =
+        SeccompFilter::new(rules, mismatch, matched, arch()?).map_err(|e| e.to_string())?;
+    let prog: BpfProgram = filter
+        .try_into()
+        .map_err(|e: seccompiler::BackendError| e.to_string())?;
+    let mut insns: Vec<Bpf> = prog
+        .iter()
+        .map(|f| Bpf {
+            code: f.code,
+            jt: f.jt,
+            jf: f.jf,
+            k: f.k,
+        })
+        .collect();
+    reject_x32(&mut insns);
+    Ok(insns)
+}
+
+/// After seccompiler's architecture check (3 instructions), kill any
+/// syscall number with the x32 bit set (`__X32_SYSCALL_BIT`): x32 shares
+/// AUDIT_ARCH_X86_64 but has its own table, so rules on x86_64 numbers
+/// would not see it.
+fn reject_x32(insns: &mut Vec<Bpf>) {
+    if std::env::consts::ARCH != "x86_64" || insns.len() < 3 {
+        return;
+    }
+    const X32_SYSCALL_BIT: u32 = 0x4000_0000;
+    let check = [
+        // A = seccomp_data.nr
+        Bpf {
+            code: 0x20,
+            jt: 0,
+            jf: 0,
+            k: 0,
+        },
+        // if A >= X32 bit: next (kill) else skip it
+        Bpf {
+            code: 0x35,
+            jt: 0,
+            jf: 1,
+            k: X32_SYSCALL_BIT,
+        },
+        Bpf {
+            code: 0x06,
+            jt: 0,
+            jf: 0,
+            k: 0x8000_0000,
+        }, // SECCOMP_RET_KILL_PROCESS
+    ];
+    insns.splice(3..3, check);
+}
+
+/// The default deny-list as seccompiler rules.
+fn default_rules(unix_sockets: bool) -> Result<BTreeMap<i64, Vec<SeccompRule>>, String> {
+    let mut rules: BTreeMap<i64, Vec<SeccompRule>> =
+        DENIED.iter().map(|(_, nr, _)| (*nr, vec![])).collect();
+    // clone with any namespace flag (arg 0 on x86_64 and aarch64).
+    rules.insert(
+        libc::SYS_clone,
+        NS_FLAGS
+            .iter()
+            .chain(std::iter::once(&0x80u64))
+            .map(|f| rule(vec![cond(0, Len::Qword, Op::MaskedEq(*f), *f)?]))
+            .collect::<Result<_, _>>()?,
+    );
+    // TIOCSTI / TIOCLINUX, comparing the low 32 bits only, so a request
+    // with high bits set cannot slip past (CVE-2019-10063 in flatpak).
+    rules.insert(
+        libc::SYS_ioctl,
+        vec![
+            rule(vec![cond(1, Len::Dword, Op::Eq, TIOCSTI)?])?,
+            rule(vec![cond(1, Len::Dword, Op::Eq, TIOCLINUX)?])?,
+        ],
+    );
+    // prlimit64 on another process: the same uid may otherwise change the
+    // rlimits of init or of any process of the sandbox (prlimit(2) needs no
+    // capability then). Its own (pid 0) stays: that is setrlimit(2).
+    rules.insert(libc::SYS_prlimit64, vec![prlimit_other_process()?]);
+    // Socket families outside the list; netlink only for route queries.
+    let mut not_allowed = Vec::new();
+    for fam in ALLOWED_FAMILIES {
+        not_allowed.push(cond(0, Len::Dword, Op::Ne, fam)?);
+    }
+    let mut socket_rules = vec![
+        rule(not_allowed)?,
+        rule(vec![
+            cond(0, Len::Dword, Op::Eq, libc::AF_NETLINK as u64)?,
+            cond(2, Len::Dword, Op::Ne, libc::NETLINK_ROUTE as u64)?,
+        ])?,
+    ];
+    // AF_UNIX unless the profile allows it: a read-only bind does not stop
+    // connect(2) to a socket file inside it (an agent's, a bus's).
+    if !unix_sockets {
+        socket_rules.push(rule(vec![cond(
+            0,
+            Len::Dword,
+            Op::Eq,
+            libc::AF_UNIX as u64,
+        )?])?);
+    }
+    rules.insert(libc::SYS_socket, socket_rules);
+    Ok(rules)
+}
+
+/// `prlimit64` whose pid (arg 0) is not 0, the calling process.
+fn prlimit_other_process() -> Result<SeccompRule, String> {
+    rule(vec![cond(0, Len::Dword, Op::Ne, 0)?])
+}
+
+/// The strict allowlist as seccompiler rules (what matches is allowed).
+fn strict_rules(unix_sockets: bool) -> Result<BTreeMap<i64, Vec<SeccompRule>>, String> {
+    let mut rules: BTreeMap<i64, Vec<SeccompRule>> =
+        STRICT_ALLOWED.iter().map(|(_, nr)| (*nr, vec![])).collect();
+    // prlimit64 on the calling process only (see `default_rules`).
+    rules.insert(
+        libc::SYS_prlimit64,
+        vec![rule(vec![cond(0, Len::Dword, Op::Eq, 0)?])?],
+    );
+    rules.insert(
+        libc::SYS_clone,
+        vec![rule(vec![cond(0, Len::Qword, Op::MaskedEq(NS_MASK), 0)?])?],
+    );
+    rules.insert(
+        libc::SYS_ioctl,
+        vec![rule(vec![
+            cond(1, Len::Dword, Op::Ne, TIOCSTI)?,
+            cond(1, Len::Dword, Op::Ne, TIOCLINUX)?,
+        ])?],
+    );
+    if unix_sockets {
+        rules.insert(
+            libc::SYS_socket,
+            vec![rule(vec![cond(
+                0,
+                Len::Dword,
+                Op::Eq,
+                libc::AF_UNIX as u64,
+            )?])?],
+        );
+    } else {
+        // No socket(2) at all; socketpair(2) stays in the allowlist.
+        rules.remove(&libc::SYS_socket);
+    }
+    Ok(rules)
+}
+
+/// What init (PID 1) may still do once the program runs: wait for and
+/// signal the processes of its namespace, take signals synchronously,
+/// report to corral over the control socket, allocate, and exit.
+pub const INIT_ALLOWED: &[(&str, i64)] = &[
+    ("wait4", libc::SYS_wait4),
+    ("waitid", libc::SYS_waitid),
+    ("kill", libc::SYS_kill),
+    ("rt_sigtimedwait", libc::SYS_rt_sigtimedwait),
+    ("rt_sigprocmask", libc::SYS_rt_sigprocmask),
+    ("rt_sigreturn", libc::SYS_rt_sigreturn),
+    ("restart_syscall", libc::SYS_restart_syscall),
+    ("write", libc::SYS_write),
+    ("sendmsg", libc::SYS_sendmsg),
+    ("close", libc::SYS_close),
+    ("brk", libc::SYS_brk),
+    ("mmap", libc::SYS_mmap),
+    ("munmap", libc::SYS_munmap),
+    ("mremap", libc::SYS_mremap),
+    ("madvise", libc::SYS_madvise),
+    ("getpid", libc::SYS_getpid),
+    ("exit", libc::SYS_exit),
+    ("exit_group", libc::SYS_exit_group),
+];
+
+/// SysV IPC, shared with the host when there is no IPC namespace.
+const SYSV_IPC: &[(&str, i64)] = &[
+    ("shmget", libc::SYS_shmget),
+    ("shmat", libc::SYS_shmat),
+    ("shmctl", libc::SYS_shmctl),
+    ("shmdt", libc::SYS_shmdt),
+    ("msgget", libc::SYS_msgget),
+    ("msgsnd", libc::SYS_msgsnd),
+    ("msgrcv", libc::SYS_msgrcv),
+    ("msgctl", libc::SYS_msgctl),
+    ("semget", libc::SYS_semget),
+    ("semop", libc::SYS_semop),
+    ("semtimedop", libc::SYS_semtimedop),
+    ("semctl", libc::SYS_semctl),
+];
