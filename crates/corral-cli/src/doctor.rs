@@ -1,8 +1,8 @@
 //! `corral doctor`: what this host supports, and what each gap means.
 
 use corral_launcher::{
-    build_plan, launch, sandbox_identity, CommandTable, Contain, LaunchOptions, OutputMode,
-    RunCgroup, RunRequest,
+    build_plan, launch, sandbox_identity, CommandTable, LaunchOptions, OutputMode, RunCgroup,
+    RunRequest,
 };
 
 /// One check; `--json` prints them as they are.
@@ -195,7 +195,7 @@ fn probe_sandbox() -> (bool, String) {
         stdin: None,
         tap: None,
     };
-    match launch(&plan, &opts, Contain::Nothing, None, None) {
+    match launch(&plan, &opts, None, None, None) {
         Ok(o) if o.failure.is_none() && o.exit_code == 0 => {
             (true, format!("works ({} ms)", o.wall.as_millis()))
         }

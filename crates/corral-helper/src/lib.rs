@@ -34,8 +34,7 @@
 //! corral (parent; may be multi-threaded)
 //!  └─ helper: read plan → [root: become the sandbox uid] → PDEATHSIG
 //!       → unshare(user) → uid/gid maps → max_user_namespaces 0
-//!       → unshare(mnt,pid,ipc,uts,net) → [forked: go-ahead] join the
-//!       cgroup → unshare(cgroup)
+//!       → unshare(mnt,pid,ipc,uts,net,cgroup)
 //!       └─ init (PID 1 of the new pid namespace): build the root
 //!            filesystem → pivot_root → hostname, loopback → non-dumpable
 //!            └─ program: reset signals → setsid → PDEATHSIG → drop every
@@ -149,66 +148,57 @@ pub fn main() -> ! {
         Ok(plan) => plan,
         Err(msg) => ctrl.fail(FailureKind::Protocol, msg),
     };
-    run(plan, ctrl, false)
+    run(plan, ctrl)
 }
 
 /// Entry point of a helper forked (not re-executed) from a single-threaded
 /// corral: stdio and the control socket are already at 0-3, and the plan
-/// is already in memory. The copy of corral's argv and environment this
-/// process inherited is wiped first, so `/proc/1/cmdline` of the sandbox
-/// shows nothing of the caller and the environment strings are gone from
-/// memory. Then the helper's steps run while corral creates the sandbox's
-/// cgroup on the other side: once the namespaces except the cgroup one
-/// exist, the helper waits for the go-ahead (see [`await_go_ahead`]),
-/// joins its cgroup, and only then creates its cgroup namespace and forks
-/// init, so nothing of the sandbox runs outside the group. Never returns.
-pub fn main_forked(plan: SandboxPlan) -> ! {
+/// is already in memory. After the go-ahead it moves itself into its
+/// cgroup through `join` (cgroup v1 `tasks` files; empty when corral moved
+/// it already), failing closed. Then the copy of corral's argv and
+/// environment this process inherited is wiped, so `/proc/1/cmdline` of
+/// the sandbox shows nothing of the caller and the environment strings are
+/// gone from memory. Never returns.
+pub fn main_forked(plan: SandboxPlan, join: &[std::path::PathBuf]) -> ! {
     let Ok(ctrl) = fd::take_inherited(fd::HELPER_CONTROL_FD) else {
         process::exit_now(EXIT_CORRAL_ERROR);
     };
     let mut ctrl = Control(File::from(ctrl));
+    // Wait until the parent has put us in the sandbox's cgroup, or lets us
+    // join it ourselves.
+    let mut go = [0u8; 8];
+    match ctrl.0.read(&mut go) {
+        Ok(n) if &go[..n] == GO_AHEAD => {}
+        _ => process::exit_now(EXIT_CORRAL_ERROR),
+    }
+    if let Err(msg) = join_cgroup(join) {
+        ctrl.fail(FailureKind::Setup, msg);
+    }
     if let Err(e) = process::wipe_args_and_env(b"corral-sandbox") {
         ctrl.fail(
             FailureKind::Setup,
             format!("wiping the inherited argv/environment: {e}"),
         );
     }
-    run(plan, ctrl, true)
+    run(plan, ctrl)
 }
 
-/// Waits for corral's go-ahead, which carries the sandbox's cgroup v1
-/// `tasks` files opened by corral (none when corral moved this process by
-/// pid, or when there is no cgroup), and moves this process (which has one
-/// thread) into each by writing `0`: the calling thread moves itself,
-/// which takes no global lock in the kernel. The write is allowed because
-/// the kernel checks the credentials of the file's opener (corral), not
-/// ours, which are the sandbox's by now (cgroup-v1.c, "inherited fd
-/// attacks"). End of file means corral is gone: exit quietly. Any failure
-/// stops the sandbox before init exists.
-fn await_go_ahead(ctrl: &File) -> Result<(), StepError> {
-    let mut buf = [0u8; 8];
-    let (n, fds) = fd::recv_with_fds(ctrl.as_raw_fd(), &mut buf)
-        .map_err(|e| (FailureKind::Protocol, format!("reading the go-ahead: {e}")))?;
-    if n == 0 {
-        process::exit_now(EXIT_CORRAL_ERROR);
-    }
-    if &buf[..n] != GO_AHEAD {
-        return Err((
-            FailureKind::Protocol,
-            "the go-ahead is not one corral sends".into(),
-        ));
-    }
-    for file in fds {
-        let raw = file.as_raw_fd();
-        File::from(file).write_all(b"0").map_err(|e| {
-            let path = std::fs::read_link(format!("/proc/self/fd/{raw}"))
-                .map(|p| p.display().to_string())
-                .unwrap_or_else(|_| format!("fd {raw}"));
-            (
-                FailureKind::Setup,
-                format!("cannot contain the sandbox: moving the helper into {path} failed: {e}"),
-            )
-        })?;
+/// Moves this process (which has one thread) into every group of `join`
+/// by writing `0` to each `tasks` file: the calling thread moves itself,
+/// which takes no global lock in the kernel. Any failure is returned, and
+/// the helper then stops before doing anything else.
+fn join_cgroup(join: &[std::path::PathBuf]) -> Result<(), String> {
+    for path in join {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(path)
+            .and_then(|mut f| f.write_all(b"0"))
+            .map_err(|e| {
+                format!(
+                    "cannot contain the sandbox: moving the helper into {} failed: {e}",
+                    path.display()
+                )
+            })?;
     }
     Ok(())
 }
@@ -243,18 +233,8 @@ fn read_plan(ctrl: &mut File) -> Result<SandboxPlan, String> {
     serde_json::from_slice(&bytes).map_err(|e| format!("decoding the plan: {e}"))
 }
 
-fn run(plan: SandboxPlan, mut ctrl: Control, forked: bool) -> ! {
-    let steps = helper_steps(
-        &mut Sys,
-        &plan,
-        |_| prepare_idmapped(&plan),
-        |_| match forked {
-            true => await_go_ahead(&ctrl.0),
-            // A re-executed helper was contained before its plan came.
-            false => Ok(()),
-        },
-    );
-    let prepared = match steps {
+fn run(plan: SandboxPlan, mut ctrl: Control) -> ! {
+    let prepared = match helper_steps(&mut Sys, &plan, |_| prepare_idmapped(&plan)) {
         Err((kind, msg)) => ctrl.fail(kind, msg),
         Ok(Next::ParentGone) => process::exit_now(EXIT_CORRAL_ERROR),
         // Reduced mode (explicitly asked for): no namespaces at all.
@@ -300,17 +280,11 @@ pub(crate) enum Next<P> {
 
 /// The helper's own steps, in order, up to the fork of init. `prepare`
 /// clones the idmapped binds while still root (it forks, so it is not a
-/// kernel step); its error is a mount failure. `join` puts the helper in
-/// the sandbox's cgroup (a forked helper waits for corral's go-ahead
-/// there): after the costly namespaces, so that corral creates the group
-/// meanwhile, and before the cgroup namespace (rooted at the group) and
-/// before anything of the sandbox proper exists. Stops at the first
-/// failure.
+/// kernel step); its error is a mount failure. Stops at the first failure.
 pub(crate) fn helper_steps<K: Kernel, P>(
     k: &mut K,
     plan: &SandboxPlan,
     prepare: impl FnOnce(&mut K) -> Result<P, String>,
-    join: impl FnOnce(&mut K) -> Result<(), StepError>,
 ) -> Result<Next<P>, StepError> {
     // 1. Nothing inherited beyond stdio and the control socket reaches the
     //    sandbox (close_range(2)).
@@ -355,7 +329,6 @@ pub(crate) fn helper_steps<K: Kernel, P>(
         return Ok(Next::ParentGone);
     }
     if plan.reduced.is_some() {
-        join(k)?;
         return Ok(Next::Reduced(prepared));
     }
     // 4. The user namespace first, on its own, so its absence gets its own
@@ -392,19 +365,19 @@ pub(crate) fn helper_steps<K: Kernel, P>(
     } else {
         ns::CLONE_NEWNET
     };
-    let flags = ns::CLONE_NEWNS | ns::CLONE_NEWPID | ns::CLONE_NEWIPC | ns::CLONE_NEWUTS | net;
+    let flags = ns::CLONE_NEWNS
+        | ns::CLONE_NEWPID
+        | ns::CLONE_NEWIPC
+        | ns::CLONE_NEWUTS
+        | net
+        | ns::CLONE_NEWCGROUP;
     k.unshare(flags).map_err(|e| {
         (
             FailureKind::Namespace,
-            format!("unshare(mount, pid, ipc, uts, net): {e}"),
+            format!("unshare(mount, pid, ipc, uts, net, cgroup): {e}"),
         )
     })?;
-    // 6. Into the sandbox's cgroup, then a cgroup namespace rooted there
-    //    (so the sandbox sees its own group as `/`).
-    join(k)?;
-    k.unshare(ns::CLONE_NEWCGROUP)
-        .map_err(|e| (FailureKind::Namespace, format!("unshare(cgroup): {e}")))?;
-    // 7. Signals are taken synchronously from here on (sigwaitinfo), never
+    // 6. Signals are taken synchronously from here on (sigwaitinfo), never
     //    in handlers.
     k.block_signals()
         .map_err(|e| (FailureKind::Setup, format!("blocking signals: {e}")))?;

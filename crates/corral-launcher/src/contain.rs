@@ -83,7 +83,10 @@ impl RunCgroup {
         let want = cgroup_limits(limits);
         let asked = names(&want);
         if asked.is_empty() {
-            return Ok(RunCgroup::none());
+            return Ok(RunCgroup {
+                cgroup: None,
+                not_enforced: Vec::new(),
+            });
         }
         let attempt = (|| {
             let host = CgroupHost::detect().map_err(|e| e.to_string())?;
@@ -108,14 +111,6 @@ impl RunCgroup {
                 not_enforced: asked,
             }),
             Err(why) => Err(LimitsUnenforceable { limits: asked, why }),
-        }
-    }
-
-    /// No group: nothing asked for.
-    pub(crate) fn none() -> RunCgroup {
-        RunCgroup {
-            cgroup: None,
-            not_enforced: Vec::new(),
         }
     }
 

@@ -14,8 +14,7 @@ use crate::contain::{LimitsUnenforceable, RunCgroup, RunCgroupStats};
 use crate::egress::ProxyService;
 use crate::events::EventSink;
 use crate::launch::{
-    launch, Contain, ContainLater, EgressProxy, HelperStart, LaunchError, LaunchOptions, Outcome,
-    OutputMode, StartedHelper,
+    launch, EgressProxy, HelperStart, LaunchOptions, Outcome, OutputMode, StartedHelper,
 };
 use crate::plan::{build_plan, sandbox_identity, RunRequest};
 use crate::protect::{ProtectError, Protection};
@@ -220,6 +219,17 @@ fn execute_run(
         }
         None => (None, None, None),
     };
+    let containment = match waiting_group {
+        Some(group) => group,
+        None => RunCgroup::for_limits(&profile.limits).map_err(|e| {
+            refusal(
+                EXIT_CORRAL_ERROR,
+                LimitsUnenforceable::CODE,
+                e.to_string(),
+                events.clone(),
+            )
+        })?,
+    };
     let launch_opts = LaunchOptions {
         output: opts.output,
         output_bytes: usize::try_from(profile.limits.output_bytes.bytes()).unwrap_or(usize::MAX),
@@ -231,58 +241,38 @@ fn execute_run(
         stdin: opts.stdin,
         tap: opts.tap,
     };
+    if !containment.not_enforced().is_empty() {
+        let unenforced = AuditEvent::new(
+            Level::Warn,
+            ReasonCode::LimitsUnenforced,
+            format!(
+                "running WITHOUT the {} limit (allow_unenforced): this host cannot enforce it for this user",
+                containment.not_enforced().join(" and ")
+            ),
+        )
+        .with("limits", containment.not_enforced().to_vec());
+        sink.emit(&unenforced);
+        events.push(unenforced);
+    }
+    sink.emit(&start_event(profile, &plan, request));
     let mut proxy = ProxyService::new(profile.network.clone(), Arc::clone(sink));
     let egress: Option<&mut dyn EgressProxy> =
         (plan.network == NetworkMode::Allow).then_some(&mut proxy as _);
-    // The run's group: a waiting helper's, or made by `launch` while a
-    // forked helper creates its namespaces. The run is announced once it
-    // has its group.
-    let group = std::cell::OnceCell::new();
-    let started_event = start_event(profile, &plan, request);
-    let mut announce = |containment: &RunCgroup| {
-        if !containment.not_enforced().is_empty() {
-            let unenforced = AuditEvent::new(
-                Level::Warn,
-                ReasonCode::LimitsUnenforced,
-                format!(
-                    "running WITHOUT the {} limit (allow_unenforced): this host cannot enforce it for this user",
-                    containment.not_enforced().join(" and ")
-                ),
-            )
-            .with("limits", containment.not_enforced().to_vec());
-            sink.emit(&unenforced);
-            events.push(unenforced);
-        }
-        sink.emit(&started_event);
-    };
-    let mut make_group = |made: RunCgroup| {
-        announce(&made);
-        let _ = group.set(made);
-        group.get().and_then(RunCgroup::as_containment)
-    };
-    let contain: ContainLater<'_> = match waiting_group {
-        Some(waiting) => Box::new(move || Ok(make_group(waiting))),
-        None => {
-            let limits = &profile.limits;
-            Box::new(move || Ok(make_group(RunCgroup::for_limits(limits)?)))
-        }
-    };
     let launched = launch(
         &plan,
         &launch_opts,
-        Contain::Later(contain),
+        containment.as_containment(),
         egress,
         started,
     );
     let outcome = launched.map_err(|e| {
-        let code = match e {
-            LaunchError::Unenforceable(_) => LimitsUnenforceable::CODE,
-            _ => "sandbox.launch",
-        };
-        refusal(EXIT_CORRAL_ERROR, code, e.to_string(), events.clone())
+        refusal(
+            EXIT_CORRAL_ERROR,
+            "sandbox.launch",
+            e.to_string(),
+            events.clone(),
+        )
     })?;
-    // `launch` made (or took) the group before the sandbox started.
-    let containment = group.into_inner().unwrap_or_else(RunCgroup::none);
     // The proxy's events went to the sink as they happened.
     let in_force = enforced(&plan, identity, &containment, &outcome);
     let stats = containment.finish();

@@ -123,26 +123,6 @@ pub trait Containment {
     fn kill_all(&self);
 }
 
-/// Where the sandbox's cgroup comes from.
-pub enum Contain<'a> {
-    /// No cgroup (no limits asked for, or not enforced).
-    Nothing,
-    /// Made before the launch (a server's warm pool made it along with its
-    /// waiting helper).
-    Ready(&'a dyn Containment),
-    /// Made by the launcher once the helper exists. A forked helper
-    /// creates its namespaces meanwhile (the costliest kernel step of a
-    /// start, on another core) and joins the group before its cgroup
-    /// namespace and init; a re-executed one is moved in before its plan.
-    /// An error ends the launch before any of the sandbox runs.
-    Later(ContainLater<'a>),
-}
-
-/// Makes the sandbox's cgroup for [`Contain::Later`]; `None` when there is
-/// none to make.
-pub type ContainLater<'a> =
-    Box<dyn FnOnce() -> Result<Option<&'a dyn Containment>, LaunchError> + 'a>;
-
 /// corral's egress proxy for network mode `allow`. The sandbox creates its
 /// listening sockets inside its own network namespace and hands them over;
 /// the launcher passes them here, on the host side.
@@ -233,9 +213,6 @@ pub enum LaunchError {
     /// Network mode `allow` was asked for without an egress proxy.
     #[error("network mode `allow` needs an egress proxy, and none was given")]
     NoEgressProxy,
-    /// The limits cannot be enforced here (see [`Contain::Later`]).
-    #[error(transparent)]
-    Unenforceable(#[from] crate::contain::LimitsUnenforceable),
 }
 
 fn spawn_err(what: &'static str) -> impl FnOnce(std::io::Error) -> LaunchError {
@@ -247,7 +224,7 @@ fn spawn_err(what: &'static str) -> impl FnOnce(std::io::Error) -> LaunchError {
 pub fn launch(
     plan: &SandboxPlan,
     opts: &LaunchOptions,
-    containment: Contain<'_>,
+    containment: Option<&dyn Containment>,
     mut proxy: Option<&mut dyn EgressProxy>,
     started: Option<StartedHelper>,
 ) -> Result<Outcome, LaunchError> {
@@ -284,6 +261,12 @@ pub fn launch(
         HelperStart::Fork => {
             let (ours, theirs) =
                 fd::seqpacket_pair().map_err(|e| spawn_err("socketpair")(e.into()))?;
+            // A forked helper has one thread, so on cgroup v1 it can move
+            // itself in (`tasks`), which skips the RCU grace period that
+            // moving it by pid waits for. It does so right after the
+            // go-ahead, before any other step (helper step 0).
+            let join = containment.map(|c| c.self_join_files()).unwrap_or_default();
+            contained = !join.is_empty();
             match process::fork_in_single_threaded_helper() {
                 Err(e) => return Err(spawn_err("fork")(e.into())),
                 Ok(process::Fork::Child) => guard_forked_child(|| {
@@ -303,7 +286,8 @@ pub fn launch(
                         .and_then(|_| process::setpgid_self())
                         // Keep nothing else: above all not the parent's end
                         // of the control socket, or the wait for the
-                        // go-ahead would never see EOF if the parent died.
+                        // go-ahead below would never see EOF if the parent
+                        // died.
                         .and_then(|_| fd::close_from(4))
                         // Die with the parent from here on, not only once
                         // the helper proper starts; it may already be gone.
@@ -311,7 +295,7 @@ pub fn launch(
                     if placed.is_err() || process::getppid() != plan.parent_pid {
                         process::exit_now(EXIT_CORRAL_ERROR);
                     }
-                    corral_helper::main_forked(plan.clone())
+                    corral_helper::main_forked(plan.clone(), &join)
                 }),
                 Ok(process::Fork::Parent(pid)) => (pid, ours),
             }
@@ -322,37 +306,9 @@ pub fn launch(
         let _ = process::wait4(helper_pid);
         Err(err)
     };
-    // A group made now is made while a forked helper creates its
-    // namespaces.
-    let containment = match containment {
-        Contain::Nothing => None,
-        Contain::Ready(c) => Some(c),
-        Contain::Later(make) => match make() {
-            Ok(c) => c,
-            Err(e) => return abort(e),
-        },
-    };
-    // A forked helper has one thread, so on cgroup v1 it can move itself
-    // in (`tasks`, opened here and passed with the go-ahead), which skips
-    // the RCU grace period that moving it by pid waits for.
-    let mut join = Vec::new();
-    if opts.helper == HelperStart::Fork {
-        for path in containment.map(|c| c.self_join_files()).unwrap_or_default() {
-            match std::fs::OpenOptions::new().write(true).open(&path) {
-                Ok(f) => join.push(std::os::fd::OwnedFd::from(f)),
-                Err(e) => {
-                    return abort(LaunchError::Contain(std::io::Error::new(
-                        e.kind(),
-                        format!("opening {}: {e}", path.display()),
-                    )))
-                }
-            }
-        }
-        contained = !join.is_empty();
-    }
-    // Contained before the sandbox proper exists: the re-executed helper
-    // waits for its plan, the forked one for the go-ahead before its
-    // cgroup namespace and init, both sent only after this.
+    // Contained before it does anything: the re-executed helper waits for
+    // its plan, the forked one for a go-ahead, both sent only after this
+    // (a forked helper that joins its cgroup itself does that first).
     if let Some(c) = containment.filter(|_| !contained) {
         if let Err(e) = c.add_process(helper_pid) {
             return abort(LaunchError::Contain(e));
@@ -387,24 +343,14 @@ pub fn launch(
             Err(e) => return abort(spawn_err("encode plan")(e.into())),
         },
         HelperStart::Fork => {
-            let fds: Vec<i32> = join.iter().map(AsRawFd::as_raw_fd).collect();
-            fd::send_with_fds(ours.as_raw_fd(), GO_AHEAD, &fds).map_err(std::io::Error::from)
+            fd::send_with_fds(ours.as_raw_fd(), GO_AHEAD, &[]).map_err(std::io::Error::from)
         }
     };
     // Only the helper writes to the pipes now: their end of file is its.
     drop(out_w);
     drop(err_w);
-    match sent {
-        // A forked helper that failed before its go-ahead is gone already;
-        // its report waits on the control socket for the pump.
-        Err(e)
-            if opts.helper == HelperStart::Fork
-                && matches!(
-                    e.kind(),
-                    std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset
-                ) => {}
-        Err(e) => return abort(spawn_err("send plan")(e)),
-        Ok(()) => {}
+    if let Err(e) = sent {
+        return abort(spawn_err("send plan")(e));
     }
     let ctrl = File::from(ours);
     let reduced = plan.reduced.is_some();
@@ -665,7 +611,7 @@ mod tests {
         let identity = crate::sandbox_identity(&profile);
         let (plan, _) = crate::build_plan(&profile, &commands, &request, identity, &|_| None)
             .expect("plan for `sh -c true`");
-        match launch(&plan, &opts, Contain::Nothing, None, None) {
+        match launch(&plan, &opts, None, None, None) {
             Err(LaunchError::TimeoutTooLong(t)) => assert_eq!(t.as_secs(), u64::MAX),
             Err(e) => panic!("wrong error: {e}"),
             Ok(_) => panic!("a run started with an unrepresentable timeout"),

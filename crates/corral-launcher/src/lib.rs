@@ -46,9 +46,8 @@ pub use events::{
 };
 pub use execute::{execute, ExecuteOptions, Execution, Prestarted, PrestartedSource, Refusal};
 pub use launch::{
-    is_helper_invocation, launch, Contain, ContainLater, Containment, EgressProxy, HelperStart,
-    LaunchError, LaunchOptions, Outcome, OutputMode, OutputTap, StartedHelper, StreamResult,
-    FORWARDED_SIGNALS,
+    is_helper_invocation, launch, Containment, EgressProxy, HelperStart, LaunchError,
+    LaunchOptions, Outcome, OutputMode, OutputTap, StartedHelper, StreamResult, FORWARDED_SIGNALS,
 };
 pub use output::elision_marker;
 pub use plan::{build_plan, sandbox_identity, PlanError, RunRequest, WORKSPACE};

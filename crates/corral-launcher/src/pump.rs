@@ -463,12 +463,6 @@ impl Pump {
                 Err(_) => {}
             },
             Err(e) if e.kind() == ErrorKind::Interrupted => {}
-            // The helper ended with a message of ours unread (a forked
-            // helper that failed before its go-ahead): the kernel flags
-            // our end with ECONNRESET, reported once, ahead of what the
-            // helper sent before it went (af_unix.c, unix_release_sock).
-            // Read on: its failure report is still queued.
-            Err(e) if e.kind() == ErrorKind::ConnectionReset => {}
             Err(_) => self.ctrl = None,
         }
     }

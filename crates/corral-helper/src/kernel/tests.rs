@@ -984,18 +984,10 @@ fn any_failing_program_step_stops_everything_after_it() {
 fn helper_steps_create_the_user_namespace_first_then_the_others() {
     let plan = plan();
     let mut k = fake();
-    let next = helper_steps(
-        &mut k,
-        &plan,
-        |k| {
-            k.mark("prepare idmapped binds");
-            Ok(())
-        },
-        |k| {
-            k.mark("join the cgroup");
-            Ok(())
-        },
-    )
+    let next = helper_steps(&mut k, &plan, |k| {
+        k.mark("prepare idmapped binds");
+        Ok(())
+    })
     .unwrap();
     assert!(matches!(next, Next::Namespaces(())));
     assert_eq!(
@@ -1029,39 +1021,11 @@ fn helper_steps_create_the_user_namespace_first_then_the_others() {
                     | ns::CLONE_NEWIPC
                     | ns::CLONE_NEWUTS
                     | ns::CLONE_NEWNET
+                    | ns::CLONE_NEWCGROUP
             ),
-            // corral made the group meanwhile; the cgroup namespace is
-            // rooted at it, and init does not exist yet.
-            Step::Mark("join the cgroup"),
-            Step::Unshare(ns::CLONE_NEWCGROUP),
             Step::BlockSignals,
         ]
     );
-}
-
-/// No cgroup to join (a re-executed helper was moved before its plan).
-fn no_join(_: &mut Fake) -> Result<(), crate::StepError> {
-    Ok(())
-}
-
-#[test]
-fn helper_stops_before_its_cgroup_namespace_when_joining_the_cgroup_fails() {
-    let plan = plan();
-    let mut k = fake();
-    let Err((kind, message)) = helper_steps(
-        &mut k,
-        &plan,
-        |_| Ok(()),
-        |_| Err((FailureKind::Setup, "cannot contain the sandbox".into())),
-    ) else {
-        panic!("the cgroup join failed but the helper went on");
-    };
-    assert_eq!(
-        (kind, message.as_str()),
-        (FailureKind::Setup, "cannot contain the sandbox")
-    );
-    assert!(!k.steps.contains(&Step::Unshare(ns::CLONE_NEWCGROUP)));
-    assert!(!k.steps.contains(&Step::BlockSignals));
 }
 
 #[test]
@@ -1069,18 +1033,10 @@ fn helper_as_root_becomes_the_sandbox_user_before_any_namespace() {
     let mut plan = plan();
     plan.identity.drop_from_root = true;
     let mut k = fake();
-    helper_steps(
-        &mut k,
-        &plan,
-        |k| {
-            k.mark("prepare idmapped binds");
-            Ok(())
-        },
-        |k| {
-            k.mark("join the cgroup");
-            Ok(())
-        },
-    )
+    helper_steps(&mut k, &plan, |k| {
+        k.mark("prepare idmapped binds");
+        Ok(())
+    })
     .unwrap();
     assert_eq!(
         k.steps[..6],
@@ -1105,7 +1061,7 @@ fn helper_in_network_mode_host_keeps_the_host_network_namespace() {
     let mut plan = plan();
     plan.network = NetworkMode::Host;
     let mut k = fake();
-    helper_steps(&mut k, &plan, |_| Ok(()), no_join).unwrap();
+    helper_steps(&mut k, &plan, |_| Ok(())).unwrap();
     let flags = k
         .steps
         .iter()
@@ -1114,10 +1070,9 @@ fn helper_in_network_mode_host_keeps_the_host_network_namespace() {
             _ => None,
         })
         .collect::<Vec<_>>();
-    assert_eq!(flags.len(), 2, "the namespaces, then the cgroup one");
-    assert_eq!((flags[0] | flags[1]) & ns::CLONE_NEWNET, 0);
+    assert_eq!(flags.len(), 1);
+    assert_eq!(flags[0] & ns::CLONE_NEWNET, 0);
     assert_ne!(flags[0] & ns::CLONE_NEWNS, 0);
-    assert_eq!(flags[1], ns::CLONE_NEWCGROUP);
 }
 
 #[test]
@@ -1125,7 +1080,7 @@ fn helper_without_user_namespaces_says_so_and_stops() {
     let plan = plan();
     let mut k = fake();
     k.fail_step(libc::EPERM, Step::Unshare(ns::CLONE_NEWUSER));
-    let Err((kind, message)) = helper_steps(&mut k, &plan, |_| Ok(()), no_join) else {
+    let Err((kind, message)) = helper_steps(&mut k, &plan, |_| Ok(())) else {
         panic!("unshare failed but the helper went on");
     };
     assert_eq!(kind, FailureKind::UserNamespace);
@@ -1137,7 +1092,7 @@ fn helper_without_user_namespaces_says_so_and_stops() {
 fn helper_whose_parent_is_gone_stops_quietly_before_any_namespace() {
     let plan = plan();
     let mut k = Fake::new(1);
-    let next = helper_steps(&mut k, &plan, |_| Ok(()), no_join).unwrap();
+    let next = helper_steps(&mut k, &plan, |_| Ok(())).unwrap();
     assert!(matches!(next, Next::ParentGone));
     assert_eq!(k.steps.last(), Some(&Step::Getppid));
 }
@@ -1147,12 +1102,9 @@ fn helper_stops_when_idmapped_preparation_fails() {
     let mut plan = plan();
     plan.identity.drop_from_root = true;
     let mut k = fake();
-    let Err((kind, message)) = helper_steps(
-        &mut k,
-        &plan,
-        |_| Err::<(), _>("idmapping /x: EINVAL".into()),
-        no_join,
-    ) else {
+    let Err((kind, message)) = helper_steps(&mut k, &plan, |_| {
+        Err::<(), _>("idmapping /x: EINVAL".into())
+    }) else {
         panic!("preparation failed but the helper went on");
     };
     assert_eq!(
@@ -1172,7 +1124,7 @@ fn any_failing_helper_step_stops_everything_after_it() {
     plan.identity.drop_from_root = true;
     let tried = assert_each_failure_stops_everything_after_it(
         fake,
-        |k| helper_steps(k, &plan, |_| Ok(()), no_join).map(drop),
+        |k| helper_steps(k, &plan, |_| Ok(())).map(drop),
         // PDEATHSIG failing is the quiet exit, tested on its own.
         |s| matches!(s, Step::ParentDeathSignal(_) | Step::Getppid),
         |s| match s {
@@ -1183,8 +1135,7 @@ fn any_failing_helper_step_stops_everything_after_it() {
             _ => FailureKind::Setup,
         },
     );
-    // One more than before the cgroup namespace had its own unshare.
-    assert_eq!(tried, 11);
+    assert_eq!(tried, 10);
 }
 
 #[test]
@@ -1192,7 +1143,7 @@ fn helper_failing_pdeathsig_stops_quietly() {
     let plan = plan();
     let mut k = fake();
     k.fail_step(libc::EINVAL, Step::ParentDeathSignal(libc::SIGKILL));
-    let next = helper_steps(&mut k, &plan, |_| Ok(()), no_join).unwrap();
+    let next = helper_steps(&mut k, &plan, |_| Ok(())).unwrap();
     assert!(matches!(next, Next::ParentGone));
     assert_eq!(
         k.steps.last(),
@@ -1208,18 +1159,10 @@ fn reduced_mode_as_root_empties_the_bounding_set_and_creates_no_namespace() {
         workdir: "/home/me/project".into(),
     });
     let mut k = fake();
-    let next = helper_steps(
-        &mut k,
-        &plan,
-        |k| {
-            k.mark("prepare idmapped binds");
-            Ok(())
-        },
-        |k| {
-            k.mark("join the cgroup");
-            Ok(())
-        },
-    )
+    let next = helper_steps(&mut k, &plan, |k| {
+        k.mark("prepare idmapped binds");
+        Ok(())
+    })
     .unwrap();
     assert!(matches!(next, Next::Reduced(())));
     assert_eq!(
@@ -1235,8 +1178,6 @@ fn reduced_mode_as_root_empties_the_bounding_set_and_creates_no_namespace() {
             Step::SetDumpable(true),
             Step::ParentDeathSignal(libc::SIGKILL),
             Step::Getppid,
-            // Contained before the program's process is forked.
-            Step::Mark("join the cgroup"),
         ]
     );
     let mut k = fake();
