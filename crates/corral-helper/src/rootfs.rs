@@ -130,16 +130,18 @@ pub(super) fn build<K: Kernel>(
     }
     drop(oldroot);
     drop(newroot);
-    // Detach the host root, then make /newroot the root (pivot_root(".",
-    // ".") stacks the old root on the new one; the lazy unmount drops it).
-    k.umount(c"/oldroot", libc::MNT_DETACH)
-        .map_err(mount_err("detaching the host root".into()))?;
+    // Make /newroot the root: pivot_root(".", ".") stacks the scratch root,
+    // with the host root parked at its /oldroot, on the new one; one lazy
+    // unmount detaches that whole tree, host root included. One unmount,
+    // not one per tree: each waits for an expedited RCU grace period
+    // (namespace_unlock), which is wall time on every start.
     k.chdir(c"/newroot")
         .map_err(mount_err("chdir /newroot".into()))?;
     k.pivot_root(c".", c".")
         .map_err(mount_err("pivot_root into the sandbox root".into()))?;
-    k.umount(c".", libc::MNT_DETACH)
-        .map_err(mount_err("detaching the scratch root".into()))?;
+    k.umount(c".", libc::MNT_DETACH).map_err(mount_err(
+        "detaching the scratch root and the host root".into(),
+    ))?;
     k.chdir(c"/").map_err(mount_err("chdir /".into()))?;
     // The root itself is read-only: the program writes only to /workspace,
     // /tmp and read-write binds.
