@@ -77,7 +77,15 @@ bare=$(awk -v a="$bare" -v b="$bare2" 'BEGIN { print (a + b) / 2 }')
 rate "bare python3 (mean of 2)" "$bare"
 rate "corral serve (keep-alive)" "$api"
 rate "corral serve (curl per request)" "$curl_api"
-awk -v b="$bare" -v a="$api" 'BEGIN { r = b / a; printf "ratio corral/bare: %.2fx (target >= 0.9x): %s\n", r, (r >= 0.9 ? "PASS" : sprintf("MISS by %.0f%%", (0.9 - r) / 0.9 * 100)) }'
+# Targets: issue 17 requires >= 0.7x (a fresh set of namespaces per
+# execution; bare unshare + python reaches ~0.76x here), issue 6 asked 0.9x.
+awk -v b="$bare" -v a="$api" 'BEGIN {
+    r = b / a
+    printf "ratio corral/bare: %.2fx\n", r
+    n = split("0.7 issue-17-required 0.9 issue-6", t, " ")
+    for (i = 1; i < n; i += 2)
+        printf "  %s >= %sx (%s)\n", (r >= t[i] ? "PASS" : sprintf("MISS by %.0f%%:", (t[i] - r) / t[i] * 100)), t[i], t[i + 1]
+}'
 rows=$(python3 -c "import sqlite3; print(sqlite3.connect('$TMP/audit.db').execute('select count(*) from executions').fetchone()[0])")
 echo "audit records written: $rows (expected $((2 * N + 1)))"
 # Input files: one request carrying 10,000 one-byte files (written into the
