@@ -379,8 +379,5 @@ pub(crate) fn say(message: &str) {
 pub(crate) fn load_config(
     path: Option<&std::path::Path>,
 ) -> Result<Config, corral_policy::ConfigError> {
-    match path {
-        Some(p) => Config::load(p),
-        None => Ok(Config::default()),
-    }
+    Config::load_wanted(path, corral_policy::builtin::NAMES)
 }
