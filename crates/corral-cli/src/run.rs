@@ -497,6 +497,7 @@ pub fn run(args: RunArgs) -> i32 {
         stdin: None,
         tap: None,
         prestarted: None,
+        prepared: None,
     };
     let run = execute(&profile, &commands, &request, &lookup, opts, &sink);
     match run {

@@ -720,27 +720,6 @@ fn streaming_sends_typed_events_and_exactly_one_final_result() {
     assert_eq!(status, 200);
 }
 
-/// Pids of the server's children started as waiting sandbox helpers.
-fn waiting_helpers(server: u32) -> Vec<i32> {
-    let mut pids = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        let ppid = stat
-            .rsplit(") ")
-            .next()
-            .and_then(|rest| rest.split(' ').nth(1))
-            .and_then(|p| p.parse::<u32>().ok());
-        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        if ppid == Some(server) && cmdline.starts_with(b"corral-sandbox\0__sandbox-helper") {
-            pids.push(pid);
-        }
-    }
-    pids
-}
-
 /// The server's v1 memory groups (`corral/<server pid>-<n>`).
 fn memory_groups(server: u32) -> Vec<String> {
     let Ok(entries) = std::fs::read_dir("/sys/fs/cgroup/memory/corral") else {
@@ -754,41 +733,51 @@ fn memory_groups(server: u32) -> Vec<String> {
 }
 
 #[test]
-fn helpers_wait_ahead_in_their_groups_and_leave_with_the_server() {
+fn helpers_and_sandboxes_wait_ahead_and_leave_with_the_server() {
     let mut s = start_server("", &["--max-concurrent", "2"]);
     let server = s.child.id();
     let v1 = is_root() && std::path::Path::new("/sys/fs/cgroup/memory/corral").is_dir();
-    wait_until(10, "two waiting helpers", || {
-        waiting_helpers(server).len() == 2
+    wait_until(10, "two waiting helpers and two prepared sandboxes", || {
+        waiting_helpers(server).len() == 2 && prepared_sandboxes(server).len() == 2
     });
     let waiting = waiting_helpers(server);
+    let prepared = prepared_sandboxes(server);
     if v1 {
-        // Each waits inside a memory group of its own, made ahead.
-        wait_until(10, "two waiting groups", || {
-            memory_groups(server).len() == 2
-        });
-        for pid in &waiting {
-            let cg = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
-            assert!(
-                cg.lines()
-                    .any(|l| l.contains(":memory:/corral/") && l.contains(&format!("/{server}-"))),
-                "helper {pid} is not in a corral group: {cg}"
-            );
+        // A group each, made ahead: the waiting helpers join theirs when
+        // their plan comes; a prepared sandbox sits in its own, helper and
+        // init, as the sandbox's every process will.
+        wait_until(10, "four groups", || memory_groups(server).len() == 4);
+        for (helper, init) in &prepared {
+            for pid in [helper, init] {
+                let cg = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+                assert!(
+                    cg.lines()
+                        .any(|l| l.contains(":memory:/corral/")
+                            && l.contains(&format!("/{server}-"))),
+                    "{pid} of a prepared sandbox is not in a corral group: {cg}"
+                );
+            }
         }
     }
-    // A waiting helper killed by hand is skipped, not used.
-    let _ = std::process::Command::new("kill")
-        .args(["-9", &waiting[0].to_string()])
-        .status();
-    // Dead (a zombie until the pool reaps it) before the next request.
-    wait_until(10, "the killed helper to be a zombie", || {
-        std::fs::read_to_string(format!("/proc/{}/stat", waiting[0]))
-            .map(|st| st.rsplit(") ").next().is_some_and(|r| r.starts_with('Z')))
-            .unwrap_or(true)
-    });
+    // A waiting helper killed by hand is skipped, not used; so is a
+    // prepared sandbox whose init was killed (its helper then exits).
+    for pid in [waiting[0], prepared[0].1] {
+        let _ = std::process::Command::new("kill")
+            .args(["-9", &pid.to_string()])
+            .status();
+    }
+    // Dead (zombies until the pools reap them) before the next request.
+    for pid in [waiting[0], prepared[0].0] {
+        wait_until(10, "the killed one to be a zombie", || {
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .map(|st| st.rsplit(") ").next().is_some_and(|r| r.starts_with('Z')))
+                .unwrap_or(true)
+        });
+    }
     for _ in 0..3 {
         let (status, v) = post(&s, None, r#"{"command": ["python3", "-c", "print(1)"]}"#);
         assert_eq!((status, v["stdout"].as_str()), (200, Some("1\n")), "{v}");
+        assert_eq!(v["error"], serde_json::Value::Null, "{v}");
     }
     // Other limits than the waiting groups were made for: a group of the
     // run's own, and the waiting one it left is removed after the run.
@@ -800,24 +789,147 @@ fn helpers_wait_ahead_in_their_groups_and_leave_with_the_server() {
     assert_eq!((status, v["stdout"].as_str()), (200, Some("2\n")), "{v}");
     if v1 {
         assert_eq!(v["enforced"]["cgroup"]["memory_bytes"], 268435456u64, "{v}");
-        wait_until(10, "only the waiting groups left", || {
-            memory_groups(server).len() == 2 && waiting_helpers(server).len() == 2
-        });
     }
-    // SIGTERM: the waiting helpers go, and so do their groups.
-    let waiting = waiting_helpers(server);
+    wait_until(10, "the pools full again and no other group", || {
+        waiting_helpers(server).len() == 2
+            && prepared_sandboxes(server).len() == 2
+            && (!v1 || memory_groups(server).len() == 4)
+    });
+    // SIGTERM: the waiting helpers and the prepared sandboxes go, and so do
+    // their groups and workspaces.
+    let mut waiting = waiting_helpers(server);
+    for (helper, init) in prepared_sandboxes(server) {
+        waiting.extend([helper, init]);
+    }
     let _ = std::process::Command::new("kill")
         .args(["-TERM", &server.to_string()])
         .status();
     let status = s.child.wait().unwrap();
     assert!(status.success(), "{status:?}");
     for pid in waiting {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"));
         assert!(
-            !std::path::Path::new(&format!("/proc/{pid}")).exists(),
-            "waiting helper {pid} outlived the server"
+            stat.is_err(),
+            "waiting helper or sandbox {pid} outlived the server: {stat:?}"
         );
     }
     assert_eq!(memory_groups(server), Vec::<String>::new());
+    let left: Vec<_> = std::fs::read_dir(s.path().join("work"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert!(left.is_empty(), "left in the work directory: {left:?}");
+}
+
+/// A program's start time and its sandbox's init's, in clock ticks since
+/// boot, and its namespaces, as a Python snippet prints them (one JSON
+/// line).
+const SANDBOX_FACTS: &str = r#"
+import json, os, sys
+start = lambda p: int(open(p).read().rsplit(")", 1)[1].split()[19])
+ns = {n: os.readlink("/proc/self/ns/" + n) for n in ("user", "mnt", "pid", "net", "uts", "ipc", "cgroup")}
+print(json.dumps({"ahead_s": (start("/proc/self/stat") - start("/proc/1/stat")) / os.sysconf("SC_CLK_TCK"),
+                  "ns": ns, "files": sorted(os.listdir("data")), "in": open("data/in.txt").read(),
+                  "env": os.environ.get("GREETING"), "stdin": sys.stdin.read(), "argv": sys.argv[1:],
+                  "cwd": os.getcwd(), "pid": os.getpid()}))
+"#;
+
+#[test]
+fn executions_take_sandboxes_built_ahead_each_with_its_own_namespaces() {
+    let s = start_server("", &["--max-concurrent", "2"]);
+    let server = s.child.id();
+    wait_until(10, "two prepared sandboxes", || {
+        prepared_sandboxes(server).len() == 2
+    });
+    // Long enough that a sandbox built ahead is told apart by its init's
+    // start time from one built for the request (~1 ms apart).
+    std::thread::sleep(Duration::from_millis(600));
+    let run = |n: usize, limits: &str| {
+        let body = serde_json::json!({
+            "command": ["python3", "-c", SANDBOX_FACTS, "arg", n.to_string()],
+            "files": [{"path": "data/in.txt", "content": format!("input {n}")}],
+            "env": {"GREETING": format!("hello {n}")},
+            "stdin": format!("stdin {n}"),
+        });
+        let mut body = body.to_string();
+        if !limits.is_empty() {
+            body = body.replacen('{', &format!("{{\"limits\": {limits}, "), 1);
+        }
+        let (status, v) = post(&s, None, &body);
+        assert_eq!(
+            (status, &v["error"]),
+            (200, &serde_json::Value::Null),
+            "{v}"
+        );
+        let facts = json(v["stdout"].as_str().unwrap());
+        // Everything of the request reached the program: its files
+        // (written after the sandbox was built), environment, stdin, argv.
+        assert_eq!(facts["files"], serde_json::json!(["in.txt"]), "{facts}");
+        assert_eq!(facts["in"], format!("input {n}"));
+        assert_eq!(facts["env"], format!("hello {n}"));
+        assert_eq!(facts["stdin"], format!("stdin {n}"));
+        assert_eq!(facts["argv"], serde_json::json!(["arg", n.to_string()]));
+        assert_eq!(
+            (facts["cwd"].as_str(), facts["pid"].as_u64()),
+            (Some("/workspace"), Some(2))
+        );
+        (facts, v)
+    };
+    let (first, _) = run(1, "");
+    let (second, _) = run(2, "");
+    for facts in [&first, &second] {
+        assert!(
+            facts["ahead_s"].as_f64().unwrap() >= 0.3,
+            "the sandbox was not built ahead of the request: {facts}"
+        );
+    }
+    // Each execution had namespaces of its own, every kind. (Both sandboxes
+    // existed at once, built ahead, so their numbers cannot be reused ones.)
+    for (kind, id) in first["ns"].as_object().unwrap() {
+        assert_ne!(
+            &second["ns"][kind], id,
+            "{kind} namespace shared by two executions"
+        );
+    }
+    // Limits other than the sandboxes were built for: one built for the
+    // request, and still namespaces of its own.
+    let (third, v) = run(3, r#"{"memory_bytes": 268435456}"#);
+    assert!(
+        third["ahead_s"].as_f64().unwrap() < 0.3,
+        "a run with other limits took a sandbox built for the default ones: {third}"
+    );
+    if is_root() && std::path::Path::new("/sys/fs/cgroup/memory/corral").is_dir() {
+        assert_eq!(v["enforced"]["cgroup"]["memory_bytes"], 268435456u64, "{v}");
+    }
+    // (Its namespaces' numbers are not compared with the first two: those
+    // are gone by now, and the kernel reuses the numbers of freed ones.)
+}
+
+#[test]
+fn a_sandbox_built_ahead_counts_its_program_in_its_group() {
+    if !(is_root() && std::path::Path::new("/sys/fs/cgroup/memory/corral").is_dir()) {
+        eprintln!("SKIP: needs root and cgroup v1 memory groups (CI has both)");
+        return;
+    }
+    let s = start_server("", &["--max-concurrent", "1"]);
+    wait_until(10, "a prepared sandbox", || {
+        prepared_sandboxes(s.child.id()).len() == 1
+    });
+    std::thread::sleep(Duration::from_millis(400));
+    // 64 MiB touched by the program: the group's peak shows it only if the
+    // program ran inside the group the sandbox was built in.
+    let body = r#"{"command": ["python3", "-c", "import os, time; b = bytearray(64 << 20); print(int(open('/proc/self/stat').read().rsplit(')', 1)[1].split()[19]) - int(open('/proc/1/stat').read().rsplit(')', 1)[1].split()[19]))"]}"#;
+    let (status, v) = post(&s, None, body);
+    assert_eq!(status, 200, "{v}");
+    let ahead_ticks: i64 = v["stdout"].as_str().unwrap().trim().parse().unwrap();
+    assert!(ahead_ticks >= 20, "not a sandbox built ahead: {v}");
+    let peak = v["peak_memory_bytes"].as_u64().unwrap();
+    assert!(
+        peak >= 64 << 20,
+        "the program's memory is not in the group: {v}"
+    );
+    assert_eq!(v["enforced"]["cgroup"]["version"], "v1", "{v}");
 }
 
 /// A server whose log lines (stderr after the first line) a thread hands

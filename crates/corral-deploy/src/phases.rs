@@ -392,6 +392,7 @@ pub(crate) fn run_phase(
         )),
         tap: None,
         prestarted: None,
+        prepared: None,
     };
     // No variable of corral's own environment reaches a phase.
     let lookup = |_: &str| None;

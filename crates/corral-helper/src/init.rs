@@ -8,8 +8,8 @@ use corral_sys::process::{self, Fork, WaitStatus};
 use corral_sys::{fd, signal, Errno};
 
 use crate::kernel::{Kernel, Sys};
-use crate::plan::{Rlimit, SandboxPlan};
-use crate::protocol::{FailureKind, HelperMessage};
+use crate::plan::{ProgramPlan, Rlimit, SandboxPlan};
+use crate::protocol::{FailureKind, HelperMessage, PROGRAM_MESSAGE};
 use crate::rootfs;
 use crate::{Control, Failure, StepError};
 use crate::{EXIT_CORRAL_ERROR, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND};
@@ -18,7 +18,7 @@ use crate::{EXIT_CORRAL_ERROR, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND};
 /// forwards signals and, when the program ends, kills whatever it left
 /// behind and reports its status.
 pub(super) fn run(
-    plan: SandboxPlan,
+    mut plan: SandboxPlan,
     mut ctrl: Control,
     lifeline: OwnedFd,
     prepared: Vec<(usize, OwnedFd)>,
@@ -34,7 +34,17 @@ pub(super) fn run(
     if let Err((kind, msg)) = setup(&mut Sys, &plan, prepared, &mut ctrl) {
         ctrl.fail(kind, msg);
     }
-    let (program, mut ctrl) = start_program(&plan, ctrl);
+    // Ready before a held sandbox waits: they belong to the sandbox.
+    let (ruleset, filters) = program_security(&plan, &mut ctrl);
+    if plan.hold {
+        // A prepared sandbox: everything above is done ahead of the run;
+        // the program comes when the run does.
+        match wait_for_program(&mut ctrl) {
+            Ok(program) => plan.set_program(program),
+            Err(msg) => ctrl.fail(FailureKind::Protocol, msg),
+        }
+    }
+    let (program, mut ctrl) = start_program(&plan, ruleset, &filters, ctrl);
     let reaper_filters = plan.security.init_filters.to_bpf();
     drop(plan);
     fd::stdio_to_devnull();
@@ -48,6 +58,15 @@ pub(super) fn run(
     reap(program, ctrl, &|| {
         let _ = process::kill(-1, libc::SIGKILL);
     })
+}
+
+/// Waits for the run of a held sandbox: its stdio go to 0, 1 and 2 (the
+/// program inherits them) and its program part is returned. End of file
+/// (corral let the sandbox go unused) exits quietly, which ends the pid
+/// namespace and with it the sandbox.
+fn wait_for_program(ctrl: &mut Control) -> Result<ProgramPlan, String> {
+    let bytes = crate::read_run_message(&mut ctrl.0, PROGRAM_MESSAGE, "program")?;
+    serde_json::from_slice(&bytes).map_err(|e| format!("decoding the program: {e}"))
 }
 
 /// Init's own steps, in order: the root filesystem, hostname, loopback,
@@ -116,11 +135,29 @@ pub(crate) fn harden_reaper<K: Kernel>(
     Ok(())
 }
 
-/// Prepares the program's last steps (argv/envp, working directory,
-/// Landlock ruleset built from the sandbox's own paths, seccomp filters
-/// compiled by the parent), forks, and in the child runs them. Returns the
-/// program's pid and the control socket to the supervising parent.
-pub(super) fn start_program(plan: &SandboxPlan, mut ctrl: Control) -> (i32, Control) {
+/// The program's Landlock ruleset, built from the sandbox's own paths, and
+/// its seccomp filters as the kernel takes them: what the program's
+/// process installs, prepared before its fork.
+pub(super) fn program_security(
+    plan: &SandboxPlan,
+    ctrl: &mut Control,
+) -> (landlock::RulesetCreated, Vec<seccompiler::BpfProgram>) {
+    match crate::landlock::prepare(&plan.security.landlock) {
+        Ok(ruleset) => (ruleset, plan.security.filters.to_bpf()),
+        Err(msg) => ctrl.fail(FailureKind::Security, msg),
+    }
+}
+
+/// Prepares the program's last steps (argv/envp, working directory; the
+/// Landlock `ruleset` and seccomp `filters` come ready), forks, and in the
+/// child runs them. Returns the program's pid and the control socket to
+/// the supervising parent.
+pub(super) fn start_program(
+    plan: &SandboxPlan,
+    ruleset: landlock::RulesetCreated,
+    filters: &[seccompiler::BpfProgram],
+    mut ctrl: Control,
+) -> (i32, Control) {
     let exec = match ExecArgs::new(&plan.exec_path, &plan.argv, &plan.env) {
         Ok(e) => e,
         Err(_) => ctrl.fail(
@@ -134,11 +171,6 @@ pub(super) fn start_program(plan: &SandboxPlan, mut ctrl: Control) -> (i32, Cont
             "working directory contains a NUL byte".into(),
         );
     };
-    let ruleset = match crate::landlock::prepare(&plan.security.landlock) {
-        Ok(r) => r,
-        Err(msg) => ctrl.fail(FailureKind::Security, msg),
-    };
-    let filters = plan.security.filters.to_bpf();
     let last = LastSteps {
         exec: &exec,
         cwd: &cwd,
@@ -146,7 +178,7 @@ pub(super) fn start_program(plan: &SandboxPlan, mut ctrl: Control) -> (i32, Cont
         rlimits: &plan.rlimits,
         landlock_required: plan.security.landlock.required,
         landlock_full: plan.security.landlock.require_full,
-        filters: &filters,
+        filters,
     };
     match process::fork_in_single_threaded_helper() {
         Err(e) => ctrl.fail(FailureKind::Setup, format!("fork of the program: {e}")),

@@ -54,10 +54,12 @@ mod rootfs;
 pub use filters::{CompiledFilters, Insn};
 pub use landlock::{LandlockOutcome, LandlockPlan};
 pub use plan::{
-    rlimit_resource, GeneratedFile, MountOp, ReducedPlan, Rlimit, RlimitKind, SandboxIdentity,
-    SandboxPlan, SecurityPlan, HTTP_PROXY_PORT, SOCKS_PROXY_PORT,
+    rlimit_resource, GeneratedFile, MountOp, ProgramPlan, ReducedPlan, Rlimit, RlimitKind,
+    SandboxIdentity, SandboxPlan, SecurityPlan, HTTP_PROXY_PORT, SOCKS_PROXY_PORT,
 };
-pub use protocol::{FailureKind, HelperMessage, GO_AHEAD, MAX_PLAN_BYTES, PLAN_MESSAGE};
+pub use protocol::{
+    FailureKind, HelperMessage, GO_AHEAD, MAX_PLAN_BYTES, PLAN_MESSAGE, PROGRAM_MESSAGE,
+};
 
 /// The hidden subcommand that re-enters corral's binary as the sandbox
 /// helper. `main` must check for it before doing anything else.
@@ -148,6 +150,12 @@ pub fn main() -> ! {
         Ok(plan) => plan,
         Err(msg) => ctrl.fail(FailureKind::Protocol, msg),
     };
+    // Into the sandbox's group before anything else (see
+    // `SandboxPlan::cgroup_join`).
+    let join: Vec<std::path::PathBuf> = plan.cgroup_join.iter().map(Into::into).collect();
+    if let Err(msg) = join_cgroup(&join) {
+        ctrl.fail(FailureKind::Setup, msg);
+    }
     run(plan, ctrl)
 }
 
@@ -209,28 +217,41 @@ fn join_cgroup(join: &[std::path::PathBuf]) -> Result<(), String> {
 /// existed (a server's warm pool), with `/dev/null` there. End of file
 /// means corral let a waiting helper go: exit quietly.
 fn read_plan(ctrl: &mut File) -> Result<SandboxPlan, String> {
+    let bytes = read_run_message(ctrl, PLAN_MESSAGE, "plan")?;
+    serde_json::from_slice(&bytes).map_err(|e| format!("decoding the plan: {e}"))
+}
+
+/// Reads one message of the form corral starts a run with: `expected`,
+/// with the run's stdin, stdout and stderr and a sealed memfd attached, in
+/// that order. Puts the three streams at 0, 1 and 2 and returns the
+/// memfd's bytes (at most [`MAX_PLAN_BYTES`]). End of file means corral
+/// let this process go unused: it exits quietly, status 0.
+pub(crate) fn read_run_message(
+    ctrl: &mut File,
+    expected: &[u8],
+    what: &str,
+) -> Result<Vec<u8>, String> {
     use std::os::fd::AsRawFd;
     let mut buf = [0u8; 64];
     let (n, fds) = fd::recv_with_fds(ctrl.as_raw_fd(), &mut buf)
-        .map_err(|e| format!("reading the plan message: {e}"))?;
+        .map_err(|e| format!("reading the {what} message: {e}"))?;
     if n == 0 {
         process::exit_now(0);
     }
-    if &buf[..n] != PLAN_MESSAGE {
-        return Err("the plan message is not one corral sends".into());
+    if &buf[..n] != expected {
+        return Err(format!("the {what} message is not one corral sends"));
     }
-    let [stdin, stdout, stderr, plan] = <[OwnedFd; 4]>::try_from(fds).map_err(|got| {
+    let [stdin, stdout, stderr, memfd] = <[OwnedFd; 4]>::try_from(fds).map_err(|got| {
         format!(
-            "the plan came with {} descriptors, not 4 (stdin, stdout, stderr, plan)",
+            "the {what} came with {} descriptors, not 4 (stdin, stdout, stderr, {what})",
             got.len()
         )
     })?;
     for (fd_, target) in [(&stdin, 0), (&stdout, 1), (&stderr, 2)] {
         fd::place(fd_, target).map_err(|e| format!("placing stdio fd {target}: {e}"))?;
     }
-    let bytes = fd::read_sealed_memfd(&plan, MAX_PLAN_BYTES)
-        .map_err(|e| format!("reading the plan (at most {MAX_PLAN_BYTES} bytes, sealed): {e}"))?;
-    serde_json::from_slice(&bytes).map_err(|e| format!("decoding the plan: {e}"))
+    fd::read_sealed_memfd(&memfd, MAX_PLAN_BYTES)
+        .map_err(|e| format!("reading the {what} (at most {MAX_PLAN_BYTES} bytes, sealed): {e}"))
 }
 
 fn run(plan: SandboxPlan, mut ctrl: Control) -> ! {

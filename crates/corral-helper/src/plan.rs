@@ -185,6 +185,79 @@ pub struct SandboxPlan {
     pub reduced: Option<ReducedPlan>,
     /// The network mode.
     pub network: NetworkMode,
+    /// Build the whole sandbox, then wait for the program: init stops
+    /// before its fork of the program until a [`crate::PROGRAM_MESSAGE`]
+    /// brings the run's stdio and its [`ProgramPlan`]. A server prepares
+    /// sandboxes this way ahead of its requests (each used once).
+    #[serde(default)]
+    pub hold: bool,
+    /// cgroup v1 `tasks` files a re-executed helper writes `0` to, before
+    /// any other step, to move itself into its sandbox's group: a thread
+    /// that moves itself takes no global lock, while a move by pid waits
+    /// for an RCU grace period holding the lock every cgroup operation of
+    /// the host needs. Empty when corral moved it already (or there is no
+    /// group); a failure stops the helper before it does anything else.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cgroup_join: Vec<String>,
+}
+
+/// The part of a plan that is the program rather than its sandbox: what a
+/// held sandbox ([`SandboxPlan::hold`]) gets when its run arrives. Nothing
+/// here changes a namespace, a mount or a rule; the program's own steps
+/// (rlimits, working directory, Landlock, seccomp) apply it as for any run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProgramPlan {
+    /// Working directory.
+    pub cwd: SandboxPath,
+    /// Absolute path of the program inside the sandbox.
+    pub exec_path: String,
+    /// argv, `argv[0]` as requested.
+    pub argv: Vec<String>,
+    /// Environment as `NAME=VALUE`.
+    pub env: Vec<String>,
+    /// Resource limits set just before execve.
+    pub rlimits: Vec<Rlimit>,
+}
+
+impl SandboxPlan {
+    /// The program's part of this plan.
+    pub fn program(&self) -> ProgramPlan {
+        ProgramPlan {
+            cwd: self.cwd.clone(),
+            exec_path: self.exec_path.clone(),
+            argv: self.argv.clone(),
+            env: self.env.clone(),
+            rlimits: self.rlimits.clone(),
+        }
+    }
+
+    /// Puts `program` in place of this plan's own program part.
+    pub fn set_program(&mut self, program: ProgramPlan) {
+        let ProgramPlan {
+            cwd,
+            exec_path,
+            argv,
+            env,
+            rlimits,
+        } = program;
+        self.cwd = cwd;
+        self.exec_path = exec_path;
+        self.argv = argv;
+        self.env = env;
+        self.rlimits = rlimits;
+    }
+
+    /// Whether `other` builds exactly the sandbox this plan builds: equal
+    /// in everything but the program part, [`SandboxPlan::hold`] and how
+    /// the helper joined its group ([`SandboxPlan::cgroup_join`]). Only
+    /// then may a sandbox held for this plan run `other`'s program.
+    pub fn same_sandbox(&self, other: &SandboxPlan) -> bool {
+        let mut mine = self.clone();
+        mine.set_program(other.program());
+        mine.hold = other.hold;
+        mine.cgroup_join.clone_from(&other.cgroup_join);
+        mine == *other
+    }
 }
 
 /// Port of the HTTP proxy on the sandbox's loopback (mode `allow`).

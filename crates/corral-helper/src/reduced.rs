@@ -9,7 +9,7 @@
 use corral_sys::fd;
 use corral_sys::process;
 
-use crate::init::{reap, start_program};
+use crate::init::{program_security, reap, start_program};
 use crate::kernel::{Kernel, Sys};
 use crate::plan::SandboxPlan;
 use crate::protocol::FailureKind;
@@ -20,7 +20,8 @@ pub(super) fn run(plan: SandboxPlan, mut ctrl: Control) -> ! {
     if let Err((kind, msg)) = setup(&mut Sys) {
         ctrl.fail(kind, msg);
     }
-    let (program, ctrl) = start_program(&plan, ctrl);
+    let (ruleset, filters) = program_security(&plan, &mut ctrl);
+    let (program, ctrl) = start_program(&plan, ruleset, &filters, ctrl);
     drop(plan);
     fd::stdio_to_devnull();
     reap(program, ctrl, &kill_children)

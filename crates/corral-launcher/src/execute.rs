@@ -10,13 +10,14 @@ use corral_policy::{AuditEvent, Level, Limits, NetworkMode, Profile, ReasonCode}
 
 use corral_helper::{FailureKind, RlimitKind, SandboxIdentity, SandboxPlan, EXIT_CORRAL_ERROR};
 
-use crate::contain::{LimitsUnenforceable, RunCgroup, RunCgroupStats};
+use crate::contain::{cgroup_limits, LimitsUnenforceable, RunCgroup, RunCgroupStats};
 use crate::egress::ProxyService;
 use crate::events::EventSink;
 use crate::launch::{
     launch, EgressProxy, HelperStart, LaunchOptions, Outcome, OutputMode, StartedHelper,
 };
 use crate::plan::{build_plan, sandbox_identity, RunRequest};
+use crate::prepared::PreparedSandbox;
 use crate::protect::{ProtectError, Protection};
 use crate::reexec::ReadyHelper;
 use crate::resolve::CommandTable;
@@ -40,6 +41,11 @@ pub struct ExecuteOptions {
     /// run comes from (a server's warm pool), asked once the plan stands;
     /// `None` starts one now.
     pub prestarted: Option<PrestartedSource>,
+    /// With [`HelperStart::ReExec`]: a sandbox built ahead (a server's
+    /// prepared pool). Used when the run's plan builds exactly that
+    /// sandbox with the same cgroup limits; otherwise let go, and the run
+    /// starts as without it.
+    pub prepared: Option<PreparedSandbox>,
 }
 
 /// Hands out a helper started ahead of a run with these limits (see
@@ -51,11 +57,14 @@ pub type PrestartedSource = fn(&Limits) -> std::io::Result<Prestarted>;
 pub struct Prestarted {
     /// The helper, waiting for its plan.
     pub helper: ReadyHelper,
-    /// The group it already sits in, made for the run's limits.
+    /// The group made for it, for the run's limits.
     pub group: Option<RunCgroup>,
-    /// A group it sits in that was made for other limits: the run moves
-    /// the helper into a group of its own and removes this one afterwards
-    /// (with [`RunCgroup::finish`]), once it is empty.
+    /// Whether it already sits in `group`; if not, the run puts it there
+    /// (on cgroup v1 the helper joins by itself, first thing).
+    pub contained: bool,
+    /// A group made for it for other limits (it may sit in it already):
+    /// the run puts the helper into a group of its own and removes this
+    /// one afterwards (with [`RunCgroup::finish`]), once it is empty.
     pub former_group: Option<RunCgroup>,
 }
 
@@ -180,14 +189,30 @@ fn execute_run(
         events.push(event);
     }
     emit_all(&events);
+    // A sandbox built ahead for exactly this plan takes the run whole.
+    let held = match opts.prepared {
+        Some(p)
+            if opts.helper == HelperStart::ReExec
+                && p.fits(&plan, &cgroup_limits(&profile.limits)) =>
+        {
+            Some(p.into_parts())
+        }
+        Some(p) => {
+            p.release();
+            None
+        }
+        None => None,
+    };
     // A re-executed helper may be waiting already, maybe in its group.
     let taken = match opts.helper {
+        HelperStart::ReExec if held.is_some() => None,
         HelperStart::ReExec => {
             let started = match opts.prestarted {
                 Some(source) => source(&profile.limits),
                 None => ReadyHelper::spawn().map(|helper| Prestarted {
                     helper,
                     group: None,
+                    contained: false,
                     former_group: None,
                 }),
             };
@@ -205,19 +230,32 @@ fn execute_run(
         }
         HelperStart::Fork => None,
     };
-    let (started, waiting_group, former_group) = match taken {
-        Some(t) => {
-            let contained = t.group.is_some();
+    let (started, waiting_group, former_group) = match (taken, held) {
+        (_, Some((helper, group))) => {
+            let contained = group.as_containment().is_some();
+            (
+                Some(StartedHelper {
+                    helper,
+                    contained,
+                    holding: true,
+                }),
+                Some(group),
+                None,
+            )
+        }
+        (Some(t), None) => {
+            let contained = t.contained && t.group.is_some();
             (
                 Some(StartedHelper {
                     helper: t.helper,
                     contained,
+                    holding: false,
                 }),
                 t.group,
                 t.former_group,
             )
         }
-        None => (None, None, None),
+        (None, None) => (None, None, None),
     };
     let containment = match waiting_group {
         Some(group) => group,

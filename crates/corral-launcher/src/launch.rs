@@ -24,7 +24,7 @@ use corral_sys::signal::SignalFd;
 use crate::pump::{Finished, Pump};
 use corral_helper::{
     FailureKind, LandlockOutcome, SandboxPlan, EXIT_CORRAL_ERROR, EXIT_NOT_EXECUTABLE,
-    EXIT_NOT_FOUND, GO_AHEAD, HELPER_SUBCOMMAND, PLAN_MESSAGE,
+    EXIT_NOT_FOUND, GO_AHEAD, HELPER_SUBCOMMAND, PLAN_MESSAGE, PROGRAM_MESSAGE,
 };
 
 use crate::reexec::ReadyHelper;
@@ -94,6 +94,10 @@ pub struct StartedHelper {
     pub helper: ReadyHelper,
     /// Whether it was already moved into the run's cgroup.
     pub contained: bool,
+    /// Whether it already holds the sandbox of this run's plan, built
+    /// ahead and waiting for the program (see
+    /// [`crate::PreparedSandbox`]): the run then sends only the program.
+    pub holding: bool,
 }
 
 /// Signals the CLI forwards to the program.
@@ -219,6 +223,23 @@ fn spawn_err(what: &'static str) -> impl FnOnce(std::io::Error) -> LaunchError {
     move |source| LaunchError::Spawn { what, source }
 }
 
+/// Sends a re-executed helper (or a held sandbox's init) the message that
+/// starts its run: `tag`, with the run's stdin, stdout and stderr and a
+/// sealed memfd holding `payload` attached. The payload goes in a memfd
+/// because a socket message is bounded by the socket buffer (~208 KiB), a
+/// plan only by `MAX_PLAN_BYTES`.
+pub(crate) fn send_run_message(
+    sock: std::os::fd::RawFd,
+    tag: &[u8],
+    stdio: [std::os::fd::RawFd; 3],
+    payload: &[u8],
+) -> std::io::Result<()> {
+    let memfd = fd::sealed_memfd(c"corral-plan", payload)?;
+    let [stdin, stdout, stderr] = stdio;
+    fd::send_with_fds(sock, tag, &[stdin, stdout, stderr, memfd.as_raw_fd()])?;
+    Ok(())
+}
+
 /// Runs `plan` in a new sandbox and waits until every process of it is
 /// gone.
 pub fn launch(
@@ -245,13 +266,16 @@ pub fn launch(
     };
     let (out_r, out_w) = fd::pipe().map_err(|e| spawn_err("pipe")(e.into()))?;
     let (err_r, err_w) = fd::pipe().map_err(|e| spawn_err("pipe")(e.into()))?;
-    // Whether the helper already sits in the cgroup (a waiting one can).
+    // Whether the helper already sits in the cgroup (a waiting one can),
+    // and whether it holds this run's sandbox already (a prepared one).
     let mut contained = false;
+    let mut holding = false;
     let (helper_pid, ours) = match opts.helper {
         HelperStart::ReExec => {
             let helper = match started {
                 Some(s) => {
                     contained = s.contained;
+                    holding = s.holding;
                     s.helper
                 }
                 None => ReadyHelper::spawn().map_err(spawn_err("spawn"))?,
@@ -307,41 +331,42 @@ pub fn launch(
         Err(err)
     };
     // Contained before it does anything: the re-executed helper waits for
-    // its plan, the forked one for a go-ahead, both sent only after this
-    // (a forked helper that joins its cgroup itself does that first).
+    // its plan, the forked one for a go-ahead, both sent only after this.
+    // Either joins its cgroup itself when it can (cgroup v1), first thing
+    // (see `SandboxPlan::cgroup_join`); otherwise it is moved by pid here.
+    let mut self_join = Vec::new();
     if let Some(c) = containment.filter(|_| !contained) {
-        if let Err(e) = c.add_process(helper_pid) {
-            return abort(LaunchError::Contain(e));
+        self_join = c.self_join_files();
+        if self_join.is_empty() {
+            if let Err(e) = c.add_process(helper_pid) {
+                return abort(LaunchError::Contain(e));
+            }
         }
     }
     let sent = match opts.helper {
-        // The plan, with the run's stdin, stdout and stderr attached: the
-        // helper may have been started before this run (see `warm`).
-        // The plan goes in a sealed memfd: a socket message is bounded by
-        // the socket buffer (~208 KiB), a plan only by MAX_PLAN_BYTES.
-        HelperStart::ReExec => match serde_json::to_vec(plan) {
-            Ok(payload) => {
-                let stdin = match &opts.stdin {
-                    Some(f) => f.as_raw_fd(),
-                    None => 0,
-                };
-                fd::sealed_memfd(c"corral-plan", &payload)
-                    .and_then(|memfd| {
-                        fd::send_with_fds(
-                            ours.as_raw_fd(),
-                            PLAN_MESSAGE,
-                            &[
-                                stdin,
-                                out_w.as_raw_fd(),
-                                err_w.as_raw_fd(),
-                                memfd.as_raw_fd(),
-                            ],
-                        )
-                    })
-                    .map_err(std::io::Error::from)
+        // The plan (or, to a held sandbox, only the program), with the
+        // run's stdin, stdout and stderr attached: the helper may have been
+        // started before this run (see `warm`).
+        HelperStart::ReExec => {
+            let stdin = match &opts.stdin {
+                Some(f) => f.as_raw_fd(),
+                None => 0,
+            };
+            let stdio = [stdin, out_w.as_raw_fd(), err_w.as_raw_fd()];
+            let message = if holding {
+                serde_json::to_vec(&plan.program()).map(|p| (PROGRAM_MESSAGE, p))
+            } else if self_join.is_empty() {
+                serde_json::to_vec(plan).map(|p| (PLAN_MESSAGE, p))
+            } else {
+                let mut joining = plan.clone();
+                joining.cgroup_join = self_join.iter().map(|p| p.display().to_string()).collect();
+                serde_json::to_vec(&joining).map(|p| (PLAN_MESSAGE, p))
+            };
+            match message {
+                Ok((tag, payload)) => send_run_message(ours.as_raw_fd(), tag, stdio, &payload),
+                Err(e) => return abort(spawn_err("encode plan")(e.into())),
             }
-            Err(e) => return abort(spawn_err("encode plan")(e.into())),
-        },
+        }
         HelperStart::Fork => {
             fd::send_with_fds(ours.as_raw_fd(), GO_AHEAD, &[]).map_err(std::io::Error::from)
         }

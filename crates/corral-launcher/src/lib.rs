@@ -28,6 +28,7 @@ mod execute;
 mod launch;
 mod output;
 mod plan;
+mod prepared;
 mod protect;
 mod pump;
 mod reexec;
@@ -51,6 +52,7 @@ pub use launch::{
 };
 pub use output::elision_marker;
 pub use plan::{build_plan, sandbox_identity, PlanError, RunRequest, WORKSPACE};
+pub use prepared::{PrepareError, PreparedSandbox};
 pub use protect::PLACEHOLDER_XATTR;
 pub use reexec::ReadyHelper;
 pub use resolve::{CommandTable, Resolution};

@@ -373,6 +373,8 @@ pub fn build_plan(
         },
         reduced: None,
         network: profile.network.mode,
+        hold: false,
+        cgroup_join: Vec::new(),
     };
     Ok((plan, events))
 }
@@ -485,6 +487,8 @@ fn reduced_plan(
         },
         reduced: Some(ReducedPlan { workdir }),
         network: NetworkMode::None,
+        hold: false,
+        cgroup_join: Vec::new(),
     })
 }
 

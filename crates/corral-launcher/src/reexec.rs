@@ -55,6 +55,13 @@ impl ReadyHelper {
         self.reap.pid
     }
 
+    /// Our end of its control socket (the helper keeps running as long as
+    /// it is open).
+    pub(crate) fn ctrl_fd(&self) -> std::os::fd::RawFd {
+        use std::os::fd::AsRawFd;
+        self.ctrl.as_raw_fd()
+    }
+
     /// The pid and our end of the control socket, for the run that takes
     /// this helper over (and with it the duty to reap it).
     pub(crate) fn into_parts(self) -> (i32, OwnedFd) {

@@ -26,6 +26,7 @@ mod exec;
 mod logging;
 mod mcp;
 mod mounts;
+mod prepared;
 mod state;
 mod supervisor;
 mod warm;
@@ -79,6 +80,7 @@ pub async fn serve(
         })?;
     let local = listener.local_addr().map_err(ServerError::Serve)?;
     start_warm_helpers(&state.config);
+    crate::prepared::keep_ready(state.clone(), state.config.server.max_concurrent as usize);
     // The announcement is the first line on stderr: the supervisor's
     // start-up (a refused server's warning) logs after it.
     announce(local);
@@ -104,6 +106,7 @@ pub async fn serve(
     .map_err(ServerError::Serve);
     state.supervisor.shutdown().await;
     tracing::info!("stopped");
+    crate::prepared::shutdown();
     crate::warm::shutdown();
     served
 }

@@ -325,7 +325,7 @@ fn check_traversable(work_dir: &std::path::Path) -> Result<(), ServerError> {
 /// to their workspace, not list it). It must not exist yet: in a shared
 /// `/tmp` a local user could have planted the name, or a symlink, to make
 /// corral chmod or fill a directory of theirs.
-fn create_own_dir(dir: &std::path::Path) -> Result<(), ServerError> {
+pub(crate) fn create_own_dir(dir: &std::path::Path) -> Result<(), ServerError> {
     use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
     std::fs::DirBuilder::new()
         .mode(0o711)

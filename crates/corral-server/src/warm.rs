@@ -31,13 +31,171 @@ use corral_sys::process;
 /// Most helpers kept waiting, whatever the caller asks.
 pub const MAX_READY: usize = 16;
 
-/// A helper waiting in the pool, with the group it already sits in.
+/// Something a [`Pool`] keeps ready: it must be let go explicitly.
+pub(crate) trait Pooled: Send + 'static {
+    /// Lets an unused one go and cleans up after it.
+    fn release(self);
+}
+
+/// Why the refill thread could not make one.
+pub(crate) enum Unmade {
+    /// A passing shortage (processes, fds): try again in a second.
+    Later,
+    /// It can never work (say, the template is refused): stop refilling
+    /// (the thread stays until the pool stops: the helpers it started die
+    /// with it).
+    Never,
+}
+
+/// What a pool holds, under one lock.
+struct Ready<T> {
+    waiting: VecDeque<T>,
+    /// Set by [`Pool::shutdown`]: nothing is added any more.
+    stopped: bool,
+}
+
+/// Things made ahead of the requests that use them, kept at `wanted` by a
+/// background thread: each [`Pool::pop`] wakes it to make a replacement.
+pub(crate) struct Pool<T> {
+    ready: Mutex<Ready<T>>,
+    /// Signalled when one was taken or the pool stopped.
+    changed: Condvar,
+    wanted: usize,
+    /// The refill thread, joined by [`Pool::shutdown`]: what it is making
+    /// when the process ends would otherwise be left behind.
+    refill: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+impl<T: Pooled> Pool<T> {
+    /// An empty pool that will hold `wanted` (at most [`MAX_READY`]).
+    pub(crate) fn new(wanted: usize) -> Pool<T> {
+        Pool {
+            ready: Mutex::new(Ready {
+                waiting: VecDeque::new(),
+                stopped: false,
+            }),
+            changed: Condvar::new(),
+            wanted: wanted.min(MAX_READY),
+            refill: Mutex::new(None),
+        }
+    }
+
+    /// The pool in `cell` for `count` (at most [`MAX_READY`]), made on the
+    /// first call with a `count` above 0: then returned, to be started;
+    /// `None` on every later call.
+    pub(crate) fn first(
+        cell: &'static OnceLock<Pool<T>>,
+        count: usize,
+    ) -> Option<&'static Pool<T>> {
+        if count == 0 {
+            return None;
+        }
+        let mut first = false;
+        let pool = cell.get_or_init(|| {
+            first = true;
+            Pool::new(count)
+        });
+        first.then_some(pool)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Ready<T>> {
+        self.ready.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Starts the thread `name` that keeps the pool full with `make`.
+    pub(crate) fn start(
+        &'static self,
+        name: &str,
+        make: impl FnMut() -> Result<T, Unmade> + Send + 'static,
+    ) {
+        let thread = std::thread::Builder::new()
+            .name(name.into())
+            .spawn(move || self.refill(make));
+        if let Ok(t) = thread {
+            *self.refill.lock().unwrap_or_else(|p| p.into_inner()) = Some(t);
+        }
+    }
+
+    /// The refill thread's loop: tops the pool up whenever one is taken,
+    /// until the pool stops (or `make` says it never will work).
+    fn refill(&self, mut make: impl FnMut() -> Result<T, Unmade>) {
+        loop {
+            {
+                let mut ready = self.lock();
+                while !ready.stopped && ready.waiting.len() >= self.wanted {
+                    ready = self.changed.wait(ready).unwrap_or_else(|p| p.into_inner());
+                }
+                if ready.stopped {
+                    drop(ready);
+                    self.release_all();
+                    return;
+                }
+            }
+            // Made outside the lock: `pop` never waits for it.
+            match make() {
+                Ok(t) => self.lock().waiting.push_back(t),
+                // Out of processes or fds: requests start their own until
+                // this works again.
+                Err(Unmade::Later) => std::thread::sleep(Duration::from_secs(1)),
+                // The thread stays: helpers it started die with it.
+                Err(Unmade::Never) => {
+                    let mut ready = self.lock();
+                    while !ready.stopped {
+                        ready = self.changed.wait(ready).unwrap_or_else(|p| p.into_inner());
+                    }
+                    drop(ready);
+                    self.release_all();
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Lets every waiting one go. Called by the refill thread itself when
+    /// the pool stops: the helpers it started die with it
+    /// (`PR_SET_PDEATHSIG` follows the spawning thread), and one killed
+    /// that way while being let go would leave its sandbox's init to the
+    /// host's PID 1 to reap.
+    fn release_all(&self) {
+        let waiting = std::mem::take(&mut self.lock().waiting);
+        for w in waiting {
+            w.release();
+        }
+    }
+
+    /// The oldest one waiting, if any; the refill thread makes another.
+    pub(crate) fn pop(&self) -> Option<T> {
+        let next = self.lock().waiting.pop_front();
+        if next.is_some() {
+            self.changed.notify_one();
+        }
+        next
+    }
+
+    /// Stops the pool: the refill thread lets every waiting one go (what
+    /// it was making meanwhile too) and ends; returns once it has.
+    pub(crate) fn shutdown(&self) {
+        self.lock().stopped = true;
+        self.changed.notify_all();
+        let refill = self.refill.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(t) = refill {
+            let _ = t.join();
+        }
+        // A refill thread that gave up (or never started) left these.
+        self.release_all();
+    }
+}
+
+/// A helper waiting in the pool, with the group made for it.
 struct Waiting {
     helper: ReadyHelper,
     group: Option<(CgroupLimits, RunCgroup)>,
+    /// Whether it sits in that group already (else it joins it itself when
+    /// its plan comes: cgroup v1).
+    contained: bool,
 }
 
-impl Waiting {
+impl Pooled for Waiting {
     /// Lets the helper go (it exits and is reaped), then removes its group,
     /// empty by then.
     fn release(self) {
@@ -48,64 +206,18 @@ impl Waiting {
     }
 }
 
-/// What the pool holds, under one lock.
-struct Ready {
-    waiting: VecDeque<Waiting>,
-    /// Set by [`shutdown`]: nothing is added any more.
-    stopped: bool,
-}
-
 /// The waiting helpers of this process.
-struct Pool {
-    ready: Mutex<Ready>,
-    /// Signalled when a helper was taken or the pool stopped.
-    changed: Condvar,
-    wanted: usize,
-    /// Limits the waiting groups are made for; `None`: no groups.
-    template: Option<Limits>,
-}
-
-impl Pool {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Ready> {
-        self.ready.lock().unwrap_or_else(|p| p.into_inner())
-    }
-}
-
-static POOL: OnceLock<Pool> = OnceLock::new();
-
-/// The refill thread, joined by [`shutdown`]: a helper (and group) it is
-/// preparing when the process ends would otherwise be left behind.
-static REFILL: Mutex<Option<std::thread::JoinHandle<()>>> = Mutex::new(None);
+static POOL: OnceLock<Pool<Waiting>> = OnceLock::new();
 
 /// Keeps `count` helpers (at most [`MAX_READY`]) started and waiting from
 /// now on, refilled by a background thread; with `template`, each waits in
 /// a cgroup made for those limits. For long-running, multi-threaded front
 /// ends (the server); calling it again changes nothing.
 pub fn keep_ready(count: usize, template: Option<Limits>) {
-    let wanted = count.min(MAX_READY);
-    if wanted == 0 {
-        return;
-    }
-    let mut first = false;
-    POOL.get_or_init(|| {
-        first = true;
-        Pool {
-            ready: Mutex::new(Ready {
-                waiting: VecDeque::new(),
-                stopped: false,
-            }),
-            changed: Condvar::new(),
-            wanted,
-            template,
-        }
-    });
-    if first {
-        let thread = std::thread::Builder::new()
-            .name("corral-warm-helpers".into())
-            .spawn(refill);
-        if let Ok(t) = thread {
-            *REFILL.lock().unwrap_or_else(|p| p.into_inner()) = Some(t);
-        }
+    if let Some(pool) = Pool::first(&POOL, count) {
+        pool.start("corral-warm-helpers", move || {
+            prepare(template.as_ref()).map_err(|_| Unmade::Later)
+        });
     }
 }
 
@@ -114,65 +226,32 @@ pub fn keep_ready(count: usize, template: Option<Limits>) {
 /// preparing meanwhile is let go too. For a server's orderly shutdown; runs
 /// after this start their helper themselves.
 pub fn shutdown() {
-    let Some(pool) = POOL.get() else { return };
-    let waiting = {
-        let mut ready = pool.lock();
-        ready.stopped = true;
-        std::mem::take(&mut ready.waiting)
-    };
-    pool.changed.notify_all();
-    for w in waiting {
-        w.release();
-    }
-    // It releases what it was preparing and returns.
-    let refill = REFILL.lock().unwrap_or_else(|p| p.into_inner()).take();
-    if let Some(t) = refill {
-        let _ = t.join();
+    if let Some(pool) = POOL.get() {
+        pool.shutdown();
     }
 }
 
-/// Starts one helper and, with a template, puts it in a new group.
+/// Starts one helper and, with a template, makes a group for it. On cgroup
+/// v1 the helper joins the group itself once its plan comes (a thread that
+/// moves itself takes no global lock); elsewhere it is moved in now, off
+/// the request's path.
 fn prepare(template: Option<&Limits>) -> std::io::Result<Waiting> {
     let helper = ReadyHelper::spawn()?;
+    let mut contained = false;
     let group = template.and_then(|limits| {
         let group = RunCgroup::for_limits(limits).ok()?;
         let cgroup = group.as_containment()?;
-        cgroup.add_process(helper.pid()).ok()?;
+        if cgroup.self_join_files().is_empty() {
+            cgroup.add_process(helper.pid()).ok()?;
+            contained = true;
+        }
         Some((cgroup_limits(limits), group))
     });
-    Ok(Waiting { helper, group })
-}
-
-/// The background thread: tops the pool up whenever a helper is taken,
-/// until the pool stops.
-fn refill() {
-    let Some(pool) = POOL.get() else { return };
-    loop {
-        {
-            let mut ready = pool.lock();
-            while !ready.stopped && ready.waiting.len() >= pool.wanted {
-                ready = pool.changed.wait(ready).unwrap_or_else(|p| p.into_inner());
-            }
-            if ready.stopped {
-                return;
-            }
-        }
-        // Prepared outside the lock: `take` never waits for it.
-        match prepare(pool.template.as_ref()) {
-            Ok(w) => {
-                let mut ready = pool.lock();
-                if ready.stopped {
-                    drop(ready);
-                    w.release();
-                    return;
-                }
-                ready.waiting.push_back(w);
-            }
-            // Out of processes or fds: `take` starts helpers itself (and
-            // reports the error) until this works again.
-            Err(_) => std::thread::sleep(Duration::from_secs(1)),
-        }
-    }
+    Ok(Waiting {
+        helper,
+        group,
+        contained,
+    })
 }
 
 /// A helper for one run: the oldest waiting one that is still alive, with
@@ -183,18 +262,16 @@ pub(crate) fn take(limits: &Limits) -> std::io::Result<Prestarted> {
         Ok(Prestarted {
             helper: ReadyHelper::spawn()?,
             group: None,
+            contained: false,
             former_group: None,
         })
     };
     let Some(pool) = POOL.get() else {
         return fresh();
     };
-    loop {
-        // Oldest first, so every waiting helper comes round (a dead one is
-        // found and its group removed).
-        let next = pool.lock().waiting.pop_front();
-        let Some(w) = next else { break };
-        pool.changed.notify_one();
+    // Oldest first, so every waiting helper comes round (a dead one is
+    // found and its group removed).
+    while let Some(w) = pool.pop() {
         // One that died while waiting (killed by hand, OOM) is reaped and
         // skipped; its group goes with it.
         if !matches!(process::waitpid(w.helper.pid(), true), Ok(None)) {
@@ -212,6 +289,7 @@ pub(crate) fn take(limits: &Limits) -> std::io::Result<Prestarted> {
         };
         return Ok(Prestarted {
             helper: w.helper,
+            contained: w.contained && group.is_some(),
             group,
             former_group,
         });

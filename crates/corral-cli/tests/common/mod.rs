@@ -674,3 +674,51 @@ pub fn audit_events(path: &std::path::Path) -> Vec<serde_json::Value> {
         .filter(|v| v["kind"] == "event")
         .collect()
 }
+
+/// Pids of the server's children started as sandbox helpers that have not
+/// begun a sandbox: waiting for a plan (no child of their own).
+pub fn waiting_helpers(server: u32) -> Vec<i32> {
+    helpers_of(server)
+        .into_iter()
+        .filter(|pid| children_of(*pid).is_empty())
+        .collect()
+}
+
+/// Sandboxes built ahead of their run: the server's helpers that have
+/// started an init, as (helper, init).
+pub fn prepared_sandboxes(server: u32) -> Vec<(i32, i32)> {
+    helpers_of(server)
+        .into_iter()
+        .filter_map(|pid| children_of(pid).first().map(|init| (pid, *init)))
+        .collect()
+}
+
+/// The server's children that run as sandbox helpers.
+pub fn helpers_of(server: u32) -> Vec<i32> {
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let ppid = stat
+            .rsplit(") ")
+            .next()
+            .and_then(|rest| rest.split(' ').nth(1))
+            .and_then(|p| p.parse::<u32>().ok());
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        if ppid == Some(server) && cmdline.starts_with(b"corral-sandbox\0__sandbox-helper") {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+/// The children of `pid` (its one thread's), as the kernel lists them.
+pub fn children_of(pid: i32) -> Vec<i32> {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .collect()
+}

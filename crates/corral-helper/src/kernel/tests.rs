@@ -127,7 +127,49 @@ fn plan() -> SandboxPlan {
         },
         reduced: None,
         network: NetworkMode::None,
+        hold: false,
+        cgroup_join: Vec::new(),
     }
+}
+
+#[test]
+fn a_held_sandbox_runs_only_a_plan_that_differs_in_its_program() {
+    let template = SandboxPlan {
+        hold: true,
+        cgroup_join: vec!["/sys/fs/cgroup/pids/corral/1-1/tasks".into()],
+        ..plan()
+    };
+    let mut run = plan();
+    run.set_program(crate::ProgramPlan {
+        cwd: path("/workspace/sub"),
+        exec_path: "/usr/bin/python3".into(),
+        argv: vec!["python3".into(), "-c".into(), "print(1)".into()],
+        env: vec!["A=1".into()],
+        rlimits: Vec::new(),
+    });
+    assert!(template.same_sandbox(&run));
+    assert!(run.same_sandbox(&template));
+    assert_eq!(run.program().argv[2], "print(1)");
+    // Anything of the sandbox itself differs: not the same sandbox.
+    let changes: [fn(&mut SandboxPlan); 7] = [
+        |p| p.hostname = "other".into(),
+        |p| p.mounts.pop().map(|_| ()).unwrap_or(()),
+        |p| p.deny.clear(),
+        |p| p.identity.uid += 1,
+        |p| p.security.landlock.required = false,
+        |p| p.network = NetworkMode::Allow,
+        |p| p.tmp_size += 1,
+    ];
+    for (i, change) in changes.iter().enumerate() {
+        let mut other = run.clone();
+        change(&mut other);
+        assert!(!template.same_sandbox(&other), "change {i} went unnoticed");
+    }
+    // The program part round-trips, and puts back exactly what it took.
+    let mut copy = template.clone();
+    copy.set_program(run.program());
+    assert_eq!(copy.program(), run.program());
+    assert!(copy.same_sandbox(&template));
 }
 
 /// A fake that knows the plan's denied file is a file and its missing

@@ -15,7 +15,7 @@ use std::time::Instant;
 
 use corral_launcher::{
     execute, sandbox_identity, EventSink, ExecuteOptions, HelperStart, NoEvents, OutputMode,
-    OutputTap, RunRequest,
+    OutputTap, PreparedSandbox, RunRequest,
 };
 use corral_policy::env::EnvRequest;
 use corral_policy::Profile;
@@ -159,13 +159,21 @@ fn id_from<E: std::fmt::Display>(
 /// the profile's `workspace_size` when the server has its own mount
 /// namespace (see [`crate::mounts`]).
 pub fn new_workspace(state: &AppState, profile: &Profile) -> Result<Workspace, WorkspaceError> {
+    new_workspace_in(&state.work_dir, profile)
+}
+
+/// [`new_workspace`] in `base`, a directory of the server's own.
+pub(crate) fn new_workspace_in(
+    base: &std::path::Path,
+    profile: &Profile,
+) -> Result<Workspace, WorkspaceError> {
     let identity = sandbox_identity(profile);
     let owner = identity
         .drop_from_root
         .then_some((identity.uid, identity.gid));
     let size =
         crate::mounts::workspaces_bounded().then(|| profile.filesystem.workspace_size.bytes());
-    Workspace::create(&state.work_dir, owner, size)
+    Workspace::create(base, owner, size)
 }
 
 /// Runs an HTTP execution (blocking: call from `spawn_blocking`), with
@@ -195,8 +203,15 @@ fn run_in_fresh_workspace(
 ) -> Result<ExecutionResponse, ApiError> {
     let started = now_ms();
     let prepared = &job.prepared;
-    let ws = new_workspace(state, &prepared.profile)
-        .map_err(|e| ApiError::internal(format!("creating the workspace: {e}")))?;
+    // A sandbox built ahead comes with its workspace (it binds it).
+    let (ws, sandbox) = match crate::prepared::take(&prepared.profile) {
+        Some(held) => (held.workspace, Some(held.sandbox)),
+        None => (
+            new_workspace(state, &prepared.profile)
+                .map_err(|e| ApiError::internal(format!("creating the workspace: {e}")))?,
+            None,
+        ),
+    };
     // Callers may not write corral's reserved names; corral writes the code
     // file there itself. The totals were checked when the request was
     // prepared, and the workspace is new: no write measures it again.
@@ -216,11 +231,14 @@ fn run_in_fresh_workspace(
         .chain(prepared.code_file.iter().map(|(p, d)| (p, d, &own)));
     for (path, data, limits) in writes {
         if let Err(e) = ws.write_file(path, data, limits) {
+            if let Some(sandbox) = sandbox {
+                sandbox.release();
+            }
             remove_workspace(ws);
             return Err(ApiError::InputFile(e));
         }
     }
-    let outcome = execute_in(state, job, &ws, cancel, tap).map(|mut response| {
+    let outcome = execute_in(state, job, &ws, cancel, tap, sandbox).map(|mut response| {
         response.outputs = Some(Outputs::collect(&ws));
         response
     });
@@ -230,7 +248,7 @@ fn run_in_fresh_workspace(
 
 /// Removes an execution's workspace; a failure is logged (the directory
 /// then stays until the server's own directory is removed).
-fn remove_workspace(ws: Workspace) {
+pub(crate) fn remove_workspace(ws: Workspace) {
     let path = ws.path().to_path_buf();
     if let Err(e) = ws.remove() {
         tracing::warn!(workspace = %path.display(), error = %e, "workspace not fully removed");
@@ -244,12 +262,15 @@ fn remove_workspace(ws: Workspace) {
 /// service's fields of the result. A refusal of the runtime is an
 /// `Ok` response with a [`RunOutcome::Refused`] outcome: it is recorded
 /// like any execution, see [`record`]. No outputs are collected here.
+/// `sandbox`: one built ahead with `ws` bound (see [`crate::prepared`]),
+/// used when the run's plan builds exactly that sandbox.
 pub fn execute_in(
     state: &AppState,
     job: &Job,
     ws: &Workspace,
     cancel: Arc<AtomicBool>,
     tap: Option<OutputTap>,
+    sandbox: Option<PreparedSandbox>,
 ) -> Result<ExecutionResponse, ApiError> {
     let prepared = &job.prepared;
     let stdin = stdin_file(&state.work_dir, prepared.stdin.as_deref())
@@ -279,6 +300,7 @@ pub fn execute_in(
         stdin: Some(Arc::new(stdin)),
         tap,
         prestarted: Some(crate::warm::take),
+        prepared: sandbox,
     };
     // The server's own environment never reaches a sandbox.
     let outcome = match execute(

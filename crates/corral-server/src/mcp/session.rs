@@ -105,6 +105,6 @@ fn run_here(
             )
         })?;
     }
-    let response = exec::execute_in(state, job, ws, cancel, None)?;
+    let response = exec::execute_in(state, job, ws, cancel, None, None)?;
     exec::record(state, job, started, response)
 }
