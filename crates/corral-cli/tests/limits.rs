@@ -267,6 +267,43 @@ fn open_files_are_capped_at_1024() {
     assert_eq!(words.next(), Some("True"));
 }
 
+/// Without a cgroup (a profile with no cgroup limit), the CPU time and
+/// peak memory of a run are what init reaped: the program and every
+/// process it left to init, here an orphan that burns CPU and touches
+/// 96 MiB after its parent has gone.
+#[test]
+fn a_run_without_a_cgroup_reports_what_every_process_used() {
+    let (_d, cfg) = config("[profile.nocg]\n[profile.nocg.commands]\nallow = [\"python3\"]\n");
+    let orphan = r#"
+import os, time
+r, w = os.pipe()
+if os.fork() == 0:
+    if os.fork() == 0:
+        os.close(r)
+        b = bytearray(96 << 20)
+        for i in range(0, len(b), 4096):
+            b[i] = 1
+        while time.process_time() < 0.3:
+            pass
+        os._exit(0)
+    os._exit(0)
+os.wait()
+os.close(w)
+os.read(r, 1)  # end of file: the orphan has exited
+print("orphan done")
+"#;
+    let (v, _) = run_json(
+        &["--config", cfg.to_str().unwrap(), "--profile", "nocg"],
+        &["python3", "-c", orphan],
+    );
+    assert_eq!(v["stdout"], "orphan done\n", "{v}");
+    assert_eq!(v["enforced"]["cgroup"], serde_json::Value::Null, "{v}");
+    let cpu = v["cpu_ms"].as_u64().unwrap();
+    assert!(cpu >= 250, "the orphan's CPU time is missing: {v}");
+    let peak = v["peak_memory_bytes"].as_u64().unwrap();
+    assert!(peak >= 96 << 20, "the orphan's memory is missing: {peak}");
+}
+
 #[test]
 fn cpu_time_limit_kills_a_busy_loop() {
     let start = Instant::now();

@@ -822,6 +822,38 @@ fn helpers_and_sandboxes_wait_ahead_and_leave_with_the_server() {
     assert!(left.is_empty(), "left in the work directory: {left:?}");
 }
 
+/// An execution is answered once init has reported the program's end
+/// (nothing of it runs any more), before the sandbox is torn down; the
+/// teardown holds a sandbox permit, not the execution's slot. So a client
+/// sending one execution after another to a server with one slot is
+/// never told it is busy, and each sandbox's group and workspace are gone
+/// soon after its answer.
+#[test]
+fn back_to_back_executions_on_one_slot_are_never_busy_and_leave_nothing() {
+    let s = start_server("", &["--max-concurrent", "1"]);
+    let server = s.child.id();
+    let v1 = is_root() && std::path::Path::new("/sys/fs/cgroup/memory/corral").is_dir();
+    for i in 0..15 {
+        let code = format!(r#"{{"command": ["python3", "-c", "print({i} * 7)"]}}"#);
+        let (status, v) = post(&s, None, &code);
+        assert_eq!(status, 200, "execution {i} was refused: {v}");
+        assert_eq!(v["stdout"], format!("{}\n", i * 7), "{v}");
+        assert_eq!(v["exit_code"], 0, "{v}");
+    }
+    let work = s.work();
+    let workspaces = || {
+        std::fs::read_dir(&work)
+            .map(|d| d.flatten().filter(|e| e.file_name() != "ahead").count())
+            .unwrap_or(0)
+    };
+    wait_until(10, "the executions' groups and workspaces removed", || {
+        workspaces() == 0
+            && waiting_helpers(server).len() == 1
+            && prepared_sandboxes(server).len() == 1
+            && (!v1 || memory_groups(server).len() == 2)
+    });
+}
+
 /// A program's start time and its sandbox's init's, in clock ticks since
 /// boot, and its namespaces, as a Python snippet prints them (one JSON
 /// line).

@@ -331,6 +331,8 @@ fn hand_over_listeners<K: Kernel>(k: &mut K, ctrl: &mut Control) -> Result<(), S
 /// (orphans are re-parented to us); others are forwarded to the program.
 pub(super) fn reap(program: i32, mut ctrl: Control, kill_leftovers: &dyn Fn()) -> ! {
     let mut status: Option<WaitStatus> = None;
+    // What every reaped process used, for the report.
+    let mut usage = process::Usage::default();
     loop {
         let sig = signal::wait_any().unwrap_or(libc::SIGCHLD);
         if sig == crate::kill_tree_signal() {
@@ -342,7 +344,8 @@ pub(super) fn reap(program: i32, mut ctrl: Control, kill_leftovers: &dyn Fn()) -
             }
             continue;
         }
-        while let Ok(Some((pid, ws))) = process::waitpid(-1, true) {
+        while let Ok(Some((pid, ws, used))) = process::wait_with_usage(-1, true) {
+            usage = usage.with(used);
             if pid == program {
                 status = Some(ws);
             }
@@ -352,15 +355,22 @@ pub(super) fn reap(program: i32, mut ctrl: Control, kill_leftovers: &dyn Fn()) -
             // subreaper) an orphan may have been handed to us meanwhile.
             loop {
                 kill_leftovers();
-                if process::waitpid(-1, false).is_err() {
-                    break;
+                match process::wait_with_usage(-1, false) {
+                    Ok(Some((_, _, used))) => usage = usage.with(used),
+                    Ok(None) => {}
+                    Err(_) => break,
                 }
             }
             let (code, signal) = match ws {
                 WaitStatus::Exited(c) => (Some(c), None),
                 WaitStatus::Signaled(s) => (None, Some(s)),
             };
-            ctrl.send(&HelperMessage::Exited { code, signal });
+            ctrl.send(&HelperMessage::Exited {
+                code,
+                signal,
+                cpu_us: usage.cpu_us,
+                max_rss_bytes: usage.max_rss_bytes,
+            });
             process::exit_now(0)
         }
     }

@@ -61,12 +61,20 @@ pub enum HelperMessage {
         /// How Landlock ended up.
         landlock: crate::landlock::LandlockOutcome,
     },
-    /// The program ended.
+    /// The program ended, and every other process of the sandbox was
+    /// killed and reaped: only init (or the reduced-mode helper) is left,
+    /// and it leaves next.
     Exited {
         /// Exit code, when it exited.
         code: Option<i32>,
         /// Signal, when a signal killed it.
         signal: Option<i32>,
+        /// CPU time (user plus system) of every process init reaped, in
+        /// microseconds: what `wait4` on the helper would add up, less
+        /// init and the helper themselves.
+        cpu_us: u64,
+        /// Largest resident set of any of them, in bytes.
+        max_rss_bytes: u64,
     },
 }
 

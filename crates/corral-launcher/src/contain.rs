@@ -133,16 +133,30 @@ impl RunCgroup {
 
     /// Reads the group's statistics and removes it.
     pub fn finish(self) -> RunCgroupStats {
-        let Some(cg) = self.cgroup else {
+        let stats = self.stats();
+        self.remove();
+        stats
+    }
+
+    /// The group's statistics, final once every process of the program
+    /// has ended (init and the helper may still be inside).
+    pub fn stats(&self) -> RunCgroupStats {
+        let Some(cg) = &self.cgroup else {
             return RunCgroupStats::default();
         };
         let stats = cg.stats();
-        let _ = cg.remove();
         RunCgroupStats {
             oom_killed: stats.oom_killed,
             cpu_ms: stats.cpu_usage_ns.map(|ns| ns / 1_000_000),
             peak_memory_bytes: stats.peak_memory_bytes,
             pids_limit_hit: stats.pids_limit_hit,
+        }
+    }
+
+    /// Removes the group, once no process is left in it.
+    pub fn remove(self) {
+        if let Some(cg) = self.cgroup {
+            let _ = cg.remove();
         }
     }
 }

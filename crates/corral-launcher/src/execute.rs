@@ -14,7 +14,8 @@ use crate::contain::{cgroup_limits, LimitsUnenforceable, RunCgroup, RunCgroupSta
 use crate::egress::ProxyService;
 use crate::events::EventSink;
 use crate::launch::{
-    launch, EgressProxy, HelperStart, LaunchOptions, Outcome, OutputMode, StartedHelper,
+    launch_settling, EgressProxy, HelperStart, LaunchOptions, Leftover, Outcome, OutputMode,
+    StartedHelper,
 };
 use crate::plan::{build_plan, sandbox_identity, RunRequest};
 use crate::prepared::PreparedSandbox;
@@ -89,6 +90,54 @@ pub struct Execution {
     pub outcome: Outcome,
     /// The cgroup's measurements.
     pub stats: RunCgroupStats,
+    /// What the sandbox still holds while it leaves; see [`Remains`].
+    pub remains: Remains,
+}
+
+/// What a run still holds once its result stands: the sandbox's last
+/// processes (init and the helper, tearing down the namespaces) and,
+/// after them, its cgroup, its placeholders and a group its helper came
+/// from. [`Remains::finish`] waits for the processes and removes the rest;
+/// a front end answers first and calls it after, holding the run's slot
+/// until it returns. Dropping it does the same, so nothing is ever left.
+#[must_use = "the sandbox's remains must be finished (or dropped) once the result is out"]
+pub struct Remains {
+    leftover: Option<Leftover>,
+    containment: Option<RunCgroup>,
+    protection: Option<Protection>,
+    former_group: Option<RunCgroup>,
+}
+
+impl Remains {
+    /// Waits until the sandbox's last process has ended, then removes its
+    /// cgroup and placeholders (blocking; milliseconds).
+    pub fn finish(mut self) {
+        self.release();
+    }
+
+    fn release(&mut self) {
+        if let Some(leftover) = self.leftover.take() {
+            leftover.wait();
+        }
+        // Every process of the sandbox is gone: its group and placeholders
+        // can go.
+        if let Some(group) = self.containment.take() {
+            group.remove();
+        }
+        if let Some(protection) = self.protection.take() {
+            protection.finish();
+        }
+        // The helper left it when it was moved into this run's group.
+        if let Some(group) = self.former_group.take() {
+            group.finish();
+        }
+    }
+}
+
+impl Drop for Remains {
+    fn drop(&mut self) {
+        self.release();
+    }
 }
 
 fn refusal(exit_code: i32, code: &str, message: String, events: Vec<AuditEvent>) -> Refusal {
@@ -296,14 +345,14 @@ fn execute_run(
     let mut proxy = ProxyService::new(profile.network.clone(), Arc::clone(sink));
     let egress: Option<&mut dyn EgressProxy> =
         (plan.network == NetworkMode::Allow).then_some(&mut proxy as _);
-    let launched = launch(
+    let launched = launch_settling(
         &plan,
         &launch_opts,
         containment.as_containment(),
         egress,
         started,
     );
-    let outcome = launched.map_err(|e| {
+    let (outcome, leftover) = launched.map_err(|e| {
         refusal(
             EXIT_CORRAL_ERROR,
             "sandbox.launch",
@@ -313,13 +362,14 @@ fn execute_run(
     })?;
     // The proxy's events went to the sink as they happened.
     let in_force = enforced(&plan, identity, &containment, &outcome);
-    let stats = containment.finish();
-    // Every process of the sandbox is gone: its placeholders can go.
-    protection.finish();
-    // The helper left it when it was moved into this run's group.
-    if let Some(group) = former_group {
-        group.finish();
-    }
+    // Final: nothing of the program runs any more.
+    let stats = containment.stats();
+    let remains = Remains {
+        leftover: Some(leftover),
+        containment: Some(containment),
+        protection: Some(protection),
+        former_group,
+    };
     let sandbox_started = outcome
         .failure
         .as_ref()
@@ -358,6 +408,7 @@ fn execute_run(
         result,
         outcome,
         stats,
+        remains,
     })
 }
 

@@ -21,7 +21,7 @@ use corral_sys::fd;
 use corral_sys::process::{self, Usage, WaitStatus};
 use corral_sys::signal::SignalFd;
 
-use crate::pump::{Finished, Pump};
+use crate::pump::{Exit, Finished, Pump};
 use corral_helper::{
     FailureKind, LandlockOutcome, SandboxPlan, EXIT_CORRAL_ERROR, EXIT_NOT_EXECUTABLE,
     EXIT_NOT_FOUND, GO_AHEAD, HELPER_SUBCOMMAND, PLAN_MESSAGE, PROGRAM_MESSAGE,
@@ -246,9 +246,59 @@ pub fn launch(
     plan: &SandboxPlan,
     opts: &LaunchOptions,
     containment: Option<&dyn Containment>,
-    mut proxy: Option<&mut dyn EgressProxy>,
+    proxy: Option<&mut dyn EgressProxy>,
     started: Option<StartedHelper>,
 ) -> Result<Outcome, LaunchError> {
+    let (outcome, leftover) = launch_settling(plan, opts, containment, proxy, started)?;
+    leftover.wait();
+    Ok(outcome)
+}
+
+/// What may be left of a sandbox once its result stands: init and the
+/// helper on their way out (the namespaces' teardown). The caller answers
+/// first and then calls [`Leftover::wait`], before removing anything the
+/// sandbox used (its cgroup, workspace, placeholders). Dropping it waits
+/// too, so nothing is ever left unreaped.
+#[must_use = "the helper must be reaped before what the sandbox used is removed"]
+pub(crate) struct Leftover {
+    helper_pid: Option<i32>,
+}
+
+impl Leftover {
+    /// Nothing left: the helper was reaped already.
+    pub(crate) fn none() -> Leftover {
+        Leftover { helper_pid: None }
+    }
+
+    /// Waits until the sandbox's last process, the helper, has ended.
+    pub(crate) fn wait(mut self) {
+        self.reap();
+    }
+
+    fn reap(&mut self) {
+        if let Some(pid) = self.helper_pid.take() {
+            let _ = process::wait4(pid);
+        }
+    }
+}
+
+impl Drop for Leftover {
+    fn drop(&mut self) {
+        self.reap();
+    }
+}
+
+/// [`launch`], but returns as soon as the run's result stands: when init
+/// has reported the program's end (every other process of the sandbox is
+/// dead by then) and the output is complete, not when the namespaces are
+/// torn down. The helper is reaped through the returned [`Leftover`].
+pub(crate) fn launch_settling(
+    plan: &SandboxPlan,
+    opts: &LaunchOptions,
+    containment: Option<&dyn Containment>,
+    mut proxy: Option<&mut dyn EgressProxy>,
+    started: Option<StartedHelper>,
+) -> Result<(Outcome, Leftover), LaunchError> {
     if plan.network == corral_policy::NetworkMode::Allow && proxy.is_none() {
         return Err(LaunchError::NoEgressProxy);
     }
@@ -406,7 +456,10 @@ pub fn launch(
     let mut timed_out = false;
     let mut output_killed = false;
     let mut cancelled = false;
-    while !pump.done() {
+    // Without namespaces the helper itself reports and reaps: nothing
+    // slow is left after its report, so there is no settling early.
+    let settle_early = !reduced;
+    while !pump.done() && (!settle_early || !pump.settled()) {
         if killed_at.is_some() && grace_from.is_none() {
             grace_from = killed_at;
         }
@@ -470,8 +523,7 @@ pub fn launch(
             }
         }
     }
-    let (helper_status, usage) =
-        process::wait4(helper_pid).map_err(|e| spawn_err("wait")(e.into()))?;
+    let settled = !pump.done();
     let network_events = proxy.map(|p| p.stop()).unwrap_or_default();
     let Finished {
         stdout,
@@ -480,15 +532,42 @@ pub fn launch(
         failure,
         landlock,
     } = pump.finish();
+    let (helper_status, usage, leftover) = match message.filter(|_| settled) {
+        // Settled: the program and everything it started are dead and
+        // reaped; init leaves right after its report and the helper after
+        // reaping it (not killed: init would be orphaned to the host).
+        Some(exit) => {
+            let leftover = Leftover {
+                helper_pid: Some(helper_pid),
+            };
+            (None, exit.usage, leftover)
+        }
+        None => {
+            let (status, usage) =
+                process::wait4(helper_pid).map_err(|e| spawn_err("wait")(e.into()))?;
+            (Some(status), usage, Leftover::none())
+        }
+    };
     let (mut exit_code, mut signal) = match (&failure, message) {
         (Some((FailureKind::ExecNotFound, _)), _) => (EXIT_NOT_FOUND, None),
         (Some((FailureKind::ExecFailed, _)), _) => (EXIT_NOT_EXECUTABLE, None),
         (Some(_), _) => (EXIT_CORRAL_ERROR, None),
-        (None, Some((Some(code), _))) => (code, None),
-        (None, Some((_, Some(sig)))) => (128 + sig, Some(sig)),
+        (
+            None,
+            Some(Exit {
+                code: Some(code), ..
+            }),
+        ) => (code, None),
+        (
+            None,
+            Some(Exit {
+                signal: Some(sig), ..
+            }),
+        ) => (128 + sig, Some(sig)),
         _ => match helper_status {
-            WaitStatus::Signaled(sig) => (128 + sig, Some(sig)),
-            WaitStatus::Exited(code) => (code, None),
+            Some(WaitStatus::Signaled(sig)) => (128 + sig, Some(sig)),
+            Some(WaitStatus::Exited(code)) => (code, None),
+            None => (EXIT_CORRAL_ERROR, None),
         },
     };
     // A kill corral decided on (timeout, output ceiling, cancellation) is
@@ -505,7 +584,7 @@ pub fn launch(
         )),
         (f, _, _) => f,
     };
-    Ok(Outcome {
+    let outcome = Outcome {
         exit_code,
         signal,
         timed_out,
@@ -517,7 +596,8 @@ pub fn launch(
         usage,
         landlock,
         network_events,
-    })
+    };
+    Ok((outcome, leftover))
 }
 
 /// How long after corral kills a sandbox (timeout, output ceiling,

@@ -45,7 +45,9 @@ pub use corral_helper::{
 pub use events::{
     command_sha256, new_run_id, rfc3339, EventSink, EventWriter, NoEvents, RunStamp, MAX_EVENT_LINE,
 };
-pub use execute::{execute, ExecuteOptions, Execution, Prestarted, PrestartedSource, Refusal};
+pub use execute::{
+    execute, ExecuteOptions, Execution, Prestarted, PrestartedSource, Refusal, Remains,
+};
 pub use launch::{
     is_helper_invocation, launch, Containment, EgressProxy, HelperStart, LaunchError,
     LaunchOptions, Outcome, OutputMode, OutputTap, StartedHelper, StreamResult, FORWARDED_SIGNALS,

@@ -274,11 +274,22 @@ impl Sink {
     }
 }
 
+/// How the program ended, as init reported it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Exit {
+    /// Exit code, when it exited.
+    pub(crate) code: Option<i32>,
+    /// Signal, when a signal killed it.
+    pub(crate) signal: Option<i32>,
+    /// What every process init reaped used.
+    pub(crate) usage: process::Usage,
+}
+
 /// What the pump collected.
 pub(crate) struct Finished {
     pub(crate) stdout: StreamResult,
     pub(crate) stderr: StreamResult,
-    pub(crate) exited: Option<(Option<i32>, Option<i32>)>,
+    pub(crate) exited: Option<Exit>,
     pub(crate) failure: Option<(FailureKind, String)>,
     pub(crate) landlock: Option<LandlockOutcome>,
 }
@@ -292,7 +303,7 @@ pub(crate) struct Pump {
     sinks: [Sink; 2],
     kill_bytes: Option<u64>,
     buf: Vec<u8>,
-    exited: Option<(Option<i32>, Option<i32>)>,
+    exited: Option<Exit>,
     pub(crate) failure: Option<(FailureKind, String)>,
     landlock: Option<LandlockOutcome>,
     pub(crate) listeners: Option<(std::os::fd::OwnedFd, std::os::fd::OwnedFd)>,
@@ -346,8 +357,23 @@ impl Pump {
     /// Whether the sandbox is gone (its control socket closed), every
     /// pipe is at its end and the reader has been given everything.
     pub(crate) fn done(&self) -> bool {
-        self.ctrl.is_none()
-            && self.pipes.iter().all(Option::is_none)
+        self.ctrl.is_none() && self.output_done()
+    }
+
+    /// Whether the run's result stands although the sandbox is still on
+    /// its way out: the program's end was reported (init sends it after
+    /// killing and reaping every other process, so nothing of the program
+    /// runs any more), no set-up failure came before it, every pipe is at
+    /// its end and the reader has everything. What is left is init and the
+    /// helper exiting (the namespaces' teardown), which no answer needs
+    /// to wait for.
+    pub(crate) fn settled(&self) -> bool {
+        self.exited.is_some() && self.failure.is_none() && self.output_done()
+    }
+
+    /// Every pipe is at its end and the reader has been given everything.
+    fn output_done(&self) -> bool {
+        self.pipes.iter().all(Option::is_none)
             && !self
                 .sinks
                 .iter()
@@ -458,7 +484,21 @@ impl Pump {
                     // The first failure is the cause; later ones are echoes.
                     self.failure.get_or_insert((kind, message));
                 }
-                Ok(HelperMessage::Exited { code, signal }) => self.exited = Some((code, signal)),
+                Ok(HelperMessage::Exited {
+                    code,
+                    signal,
+                    cpu_us,
+                    max_rss_bytes,
+                }) => {
+                    self.exited = Some(Exit {
+                        code,
+                        signal,
+                        usage: process::Usage {
+                            cpu_us,
+                            max_rss_bytes,
+                        },
+                    });
+                }
                 Ok(HelperMessage::Layers { landlock }) => self.landlock = Some(landlock),
                 Err(_) => {}
             },

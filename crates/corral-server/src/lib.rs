@@ -104,6 +104,11 @@ pub async fn serve(
     )
     .await
     .map_err(ServerError::Serve);
+    // Answered executions may still be tearing their sandboxes down.
+    let _ = state
+        .sandboxes
+        .acquire_many(state.config.server.max_concurrent)
+        .await;
     state.supervisor.shutdown().await;
     tracing::info!("stopped");
     crate::prepared::shutdown();

@@ -115,6 +115,13 @@ pub struct AppState {
     pub commands: HashMap<String, CommandTable>,
     /// Executions running at once, all tenants together.
     pub global: Arc<Semaphore>,
+    /// Sandboxes in existence, answered or still being torn down, all
+    /// tenants together (`max_concurrent` of them). An execution takes one
+    /// (waiting, after its slot in `global`) before its sandbox starts and
+    /// gives it back once the sandbox is gone: executions are answered
+    /// before the teardown, and this keeps that from letting more
+    /// sandboxes exist than the server allows.
+    pub sandboxes: Arc<Semaphore>,
     /// Audit records.
     pub audit: Arc<AuditStore>,
     /// Audit events (refusals, the supervisor's decisions).
@@ -133,6 +140,18 @@ pub struct AppState {
 }
 
 impl AppState {
+    /// Waits for room for one more sandbox (see [`AppState::sandboxes`]):
+    /// only ever for an answered execution's teardown, milliseconds.
+    pub async fn sandbox_permit(
+        &self,
+    ) -> Result<tokio::sync::OwnedSemaphorePermit, crate::error::ApiError> {
+        self.sandboxes
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| crate::error::ApiError::internal("the server is shutting down"))
+    }
+
     /// Builds the state: resolves commands, opens the audit store, resolves
     /// the supervised servers (`config_file` is where `config` came from:
     /// their sandboxes read a private copy of it).
@@ -191,6 +210,7 @@ impl AppState {
             events,
             refusals: crate::api::RefusalLimiter::default(),
             global: Arc::new(Semaphore::new(s.max_concurrent as usize)),
+            sandboxes: Arc::new(Semaphore::new(s.max_concurrent as usize)),
             commands,
             tenants,
             audit,

@@ -60,12 +60,21 @@ impl WaitStatus {
 /// `waitpid(2)`. Returns `None` with `WNOHANG` when nothing has changed.
 /// Stopped/continued reports are skipped (we never ask for them).
 pub fn waitpid(pid: i32, nohang: bool) -> SysResult<Option<(i32, WaitStatus)>> {
-    let mut status = 0;
+    Ok(wait_with_usage(pid, nohang)?.map(|(pid, ws, _)| (pid, ws)))
+}
+
+/// [`waitpid`] that also returns the child's resource usage, which
+/// includes every descendant it reaped in turn (`wait4(2)`; the same
+/// system call, so a seccomp filter that allows one allows the other).
+pub fn wait_with_usage(pid: i32, nohang: bool) -> SysResult<Option<(i32, WaitStatus, Usage)>> {
     let flags = if nohang { libc::WNOHANG } else { 0 } | libc::__WALL;
     loop {
-        // SAFETY: `status` is a valid, writable c_int for the duration of
-        // the call.
-        let ret = unsafe { libc::waitpid(pid, &mut status, flags) };
+        let mut status = 0;
+        // SAFETY: rusage is plain data; all-zero is valid.
+        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: `status` and `ru` are valid, writable and live across the
+        // call.
+        let ret = unsafe { libc::wait4(pid, &mut status, flags, &mut ru) };
         if ret < 0 {
             let e = Errno::last();
             if e.0 == libc::EINTR {
@@ -79,7 +88,7 @@ pub fn waitpid(pid: i32, nohang: bool) -> SysResult<Option<(i32, WaitStatus)>> {
         let Some(ws) = WaitStatus::decode(status) else {
             continue;
         };
-        return Ok(Some((ret, ws)));
+        return Ok(Some((ret, ws, Usage::of(&ru))));
     }
 }
 
@@ -336,33 +345,32 @@ pub struct Usage {
 /// usage (which includes every descendant it reaped in turn).
 pub fn wait4(pid: i32) -> SysResult<(WaitStatus, Usage)> {
     loop {
-        let mut status = 0;
-        // SAFETY: rusage is plain data; all-zero is valid.
-        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-        // SAFETY: `status` and `ru` are valid, writable and live across the
-        // call.
-        let ret = unsafe { libc::wait4(pid, &mut status, libc::__WALL, &mut ru) };
-        if ret < 0 {
-            let e = Errno::last();
-            if e.0 == libc::EINTR {
-                continue;
-            }
-            return Err(e);
+        if let Some((_, ws, usage)) = wait_with_usage(pid, false)? {
+            return Ok((ws, usage));
         }
-        let Some(ws) = WaitStatus::decode(status) else {
-            continue;
-        };
+    }
+}
+
+impl Usage {
+    fn of(ru: &libc::rusage) -> Usage {
         // The kernel reports no negative times or sizes; were one ever
         // negative, it counts as 0.
         fn count(v: impl TryInto<u64>) -> u64 {
             v.try_into().unwrap_or(0)
         }
         let tv = |t: libc::timeval| count(t.tv_sec) * 1_000_000 + count(t.tv_usec);
-        let usage = Usage {
+        Usage {
             cpu_us: tv(ru.ru_utime) + tv(ru.ru_stime),
             max_rss_bytes: count(ru.ru_maxrss) * 1024,
-        };
-        return Ok((ws, usage));
+        }
+    }
+
+    /// Usage of two trees together: CPU adds up, the peak is the larger.
+    pub fn with(self, other: Usage) -> Usage {
+        Usage {
+            cpu_us: self.cpu_us.saturating_add(other.cpu_us),
+            max_rss_bytes: self.max_rss_bytes.max(other.max_rss_bytes),
+        }
     }
 }
 

@@ -93,14 +93,22 @@ pub(super) async fn create(
     let cancel = Arc::new(AtomicBool::new(false));
     // A client that goes away drops this handler: the execution is killed.
     let mut guard = CancelOnDrop::new(cancel.clone());
+    let sandbox = st.sandbox_permit().await?;
     let state = st.clone();
-    let (result, slots) = tokio::task::spawn_blocking(move || {
-        let result = exec::run(&state, &job, cancel, None);
+    let (answer, answered) = tokio::sync::oneshot::channel();
+    // The answer goes out as soon as it stands; the sandbox's teardown
+    // follows in the same task, holding its permit. The slots come back
+    // with the answer, or end with the task when nobody waits for it.
+    tokio::task::spawn_blocking(move || {
+        let (result, cleanup) = exec::run(&state, &job, cancel, None);
         state.metrics.finished.fetch_add(1, Ordering::Relaxed);
-        (result, slots)
-    })
-    .await
-    .map_err(|e| ApiError::internal(format!("execution task failed: {e}")))?;
+        let _ = answer.send((result, slots));
+        cleanup.finish();
+        drop(sandbox);
+    });
+    let (result, slots) = answered
+        .await
+        .map_err(|_| ApiError::internal("the execution task failed before answering"))?;
     guard.disarm();
     let result = result?;
     let permit = answers::reserve(
@@ -161,8 +169,9 @@ fn event(name: &'static str, data: &impl Serialize) -> Event {
 
 /// `POST /v1/executions/stream`: the same request, answered as server-sent
 /// events: `start`, `stdout`/`stderr` chunks as they come, `heartbeat`s,
-/// and exactly one `result` (the non-streaming answer) once the whole
-/// sandbox has exited. A client that goes away kills the execution.
+/// and exactly one `result` (the non-streaming answer) once the program
+/// and every process it started have ended (the sandbox's teardown
+/// follows). A client that goes away kills the execution.
 #[utoipa::path(post, path = "/v1/executions/stream", operation_id = "stream_execution", tag = "executions",
     request_body(content = ExecutionRequest, content_type = "application/json", description = "As for `create_execution`"),
     responses(
@@ -196,9 +205,10 @@ pub(super) async fn stream(
     let dropped = queue.clone();
     let cancel = Arc::new(AtomicBool::new(false));
     let guard = CancelOnDrop::new(cancel.clone());
+    let sandbox = st.sandbox_permit().await?;
     let state = st.clone();
     tokio::task::spawn_blocking(move || {
-        let result = exec::run(&state, &job, cancel, Some(tap));
+        let (result, cleanup) = exec::run(&state, &job, cancel, Some(tap));
         state.metrics.finished.fetch_add(1, Ordering::Relaxed);
         drop(slots);
         let stream_dropped_bytes = dropped.lost();
@@ -217,9 +227,12 @@ pub(super) async fn stream(
                 stream_dropped_bytes,
             },
         };
-        // Exactly one result, after the whole tree has exited; waits for
-        // room rather than drop it (fails only if the client left).
+        // Exactly one result, once nothing of the program runs any more;
+        // waits for room rather than drop it (fails only if the client
+        // left; the queue holds at most `start` before it).
         let _ = tx.blocking_send((true, event("result", &end)));
+        cleanup.finish();
+        drop(sandbox);
     });
     let events = futures_util::stream::unfold(
         Outflow {

@@ -15,7 +15,7 @@ use std::time::Instant;
 
 use corral_launcher::{
     execute, sandbox_identity, EventSink, ExecuteOptions, HelperStart, NoEvents, OutputMode,
-    OutputTap, PreparedSandbox, RunRequest,
+    OutputTap, PreparedSandbox, Remains, RunRequest,
 };
 use corral_policy::env::EnvRequest;
 use corral_policy::Profile;
@@ -182,17 +182,54 @@ pub(crate) fn new_workspace_in(
 /// The execution gets a fresh workspace with the request's files; the
 /// regular files it leaves under `output/` are collected into the result,
 /// then the workspace is removed and the record written.
+///
+/// The answer stands before the sandbox is torn down: what is left of it
+/// (its last processes, cgroup and workspace) comes back as a [`Cleanup`],
+/// which the caller finishes after answering.
 pub fn run(
     state: &AppState,
     job: &Job,
     cancel: Arc<AtomicBool>,
     tap: Option<OutputTap>,
-) -> Result<ExecutionResponse, ApiError> {
+) -> (Result<ExecutionResponse, ApiError>, Cleanup) {
     let _in_span = job.span.enter();
     let since = Instant::now();
-    let result = run_in_fresh_workspace(state, job, cancel, tap);
+    let mut cleanup = Cleanup::default();
+    let result = run_in_fresh_workspace(state, job, cancel, tap, &mut cleanup);
     job.finish(since, &result);
-    result
+    (result, cleanup)
+}
+
+/// What an answered execution still holds: the sandbox on its way out,
+/// then the workspace it used. [`Cleanup::finish`] (or dropping it) waits
+/// for the first and removes both; blocking, milliseconds.
+#[derive(Default)]
+#[must_use = "an execution's sandbox and workspace must be cleaned up once it is answered"]
+pub struct Cleanup {
+    remains: Option<Remains>,
+    workspace: Option<Workspace>,
+}
+
+impl Cleanup {
+    /// Waits for the sandbox to be gone, then removes its workspace.
+    pub fn finish(mut self) {
+        self.release();
+    }
+
+    fn release(&mut self) {
+        if let Some(remains) = self.remains.take() {
+            remains.finish();
+        }
+        if let Some(ws) = self.workspace.take() {
+            remove_workspace(ws);
+        }
+    }
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        self.release();
+    }
 }
 
 fn run_in_fresh_workspace(
@@ -200,6 +237,7 @@ fn run_in_fresh_workspace(
     job: &Job,
     cancel: Arc<AtomicBool>,
     tap: Option<OutputTap>,
+    cleanup: &mut Cleanup,
 ) -> Result<ExecutionResponse, ApiError> {
     let started = now_ms();
     let prepared = &job.prepared;
@@ -238,11 +276,14 @@ fn run_in_fresh_workspace(
             return Err(ApiError::InputFile(e));
         }
     }
-    let outcome = execute_in(state, job, &ws, cancel, tap, sandbox).map(|mut response| {
-        response.outputs = Some(Outputs::collect(&ws));
-        response
-    });
-    remove_workspace(ws);
+    let outcome =
+        execute_in(state, job, &ws, cancel, tap, sandbox).map(|(mut response, remains)| {
+            // Nothing of the program runs any more: its outputs are final.
+            response.outputs = Some(Outputs::collect(&ws));
+            cleanup.remains = remains;
+            response
+        });
+    cleanup.workspace = Some(ws);
     record(state, job, started, outcome?)
 }
 
@@ -263,7 +304,9 @@ pub(crate) fn remove_workspace(ws: Workspace) {
 /// `Ok` response with a [`RunOutcome::Refused`] outcome: it is recorded
 /// like any execution, see [`record`]. No outputs are collected here.
 /// `sandbox`: one built ahead with `ws` bound (see [`crate::prepared`]),
-/// used when the run's plan builds exactly that sandbox.
+/// used when the run's plan builds exactly that sandbox. The response
+/// comes with what is left of the sandbox, to be finished before `ws` is
+/// removed (see [`Remains`]).
 pub fn execute_in(
     state: &AppState,
     job: &Job,
@@ -271,7 +314,7 @@ pub fn execute_in(
     cancel: Arc<AtomicBool>,
     tap: Option<OutputTap>,
     sandbox: Option<PreparedSandbox>,
-) -> Result<ExecutionResponse, ApiError> {
+) -> Result<(ExecutionResponse, Option<Remains>), ApiError> {
     let prepared = &job.prepared;
     let stdin = stdin_file(&state.work_dir, prepared.stdin.as_deref())
         .map_err(|e| ApiError::internal(format!("preparing stdin: {e}")))?;
@@ -303,7 +346,7 @@ pub fn execute_in(
         prepared: sandbox,
     };
     // The server's own environment never reaches a sandbox.
-    let outcome = match execute(
+    let (outcome, remains) = match execute(
         &prepared.profile,
         &commands,
         &request,
@@ -319,11 +362,11 @@ pub fn execute_in(
             if done.result.oom_killed {
                 m.oom_killed.fetch_add(1, Ordering::Relaxed);
             }
-            RunOutcome::Ran(Box::new(done.result))
+            (RunOutcome::Ran(Box::new(done.result)), Some(done.remains))
         }
-        Err(refusal) => refusal.into(),
+        Err(refusal) => (refusal.into(), None),
     };
-    Ok(ExecutionResponse {
+    let response = ExecutionResponse {
         id: job.id.clone(),
         tenant: job.tenant.clone(),
         profile: prepared.profile.name.clone(),
@@ -331,7 +374,8 @@ pub fn execute_in(
         cancelled: cancel.load(Ordering::Relaxed),
         outcome,
         outputs: None,
-    })
+    };
+    Ok((response, remains))
 }
 
 /// Stores the audit record of a finished execution (its answer is kept

@@ -241,6 +241,7 @@ impl CorralMcp {
             .clone()
             .try_acquire_owned()
             .map_err(|_| busy("all execution slots are in use"))?;
+        let sandbox = st.sandbox_permit().await?;
         st.metrics.started.fetch_add(1, Ordering::Relaxed);
         st.metrics.queue_wait("mcp", accepted.elapsed());
         let job = Job::new(id, t.tenant.name.clone(), prepared);
@@ -251,7 +252,7 @@ impl CorralMcp {
         let mut task = tokio::task::spawn_blocking(move || {
             let result = run_in_workspace(&state, &job, &ws, flag);
             state.metrics.finished.fetch_add(1, Ordering::Relaxed);
-            drop((tenant_slot, global_slot));
+            drop((tenant_slot, global_slot, sandbox));
             result
         });
         let joined = tokio::select! {
