@@ -9,7 +9,7 @@ use corral_sys::{fd, signal, Errno};
 
 use crate::kernel::{Kernel, Sys};
 use crate::plan::{ProgramPlan, Rlimit, SandboxPlan};
-use crate::protocol::{FailureKind, HelperMessage, PROGRAM_MESSAGE};
+use crate::protocol::{FailureKind, HelperMessage};
 use crate::rootfs;
 use crate::{Control, Failure, StepError};
 use crate::{EXIT_CORRAL_ERROR, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND};
@@ -18,7 +18,7 @@ use crate::{EXIT_CORRAL_ERROR, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND};
 /// forwards signals and, when the program ends, kills whatever it left
 /// behind and reports its status.
 pub(super) fn run(
-    mut plan: SandboxPlan,
+    plan: SandboxPlan,
     mut ctrl: Control,
     lifeline: OwnedFd,
     prepared: Vec<(usize, OwnedFd)>,
@@ -34,16 +34,12 @@ pub(super) fn run(
     if let Err((kind, msg)) = setup(&mut Sys, &plan, prepared, &mut ctrl) {
         ctrl.fail(kind, msg);
     }
-    // Ready before a held sandbox waits: they belong to the sandbox.
+    // Both belong to the sandbox, not to the run: a held sandbox has them
+    // before its program comes.
     let (ruleset, filters) = program_security(&plan, &mut ctrl);
-    if plan.hold {
-        // A prepared sandbox: everything above is done ahead of the run;
-        // the program comes when the run does.
-        match wait_for_program(&mut ctrl) {
-            Ok(program) => plan.set_program(program),
-            Err(msg) => ctrl.fail(FailureKind::Protocol, msg),
-        }
-    }
+    // A held sandbox (built ahead) forks its program's process now, which
+    // takes every step that does not depend on the run and then waits for
+    // the program part (see `program_steps`).
     let (program, mut ctrl) = start_program(&plan, ruleset, &filters, ctrl);
     let reaper_filters = plan.security.init_filters.to_bpf();
     drop(plan);
@@ -58,15 +54,6 @@ pub(super) fn run(
     reap(program, ctrl, &|| {
         let _ = process::kill(-1, libc::SIGKILL);
     })
-}
-
-/// Waits for the run of a held sandbox: its stdio go to 0, 1 and 2 (the
-/// program inherits them) and its program part is returned. End of file
-/// (corral let the sandbox go unused) exits quietly, which ends the pid
-/// namespace and with it the sandbox.
-fn wait_for_program(ctrl: &mut Control) -> Result<ProgramPlan, String> {
-    let bytes = crate::read_run_message(&mut ctrl.0, PROGRAM_MESSAGE, "program")?;
-    serde_json::from_slice(&bytes).map_err(|e| format!("decoding the program: {e}"))
 }
 
 /// Init's own steps, in order: the root filesystem, hostname, loopback,
@@ -148,85 +135,137 @@ pub(super) fn program_security(
     }
 }
 
-/// Prepares the program's last steps (argv/envp, working directory; the
-/// Landlock `ruleset` and seccomp `filters` come ready), forks, and in the
-/// child runs them. Returns the program's pid and the control socket to
-/// the supervising parent.
+/// Forks the program's process, which runs [`program_steps`]. Its program
+/// part (argv/envp, working directory, rlimits) is made ready before the
+/// fork, or, for a held sandbox, received by the process itself once the
+/// run comes; the Landlock `ruleset` and seccomp `filters` come ready.
+/// Returns the program's pid and the control socket to the supervising
+/// parent.
 pub(super) fn start_program(
     plan: &SandboxPlan,
     ruleset: landlock::RulesetCreated,
     filters: &[seccompiler::BpfProgram],
     mut ctrl: Control,
 ) -> (i32, Control) {
-    let exec = match ExecArgs::new(&plan.exec_path, &plan.argv, &plan.env) {
-        Ok(e) => e,
-        Err(_) => ctrl.fail(
-            FailureKind::ExecFailed,
-            "argv or environment contains a NUL byte".into(),
-        ),
-    };
-    let Ok(cwd) = CString::new(plan.cwd.as_str()) else {
-        ctrl.fail(
-            FailureKind::Setup,
-            "working directory contains a NUL byte".into(),
-        );
+    let ready = if plan.hold {
+        None
+    } else {
+        match ProgramArgs::of(
+            &plan.exec_path,
+            &plan.argv,
+            &plan.env,
+            plan.cwd.as_str(),
+            &plan.rlimits,
+        ) {
+            Ok(args) => Some(args),
+            Err((kind, message)) => ctrl.fail(kind, message),
+        }
     };
     let last = LastSteps {
-        exec: &exec,
-        cwd: &cwd,
-        path: &plan.exec_path,
-        rlimits: &plan.rlimits,
         landlock_required: plan.security.landlock.required,
         landlock_full: plan.security.landlock.require_full,
         filters,
     };
     match process::fork_in_single_threaded_helper() {
         Err(e) => ctrl.fail(FailureKind::Setup, format!("fork of the program: {e}")),
-        Ok(Fork::Child) => exec_program(last, ruleset, ctrl),
+        Ok(Fork::Child) => {
+            let failure = program_steps(&mut Sys, &last, ruleset, ready, &mut ctrl);
+            ctrl.exit_with(failure)
+        }
         Ok(Fork::Parent(pid)) => (pid, ctrl),
     }
 }
 
-/// Everything the program's process needs, prepared before its fork.
-pub(super) struct LastSteps<'a> {
-    pub(super) exec: &'a ExecArgs,
-    pub(super) cwd: &'a CString,
-    pub(super) path: &'a str,
-    pub(super) rlimits: &'a [Rlimit],
-    pub(super) landlock_required: bool,
-    pub(super) landlock_full: bool,
-    pub(super) filters: &'a [seccompiler::BpfProgram],
+/// What the program's process needs from the sandbox's part of the plan,
+/// prepared before its fork.
+pub(crate) struct LastSteps<'a> {
+    pub(crate) landlock_required: bool,
+    pub(crate) landlock_full: bool,
+    pub(crate) filters: &'a [seccompiler::BpfProgram],
 }
 
-/// The program's own process: final hardening, then execve. Never returns.
-pub(super) fn exec_program(
-    last: LastSteps<'_>,
-    ruleset: landlock::RulesetCreated,
-    mut ctrl: Control,
-) -> ! {
-    let failure = program_steps(&mut Sys, &last, ruleset, &mut ctrl);
-    ctrl.exit_with(failure)
+/// The program part of a run as `execve` and the last steps take it.
+pub(crate) struct ProgramArgs {
+    exec: ExecArgs,
+    cwd: CString,
+    path: String,
+    rlimits: Vec<Rlimit>,
 }
 
-/// The program's steps up to and including `execve`. Everything here works
-/// on data prepared before the fork (no allocation except for a failure's
-/// message and the `layers` report); seccomp goes last so every earlier
-/// step may still use the syscalls it denies. Returns only when something
-/// failed, `execve` included: what to report and the exit status.
+impl ProgramArgs {
+    /// Checks and converts a program part; a NUL byte is an error.
+    pub(crate) fn of(
+        exec_path: &str,
+        argv: &[String],
+        env: &[String],
+        cwd: &str,
+        rlimits: &[Rlimit],
+    ) -> Result<ProgramArgs, StepError> {
+        let exec = ExecArgs::new(exec_path, argv, env).map_err(|_| {
+            (
+                FailureKind::ExecFailed,
+                "argv or environment contains a NUL byte".to_string(),
+            )
+        })?;
+        let cwd = CString::new(cwd).map_err(|_| {
+            (
+                FailureKind::Setup,
+                "working directory contains a NUL byte".to_string(),
+            )
+        })?;
+        Ok(ProgramArgs {
+            exec,
+            cwd,
+            path: exec_path.to_string(),
+            rlimits: rlimits.to_vec(),
+        })
+    }
+
+    fn of_program(p: &ProgramPlan) -> Result<ProgramArgs, StepError> {
+        ProgramArgs::of(&p.exec_path, &p.argv, &p.env, p.cwd.as_str(), &p.rlimits)
+    }
+}
+
+/// The program's steps up to and including `execve`: first every step that
+/// does not depend on the program part, then (a held sandbox's process
+/// waits here for its run; `ready` is `None`) the rlimits, the working
+/// directory, the `layers` report and the seccomp filters. Nothing here
+/// allocates before the wait except for a failure's message; seccomp goes
+/// last so every earlier step may still use the syscalls it denies.
+/// Returns only when something failed, `execve` included: what to report
+/// and the exit status.
 pub(crate) fn program_steps<K: Kernel>(
     k: &mut K,
     last: &LastSteps<'_>,
     ruleset: K::Ruleset,
+    ready: Option<ProgramArgs>,
     ctrl: &mut Control,
 ) -> Failure {
-    if let Err((kind, message)) = harden(k, last, ruleset, ctrl) {
-        return Failure {
-            kind,
-            message,
-            status: EXIT_CORRAL_ERROR,
-        };
+    let setup_failed = |(kind, message): StepError| Failure {
+        kind,
+        message,
+        status: EXIT_CORRAL_ERROR,
+    };
+    let landlock = match harden(k, last, ruleset) {
+        Ok(l) => l,
+        Err(e) => return setup_failed(e),
+    };
+    let program = match ready {
+        Some(p) => p,
+        // End of file (corral let the sandbox go) exits quietly in there.
+        None => match k
+            .receive_program(ctrl)
+            .map_err(|msg| (FailureKind::Protocol, msg))
+            .and_then(|p| ProgramArgs::of_program(&p))
+        {
+            Ok(p) => p,
+            Err(e) => return setup_failed(e),
+        },
+    };
+    if let Err(e) = finish(k, last, &program, landlock, ctrl) {
+        return setup_failed(e);
     }
-    let err = k.execve(last.exec);
+    let err = k.execve(&program.exec);
     let (kind, status) = if err.0 == libc::ENOENT {
         (FailureKind::ExecNotFound, EXIT_NOT_FOUND)
     } else {
@@ -234,18 +273,17 @@ pub(crate) fn program_steps<K: Kernel>(
     };
     Failure {
         kind,
-        message: format!("cannot execute {}: {err}", last.path),
+        message: format!("cannot execute {}: {err}", program.path),
         status,
     }
 }
 
-/// Every step of the program's process before `execve`, in order.
+/// The program's steps that do not depend on its program part, in order.
 fn harden<K: Kernel>(
     k: &mut K,
     last: &LastSteps<'_>,
     ruleset: K::Ruleset,
-    ctrl: &mut Control,
-) -> Result<(), StepError> {
+) -> Result<crate::landlock::LandlockOutcome, StepError> {
     let privileges =
         |what: &'static str| move |e: Errno| (FailureKind::Privileges, format!("{what}: {e}"));
     // A fresh signal state: the blocked mask would survive execve.
@@ -255,15 +293,6 @@ fn harden<K: Kernel>(
     k.setsid().map_err(privileges("setsid"))?;
     k.set_parent_death_signal(libc::SIGKILL)
         .map_err(privileges("PR_SET_PDEATHSIG"))?;
-    // Resource limits, while nothing untrusted runs yet (setrlimit(2)).
-    for r in last.rlimits {
-        apply_rlimit(k, r).map_err(|e| {
-            (
-                FailureKind::Privileges,
-                format!("setrlimit {:?} to {}: {e}", r.kind, r.soft),
-            )
-        })?;
-    }
     // Every capability in every set, bounding and ambient included
     // (capabilities(7)). (Without a user namespace and as an ordinary user
     // the bounding set cannot be emptied; no_new_privs below makes it
@@ -274,17 +303,44 @@ fn harden<K: Kernel>(
     // also what lets an unprivileged process enforce Landlock and seccomp.
     k.set_no_new_privs()
         .map_err(privileges("PR_SET_NO_NEW_PRIVS"))?;
-    k.chdir(last.cwd)
-        .map_err(privileges("chdir to the workspace"))?;
-    // Landlock: the second filesystem layer (landlock(7)).
+    // Landlock: the second filesystem layer (landlock(7)). It governs
+    // opening, creating and removing files, not chdir or setrlimit.
     let status = k.landlock_restrict_self(ruleset).map_err(|e| {
         (
             FailureKind::Security,
             crate::landlock::err("restrict_self", e),
         )
     })?;
-    let landlock = crate::landlock::outcome(status, last.landlock_required, last.landlock_full)
-        .map_err(|msg| (FailureKind::Security, msg))?;
+    crate::landlock::outcome(status, last.landlock_required, last.landlock_full)
+        .map_err(|msg| (FailureKind::Security, msg))
+}
+
+/// The program's steps that depend on its program part, in order, up to
+/// `execve`.
+fn finish<K: Kernel>(
+    k: &mut K,
+    last: &LastSteps<'_>,
+    program: &ProgramArgs,
+    landlock: crate::landlock::LandlockOutcome,
+    ctrl: &mut Control,
+) -> Result<(), StepError> {
+    // Resource limits, while nothing untrusted runs yet (setrlimit(2)).
+    // Lowering needs no capability; raising a hard limit would need
+    // CAP_SYS_RESOURCE in the initial user namespace, never held here.
+    for r in &program.rlimits {
+        apply_rlimit(k, r).map_err(|e| {
+            (
+                FailureKind::Privileges,
+                format!("setrlimit {:?} to {}: {e}", r.kind, r.soft),
+            )
+        })?;
+    }
+    k.chdir(&program.cwd).map_err(|e| {
+        (
+            FailureKind::Privileges,
+            format!("chdir to the workspace: {e}"),
+        )
+    })?;
     ctrl.send(&HelperMessage::Layers { landlock });
     // seccomp last (seccomp(2)): nothing after this but execve.
     for prog in last.filters {

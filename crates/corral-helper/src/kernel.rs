@@ -26,6 +26,8 @@ use std::io::{self, Write};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 
 use corral_sys::exec::ExecArgs;
+
+use crate::plan::ProgramPlan;
 use corral_sys::{fd, mount, net, ns, process, signal, Errno, SysResult};
 
 #[cfg(test)]
@@ -203,6 +205,11 @@ pub(crate) trait Kernel {
         &mut self,
         program: &seccompiler::BpfProgram,
     ) -> Result<(), seccompiler::Error>;
+    /// A held sandbox's program part, received on the control socket with
+    /// the run's stdin, stdout and stderr, which go to 0, 1 and 2
+    /// (`PROGRAM_MESSAGE`). End of file (corral let the sandbox go) exits
+    /// quietly.
+    fn receive_program(&mut self, ctrl: &mut crate::Control) -> Result<ProgramPlan, String>;
     /// `execve(2)`; returns only on failure.
     fn execve(&mut self, exec: &ExecArgs) -> Errno;
 }
@@ -380,6 +387,12 @@ impl Kernel for Sys {
     ) -> Result<(), seccompiler::Error> {
         seccompiler::apply_filter(program)
     }
+    fn receive_program(&mut self, ctrl: &mut crate::Control) -> Result<ProgramPlan, String> {
+        let bytes =
+            crate::read_run_message(&mut ctrl.0, crate::protocol::PROGRAM_MESSAGE, "program")?;
+        serde_json::from_slice(&bytes).map_err(|e| format!("decoding the program: {e}"))
+    }
+
     fn execve(&mut self, exec: &ExecArgs) -> Errno {
         exec.exec()
     }

@@ -11,6 +11,8 @@ use std::io;
 use std::os::fd::OwnedFd;
 
 use corral_sys::exec::ExecArgs;
+
+use crate::plan::ProgramPlan;
 use corral_sys::{Errno, SysResult};
 
 use super::{At, Enforcement, Kernel, LandlockStatus, StatError};
@@ -114,6 +116,7 @@ pub(crate) enum Step {
     SeccompInstall {
         instructions: usize,
     },
+    ReceiveProgram,
     Execve,
 }
 
@@ -132,6 +135,8 @@ pub(crate) struct Fake {
     pub(crate) hard_limit: u64,
     /// How much Landlock `landlock_restrict_self` reports in force.
     pub(crate) landlock: Enforcement,
+    /// What `receive_program` hands over (`None`: a protocol error).
+    pub(crate) program: Option<ProgramPlan>,
 }
 
 fn text(s: &CStr) -> String {
@@ -166,6 +171,7 @@ impl Fake {
             ppid,
             hard_limit: libc::RLIM_INFINITY,
             landlock: Enforcement::Full,
+            program: None,
         }
     }
 
@@ -427,6 +433,14 @@ impl Kernel for Fake {
     }
     /// Returns the errno of a matching failure, else 0: a fake cannot
     /// replace the process, and a real `execve` returns only on failure.
+    fn receive_program(&mut self, _ctrl: &mut crate::Control) -> Result<ProgramPlan, String> {
+        self.record(Step::ReceiveProgram)
+            .map_err(|e| format!("reading the program message: {e}"))?;
+        self.program
+            .clone()
+            .ok_or_else(|| "the program message is not one corral sends".to_string())
+    }
+
     fn execve(&mut self, _exec: &ExecArgs) -> Errno {
         self.record(Step::Execve).err().unwrap_or(Errno(0))
     }

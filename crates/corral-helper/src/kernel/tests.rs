@@ -1,18 +1,16 @@
 //! The hardening order of the helper, init and the program's process,
 //! asserted on the recording fake: no root, no namespaces, no forks.
 
-use std::ffi::CString;
 use std::fs::File;
 use std::os::fd::AsRawFd;
 
 use corral_policy::{NetworkMode, SandboxPath, SeccompProfile};
-use corral_sys::exec::ExecArgs;
 use corral_sys::mount as m;
 use corral_sys::ns;
 
 use super::fake::{Fake, FakeFd, Step};
 use super::Enforcement;
-use crate::init::{self, LastSteps};
+use crate::init::{self, LastSteps, ProgramArgs};
 use crate::plan::{
     GeneratedFile, MountOp, ReducedPlan, Rlimit, RlimitKind, SandboxIdentity, SandboxPlan,
     SecurityPlan,
@@ -802,20 +800,32 @@ fn init_in_network_mode_allow_hands_over_the_listeners_before_non_dumpable() {
 /// Runs the program's steps for `plan` on `k`; returns the failure (a fake
 /// `execve` always returns) and the messages sent.
 fn program(k: &mut Fake, plan: &SandboxPlan) -> (Failure, Vec<(HelperMessage, usize)>) {
-    let exec = ExecArgs::new(&plan.exec_path, &plan.argv, &plan.env).unwrap();
-    let cwd = CString::new(plan.cwd.as_str()).unwrap();
+    let ready = ProgramArgs::of(
+        &plan.exec_path,
+        &plan.argv,
+        &plan.env,
+        plan.cwd.as_str(),
+        &plan.rlimits,
+    )
+    .unwrap();
+    program_with(k, plan, Some(ready))
+}
+
+/// [`program`] with the program part `ready` before the fork, or (`None`)
+/// received by the process itself, as in a held sandbox.
+fn program_with(
+    k: &mut Fake,
+    plan: &SandboxPlan,
+    ready: Option<ProgramArgs>,
+) -> (Failure, Vec<(HelperMessage, usize)>) {
     let filters = plan.security.filters.to_bpf();
     let last = LastSteps {
-        exec: &exec,
-        cwd: &cwd,
-        path: &plan.exec_path,
-        rlimits: &plan.rlimits,
         landlock_required: plan.security.landlock.required,
         landlock_full: plan.security.landlock.require_full,
         filters: &filters,
     };
     let (mut ctrl, peer) = control();
-    let failure = init::program_steps(k, &last, (), &mut ctrl);
+    let failure = init::program_steps(k, &last, (), ready, &mut ctrl);
     drop(ctrl);
     (failure, messages(peer))
 }
@@ -844,6 +854,9 @@ fn program_steps_follow_the_hardening_order() {
             Step::ResetSignals,
             Step::Setsid,
             Step::ParentDeathSignal(libc::SIGKILL),
+            Step::DropCapabilities,
+            Step::NoNewPrivs,
+            Step::LandlockRestrictSelf,
             Step::GetRlimit(libc::RLIMIT_CORE),
             Step::SetRlimit {
                 resource: libc::RLIMIT_CORE,
@@ -856,10 +869,7 @@ fn program_steps_follow_the_hardening_order() {
                 soft: 1024,
                 hard: 1024,
             },
-            Step::DropCapabilities,
-            Step::NoNewPrivs,
             Step::Chdir("/workspace".into()),
-            Step::LandlockRestrictSelf,
             Step::SeccompInstall { instructions: 3 },
             Step::SeccompInstall { instructions: 2 },
             Step::Execve,
@@ -871,12 +881,79 @@ fn program_steps_follow_the_hardening_order() {
     let caps = at(Step::DropCapabilities);
     let nnp = at(Step::NoNewPrivs);
     let landlock = at(Step::LandlockRestrictSelf);
+    let chdir = at(Step::Chdir("/workspace".into()));
     let first_seccomp = pos(s, |x| matches!(x, Step::SeccompInstall { .. }));
-    assert!(last_rlimit < caps, "rlimits before the capability drop");
     assert!(caps < nnp, "capabilities dropped before no_new_privs");
     assert!(nnp < landlock, "no_new_privs before Landlock");
+    assert!(last_rlimit < first_seccomp, "rlimits before seccomp");
+    assert!(chdir < first_seccomp, "chdir before seccomp");
     assert!(landlock < first_seccomp, "Landlock before seccomp");
     assert_eq!(sent, [landlock_layers("fully_enforced", 6)]);
+}
+
+/// A held sandbox forks its program's process ahead of the run: it takes
+/// every step that does not depend on the program part, then waits for
+/// it, and only then sets the run's rlimits and working directory,
+/// reports its layers and installs seccomp.
+#[test]
+fn a_held_program_waits_for_its_run_after_every_step_that_does_not_need_it() {
+    let plan = plan();
+    let mut k = fake();
+    let mut run = plan.program();
+    run.cwd = path("/workspace/sub");
+    run.argv = vec!["/bin/true".into(), "--run".into()];
+    run.rlimits = vec![Rlimit {
+        kind: RlimitKind::CpuTime,
+        soft: 7,
+        hard: 7,
+    }];
+    k.program = Some(run);
+    let (failure, sent) = program_with(&mut k, &plan, None);
+    assert_eq!(
+        k.steps,
+        [
+            Step::ResetSignals,
+            Step::Setsid,
+            Step::ParentDeathSignal(libc::SIGKILL),
+            Step::DropCapabilities,
+            Step::NoNewPrivs,
+            Step::LandlockRestrictSelf,
+            Step::ReceiveProgram,
+            // The run's rlimits and directory, not the held plan's.
+            Step::GetRlimit(libc::RLIMIT_CPU),
+            Step::SetRlimit {
+                resource: libc::RLIMIT_CPU,
+                soft: 7,
+                hard: 7,
+            },
+            Step::Chdir("/workspace/sub".into()),
+            Step::SeccompInstall { instructions: 3 },
+            Step::SeccompInstall { instructions: 2 },
+            Step::Execve,
+        ]
+    );
+    assert_eq!(sent, [landlock_layers("fully_enforced", 6)]);
+    // The fake's execve "returned": the failure names the run's program.
+    assert_eq!(failure.kind, FailureKind::ExecFailed);
+}
+
+#[test]
+fn a_held_program_given_no_valid_program_stops_before_seccomp() {
+    let plan = plan();
+    let mut k = fake();
+    let (failure, sent) = program_with(&mut k, &plan, None);
+    assert_eq!(k.steps.last(), Some(&Step::ReceiveProgram));
+    assert_eq!(failure.kind, FailureKind::Protocol);
+    assert_eq!(failure.status, crate::EXIT_CORRAL_ERROR);
+    assert!(sent.is_empty(), "no layers reported: {sent:?}");
+    // A program part that cannot be executed (a NUL byte) stops there too.
+    let mut k = fake();
+    let mut run = plan.program();
+    run.argv = vec!["/bin/true".into(), "a\0b".into()];
+    k.program = Some(run);
+    let (failure, _) = program_with(&mut k, &plan, None);
+    assert_eq!(k.steps.last(), Some(&Step::ReceiveProgram));
+    assert_eq!(failure.kind, FailureKind::ExecFailed);
 }
 
 #[test]
