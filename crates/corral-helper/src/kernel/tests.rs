@@ -842,6 +842,19 @@ fn landlock_layers(status: &str, abi: i32) -> (HelperMessage, usize) {
     )
 }
 
+/// The program's steps that need no run, in order: a held sandbox's
+/// process takes them before it waits for its program part.
+fn needs_no_run() -> Vec<Step> {
+    vec![
+        Step::ResetSignals,
+        Step::Setsid,
+        Step::ParentDeathSignal(libc::SIGKILL),
+        Step::DropCapabilities,
+        Step::NoNewPrivs,
+        Step::LandlockRestrictSelf,
+    ]
+}
+
 #[test]
 fn program_steps_follow_the_hardening_order() {
     let plan = plan();
@@ -851,29 +864,27 @@ fn program_steps_follow_the_hardening_order() {
     assert_eq!(
         *s,
         [
-            Step::ResetSignals,
-            Step::Setsid,
-            Step::ParentDeathSignal(libc::SIGKILL),
-            Step::DropCapabilities,
-            Step::NoNewPrivs,
-            Step::LandlockRestrictSelf,
-            Step::GetRlimit(libc::RLIMIT_CORE),
-            Step::SetRlimit {
-                resource: libc::RLIMIT_CORE,
-                soft: 0,
-                hard: 0,
-            },
-            Step::GetRlimit(libc::RLIMIT_NOFILE),
-            Step::SetRlimit {
-                resource: libc::RLIMIT_NOFILE,
-                soft: 1024,
-                hard: 1024,
-            },
-            Step::Chdir("/workspace".into()),
-            Step::SeccompInstall { instructions: 3 },
-            Step::SeccompInstall { instructions: 2 },
-            Step::Execve,
+            needs_no_run().as_slice(),
+            &[
+                Step::GetRlimit(libc::RLIMIT_CORE),
+                Step::SetRlimit {
+                    resource: libc::RLIMIT_CORE,
+                    soft: 0,
+                    hard: 0,
+                },
+                Step::GetRlimit(libc::RLIMIT_NOFILE),
+                Step::SetRlimit {
+                    resource: libc::RLIMIT_NOFILE,
+                    soft: 1024,
+                    hard: 1024,
+                },
+                Step::Chdir("/workspace".into()),
+                Step::SeccompInstall { instructions: 3 },
+                Step::SeccompInstall { instructions: 2 },
+                Step::Execve,
+            ],
         ]
+        .concat()
     );
     // The same order, rule by rule (so a failure names the broken rule).
     let at = |step: Step| pos(s, |x| *x == step);
@@ -912,25 +923,23 @@ fn a_held_program_waits_for_its_run_after_every_step_that_does_not_need_it() {
     assert_eq!(
         k.steps,
         [
-            Step::ResetSignals,
-            Step::Setsid,
-            Step::ParentDeathSignal(libc::SIGKILL),
-            Step::DropCapabilities,
-            Step::NoNewPrivs,
-            Step::LandlockRestrictSelf,
-            Step::ReceiveProgram,
-            // The run's rlimits and directory, not the held plan's.
-            Step::GetRlimit(libc::RLIMIT_CPU),
-            Step::SetRlimit {
-                resource: libc::RLIMIT_CPU,
-                soft: 7,
-                hard: 7,
-            },
-            Step::Chdir("/workspace/sub".into()),
-            Step::SeccompInstall { instructions: 3 },
-            Step::SeccompInstall { instructions: 2 },
-            Step::Execve,
+            needs_no_run().as_slice(),
+            &[
+                Step::ReceiveProgram,
+                // The run's rlimits and directory, not the held plan's.
+                Step::GetRlimit(libc::RLIMIT_CPU),
+                Step::SetRlimit {
+                    resource: libc::RLIMIT_CPU,
+                    soft: 7,
+                    hard: 7,
+                },
+                Step::Chdir("/workspace/sub".into()),
+                Step::SeccompInstall { instructions: 3 },
+                Step::SeccompInstall { instructions: 2 },
+                Step::Execve,
+            ],
         ]
+        .concat()
     );
     assert_eq!(sent, [landlock_layers("fully_enforced", 6)]);
     // The fake's execve "returned": the failure names the run's program.
