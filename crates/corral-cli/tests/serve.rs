@@ -866,6 +866,59 @@ fn back_to_back_executions_on_one_slot_are_never_busy_and_leave_nothing() {
     });
 }
 
+/// A server told to stop while an execution runs (its client still
+/// connected) kills it once the connections' drain is over and waits only
+/// for its teardown, not for the execution's own timeout (300 s here):
+/// nothing of the sandbox is left after the server exits.
+#[test]
+fn a_stop_kills_running_executions_and_leaves_nothing() {
+    let mut s = start_server("", &["--max-concurrent", "1"]);
+    let server = s.child.id();
+    let v1 = is_root() && std::path::Path::new("/sys/fs/cgroup/memory/corral").is_dir();
+    let addr = s.addr.clone();
+    let client = std::thread::spawn(move || {
+        http(
+            &addr,
+            "POST",
+            "/v1/executions",
+            None,
+            Some(r#"{"command": ["sh", "-c", "sleep 117.25"]}"#),
+        )
+    });
+    wait_until(10, "the execution to run", || {
+        process_running("sleep", "117.25")
+    });
+    let _ = std::process::Command::new("kill")
+        .args(["-TERM", &server.to_string()])
+        .status();
+    let stopping = Instant::now();
+    let status = loop {
+        if let Some(status) = s.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            stopping.elapsed() < Duration::from_secs(40),
+            "the server is still waiting for its running execution"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(status.success(), "{status}");
+    let _ = client.join();
+    assert!(
+        !process_running("sleep", "117.25"),
+        "the program outlived the server"
+    );
+    if v1 {
+        assert_eq!(memory_groups(server), Vec::<String>::new());
+    }
+    let left: Vec<_> = std::fs::read_dir(s.path().join("work"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert!(left.is_empty(), "left in the work directory: {left:?}");
+}
+
 /// A program's start time and its sandbox's init's, in clock ticks since
 /// boot, and its namespaces, as a Python snippet prints them (one JSON
 /// line).

@@ -38,7 +38,8 @@
 //!       └─ init (PID 1 of the new pid namespace): build the root
 //!            filesystem → pivot_root → hostname, loopback → non-dumpable
 //!            └─ program: reset signals → setsid → PDEATHSIG → drop every
-//!                 capability → no_new_privs → chdir → execve
+//!                 capability → no_new_privs → Landlock → [held: wait for
+//!                 the program part] → rlimits → chdir → seccomp → execve
 //! ```
 #![forbid(unsafe_code)]
 

@@ -185,10 +185,11 @@ pub struct SandboxPlan {
     pub reduced: Option<ReducedPlan>,
     /// The network mode.
     pub network: NetworkMode,
-    /// Build the whole sandbox, then wait for the program: init stops
-    /// before its fork of the program until a [`crate::PROGRAM_MESSAGE`]
-    /// brings the run's stdio and its [`ProgramPlan`]. A server prepares
-    /// sandboxes this way ahead of its requests (each used once).
+    /// Build the whole sandbox, then wait for the program: init forks the
+    /// program's process at once, which takes its steps that need no run
+    /// and waits until a [`crate::PROGRAM_MESSAGE`] brings the run's stdio
+    /// and its [`ProgramPlan`]. A server prepares sandboxes this way ahead
+    /// of its requests (each used once).
     #[serde(default)]
     pub hold: bool,
     /// cgroup v1 `tasks` files a re-executed helper writes `0` to, before

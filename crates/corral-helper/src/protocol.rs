@@ -91,8 +91,9 @@ pub const PLAN_MESSAGE: &[u8] = b"plan";
 /// The bytes of the message that starts the program of a held sandbox
 /// ([`crate::SandboxPlan::hold`]): the run's stdin, stdout and stderr and
 /// a sealed memfd holding its [`crate::ProgramPlan`] as JSON are attached
-/// (`SCM_RIGHTS`), in that order. init reads it; end of file instead means
-/// corral let the sandbox go unused.
+/// (`SCM_RIGHTS`), in that order. The program's process, forked ahead by
+/// init, reads it; end of file instead means corral let the sandbox go
+/// unused.
 pub const PROGRAM_MESSAGE: &[u8] = b"program";
 
 /// What the parent sends a forked helper (which already has its plan) once

@@ -141,9 +141,10 @@ impl PreparedSandbox {
         self.group.finish();
     }
 
-    /// Lets an unused sandbox go: init sees its control socket close and
-    /// exits, which ends the pid namespace; the helper follows and is
-    /// reaped, then the (empty) group is removed.
+    /// Lets an unused sandbox go: the program's process waiting in it sees
+    /// its control socket close and exits, init reaps it and exits, which
+    /// ends the pid namespace; the helper follows and is reaped, then the
+    /// (empty) group is removed.
     pub fn release(self) {
         drop(self.helper);
         self.group.finish();

@@ -381,11 +381,12 @@ impl Pump {
     }
 
     /// Whether the sandbox still runs: its control socket closes only when
-    /// the helper, the last of its processes, has ended. After that the
-    /// pump only hands what is left to the reader, and the timeout no
-    /// longer applies.
+    /// the helper, the last of its processes, has ended, and nothing of the
+    /// program runs once init has reported its end. After that the pump
+    /// only hands what is left to the reader, and the timeout no longer
+    /// applies.
     pub(crate) fn sandbox_running(&self) -> bool {
-        self.ctrl.is_some()
+        self.ctrl.is_some() && self.exited.is_none()
     }
 
     /// Stops passing live output on: after a kill, once the reader has had

@@ -104,7 +104,10 @@ pub async fn serve(
     )
     .await
     .map_err(ServerError::Serve);
-    // Answered executions may still be tearing their sandboxes down.
+    // Executions still running (their clients outlasted the drain) are
+    // killed; answered ones may still be tearing their sandboxes down.
+    // Both give their sandbox permit back once the sandbox is gone.
+    state.cancel_all();
     let _ = state
         .sandboxes
         .acquire_many(state.config.server.max_concurrent)

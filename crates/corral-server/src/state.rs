@@ -122,6 +122,10 @@ pub struct AppState {
     /// before the teardown, and this keeps that from letting more
     /// sandboxes exist than the server allows.
     pub sandboxes: Arc<Semaphore>,
+    /// The cancel flags of the executions in flight (weak: an ended
+    /// execution's goes away with it), so that a server that stops kills
+    /// them before it waits for their sandboxes ([`AppState::cancel_all`]).
+    pub in_flight: std::sync::Mutex<Vec<std::sync::Weak<std::sync::atomic::AtomicBool>>>,
     /// Audit records.
     pub audit: Arc<AuditStore>,
     /// Audit events (refusals, the supervisor's decisions).
@@ -140,6 +144,29 @@ pub struct AppState {
 }
 
 impl AppState {
+    /// A new execution's cancel flag, known to [`AppState::cancel_all`].
+    pub fn cancel_flag(&self) -> Arc<std::sync::atomic::AtomicBool> {
+        let flag = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        if let Ok(mut flags) = self.in_flight.lock() {
+            flags.retain(|f| f.strong_count() > 0);
+            flags.push(Arc::downgrade(&flag));
+        }
+        flag
+    }
+
+    /// Kills every execution in flight (a stopping server): each ends as a
+    /// cancelled one, is answered if its client is still there, and tears
+    /// its sandbox down.
+    pub fn cancel_all(&self) {
+        let flags = match self.in_flight.lock() {
+            Ok(flags) => flags.iter().filter_map(std::sync::Weak::upgrade).collect(),
+            Err(_) => Vec::new(),
+        };
+        for flag in flags {
+            flag.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
     /// Waits for room for one more sandbox (see [`AppState::sandboxes`]):
     /// only ever for an answered execution's teardown, milliseconds.
     pub async fn sandbox_permit(
@@ -211,6 +238,7 @@ impl AppState {
             refusals: crate::api::RefusalLimiter::default(),
             global: Arc::new(Semaphore::new(s.max_concurrent as usize)),
             sandboxes: Arc::new(Semaphore::new(s.max_concurrent as usize)),
+            in_flight: std::sync::Mutex::new(Vec::new()),
             commands,
             tenants,
             audit,

@@ -3,7 +3,7 @@
 
 use std::borrow::Cow;
 use std::convert::Infallible;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -90,7 +90,7 @@ pub(super) async fn create(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let Admitted { job, slots, tenant } = admit(&st, authed, &body)?;
-    let cancel = Arc::new(AtomicBool::new(false));
+    let cancel = st.cancel_flag();
     // A client that goes away drops this handler: the execution is killed.
     let mut guard = CancelOnDrop::new(cancel.clone());
     let sandbox = st.sandbox_permit().await?;
@@ -203,7 +203,7 @@ pub(super) async fn stream(
     let tap: corral_launcher::OutputTap =
         Arc::new(move |stream: u8, data: &[u8]| tap_queue.push(stream, data));
     let dropped = queue.clone();
-    let cancel = Arc::new(AtomicBool::new(false));
+    let cancel = st.cancel_flag();
     let guard = CancelOnDrop::new(cancel.clone());
     let sandbox = st.sandbox_permit().await?;
     let state = st.clone();
@@ -231,6 +231,9 @@ pub(super) async fn stream(
         // waits for room rather than drop it (fails only if the client
         // left; the queue holds at most `start` before it).
         let _ = tx.blocking_send((true, event("result", &end)));
+        // The response ends here: a keep-alive client's next request does
+        // not wait for the teardown.
+        drop(tx);
         cleanup.finish();
         drop(sandbox);
     });

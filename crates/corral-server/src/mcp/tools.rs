@@ -2,8 +2,7 @@
 //! typed functions as `POST /v1/executions`, the file tools on the
 //! session's workspace.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use rmcp::model::{CallToolResult, ContentBlock};
@@ -245,7 +244,7 @@ impl CorralMcp {
         st.metrics.started.fetch_add(1, Ordering::Relaxed);
         st.metrics.queue_wait("mcp", accepted.elapsed());
         let job = Job::new(id, t.tenant.name.clone(), prepared);
-        let cancel = Arc::new(AtomicBool::new(false));
+        let cancel = st.cancel_flag();
         let mut guard = CancelOnDrop::new(cancel.clone());
         let state = st.clone();
         let flag = cancel.clone();
