@@ -142,7 +142,8 @@ pub(crate) struct Failure {
 
 /// Entry point of `corral __sandbox-helper`. Never returns.
 pub fn main() -> ! {
-    let Ok(ctrl) = fd::take_inherited(fd::HELPER_CONTROL_FD) else {
+    // The control socket comes as stdin (see `take_control_from_stdin`).
+    let Ok(ctrl) = fd::take_control_from_stdin(fd::HELPER_CONTROL_FD) else {
         eprintln!("corral: the sandbox helper is internal; run `corral run` instead");
         process::exit_now(EXIT_CORRAL_ERROR);
     };

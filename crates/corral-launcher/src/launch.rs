@@ -9,9 +9,9 @@
 //! memory stays flat whatever the program prints, and past the kill
 //! ceiling (when there is one) the whole sandbox is killed.
 //!
-//! Nothing here runs between fork and exec except the fd placement in
-//! [`corral_sys::fd::pass_fd_as`], so it is safe to call from a
-//! multi-threaded server.
+//! Nothing here runs between fork and exec (re-executed helpers are
+//! started with `posix_spawn`, see [`ReadyHelper::spawn`]), so it is safe
+//! to call from a multi-threaded server.
 
 use std::fs::File;
 use std::os::fd::AsRawFd;

@@ -2,7 +2,6 @@
 //! polling, and placing an fd at a fixed number in a spawned child.
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::process::Command;
 
 use crate::{cvt, cvt_len, Errno, SysResult};
 
@@ -52,29 +51,6 @@ pub fn set_nonblocking(fd: RawFd) -> SysResult<()> {
     let flags = cvt(unsafe { libc::fcntl(fd, libc::F_GETFL) })?;
     // SAFETY: as above.
     cvt(unsafe { libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) }).map(drop)
-}
-
-/// Arranges for `fd` to appear as `target` (without close-on-exec) in the
-/// child `cmd` spawns. The closure runs between fork and exec of a possibly
-/// multi-threaded process, so it only calls `dup2`/`fcntl`, which are
-/// async-signal-safe, and allocates nothing.
-pub fn pass_fd_as(cmd: &mut Command, fd: &OwnedFd, target: RawFd) {
-    use std::os::unix::process::CommandExt;
-    let src = fd.as_raw_fd();
-    // SAFETY: the closure only makes async-signal-safe calls (dup2, fcntl)
-    // on integers captured by value; it allocates nothing and takes no lock.
-    unsafe {
-        cmd.pre_exec(move || {
-            if src == target {
-                if libc::fcntl(target, libc::F_SETFD, 0) < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-            } else if libc::dup2(src, target) < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
 }
 
 /// One fd to watch with [`poll`].
@@ -132,6 +108,40 @@ pub fn poll(fds: &mut [PollFd], timeout_ms: i32) -> SysResult<usize> {
         p.ready = r.revents != 0;
     }
     Ok(n)
+}
+
+/// Takes the control socket a re-executed helper finds as its stdin and
+/// puts it at `target` (close-on-exec), with `/dev/null` on 0 instead.
+/// corral starts its helpers with `posix_spawn`, which places nothing but
+/// stdio: no code of corral's runs between fork and exec, and the
+/// multi-threaded parent's address space is never copied. Fails, touching
+/// nothing, when stdin is not a `SOCK_SEQPACKET` socket (the helper was
+/// started by hand).
+pub fn take_control_from_stdin(target: RawFd) -> SysResult<OwnedFd> {
+    let mut kind: libc::c_int = 0;
+    let mut len = libc::socklen_t::try_from(std::mem::size_of::<libc::c_int>())
+        .map_err(|_| Errno(libc::EINVAL))?;
+    // SAFETY: getsockopt writes at most `len` bytes into `kind`, which
+    // lives across the call.
+    cvt(unsafe {
+        libc::getsockopt(
+            0,
+            libc::SOL_SOCKET,
+            libc::SO_TYPE,
+            std::ptr::addr_of_mut!(kind).cast(),
+            &mut len,
+        )
+    })?;
+    if kind != libc::SOCK_SEQPACKET {
+        return Err(Errno(libc::ENOTSOCK));
+    }
+    // SAFETY: dup3 on integers: `target` is the control socket's number,
+    // which this freshly started helper owns (whatever was there is
+    // closed by dup3).
+    cvt(unsafe { libc::dup3(0, target, libc::O_CLOEXEC) })?;
+    stdio_to_devnull();
+    // SAFETY: dup3 made `target` a new fd that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(target) })
 }
 
 /// Takes ownership of an fd inherited at a fixed number (the helper's
