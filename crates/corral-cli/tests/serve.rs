@@ -825,6 +825,12 @@ fn helpers_and_sandboxes_wait_ahead_and_leave_with_the_server() {
             "waiting helper or sandbox {pid} outlived the server: {stat:?}"
         );
     }
+    assert_nothing_left(&s, server);
+}
+
+/// After `server` (of `s`) has stopped: no cgroup of its own and nothing
+/// in its work directory.
+fn assert_nothing_left(s: &Server, server: u32) {
     assert_eq!(memory_groups(server), Vec::<String>::new());
     let left: Vec<_> = std::fs::read_dir(s.path().join("work"))
         .unwrap()
@@ -874,7 +880,6 @@ fn back_to_back_executions_on_one_slot_are_never_busy_and_leave_nothing() {
 fn a_stop_kills_running_executions_and_leaves_nothing() {
     let mut s = start_server("", &["--max-concurrent", "1"]);
     let server = s.child.id();
-    let v1 = is_root() && std::path::Path::new("/sys/fs/cgroup/memory/corral").is_dir();
     let addr = s.addr.clone();
     let client = std::thread::spawn(move || {
         http(
@@ -908,15 +913,7 @@ fn a_stop_kills_running_executions_and_leaves_nothing() {
         !process_running("sleep", "117.25"),
         "the program outlived the server"
     );
-    if v1 {
-        assert_eq!(memory_groups(server), Vec::<String>::new());
-    }
-    let left: Vec<_> = std::fs::read_dir(s.path().join("work"))
-        .unwrap()
-        .flatten()
-        .map(|e| e.file_name())
-        .collect();
-    assert!(left.is_empty(), "left in the work directory: {left:?}");
+    assert_nothing_left(&s, server);
 }
 
 /// A program's start time and its sandbox's init's, in clock ticks since
