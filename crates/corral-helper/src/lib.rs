@@ -34,6 +34,7 @@
 //! corral (parent; may be multi-threaded)
 //!  └─ helper: read plan → [root: become the sandbox uid] → PDEATHSIG
 //!       → unshare(user) → uid/gid maps → max_user_namespaces 0
+//!       → non-dumpable
 //!       → unshare(mnt,pid,ipc,uts,net,cgroup)
 //!       └─ init (PID 1 of the new pid namespace): build the root
 //!            filesystem → pivot_root → hostname, loopback → non-dumpable
@@ -380,6 +381,15 @@ pub(crate) fn helper_steps<K: Kernel, P>(
             ),
         )
     })?;
+    // 4c. Non-dumpable again, now that the maps are written (the one
+    //    reason step 2 made us dumpable): the helper holds the plan (the
+    //    run's environment, its secrets) for the whole run, and a dumpable
+    //    process can be ptraced, and its memory read, by any host process
+    //    of the same uid, which as root is the shared 65534 (prctl(2),
+    //    PR_SET_DUMPABLE; ptrace(2), "Ptrace access mode checking"). init
+    //    inherits it.
+    k.set_dumpable(false)
+        .map_err(|e| (FailureKind::Privileges, format!("PR_SET_DUMPABLE: {e}")))?;
     // 5. Every other namespace, owned by the new user namespace.
     // Network mode `host` keeps the host's network namespace (explicit,
     // and reported loudly by the caller).

@@ -133,3 +133,62 @@ say('copied', dst.value)
          process_vm_writev True EPERM\ncopied b''\n",
     );
 }
+
+/// As root the helper runs as the sandbox's uid for the whole run, and it
+/// holds the plan (the run's environment) in memory. That uid (65534) is
+/// shared with host daemons: none of them may read the helper's memory
+/// or its init's, or attach to them.
+#[test]
+fn host_processes_of_the_sandbox_uid_cannot_read_the_helper_or_init() {
+    if !is_root() {
+        eprintln!(
+            "SKIP: root only (unprivileged, the helper runs as the caller's own uid, whose processes may trace each other anyway)"
+        );
+        return;
+    }
+    let mut run = corral_run()
+        .args(["--", "sh", "-c", "sleep 3 # corral-helper-memory-test"])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("corral run");
+    let corral = i32::try_from(run.id()).unwrap();
+    let mut pids = Vec::new();
+    wait_until(10, "the helper and its init", || {
+        pids = children_of(corral);
+        if let Some(helper) = pids.first().copied() {
+            pids.extend(children_of(helper));
+        }
+        pids.len() == 2 && process_running("sleep", "")
+    });
+    // A host process of uid 65534 (set up as root, then dropped): /proc's
+    // mem and PTRACE_ATTACH, each refused.
+    let probe = r#"
+import ctypes, errno, os, sys
+os.setgroups([]); os.setgid(65534); os.setuid(65534)
+libc = ctypes.CDLL(None, use_errno=True)
+for pid in map(int, sys.argv[1:]):
+    try:
+        open(f"/proc/{pid}/mem", "rb").close()
+        mem = "opened"
+    except OSError as e:
+        mem = errno.errorcode[e.errno]
+    r = libc.ptrace(16, pid, 0, 0)  # PTRACE_ATTACH
+    attach = "attached" if r == 0 else errno.errorcode[ctypes.get_errno()]
+    print(mem, attach)
+"#;
+    let out = std::process::Command::new("/usr/bin/python3")
+        .arg("-c")
+        .arg(probe)
+        .args(pids.iter().map(ToString::to_string))
+        .output()
+        .expect("probe");
+    let _ = run.kill();
+    let _ = run.wait();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(
+        text,
+        "EACCES EPERM\nEACCES EPERM\n",
+        "helper and init ({pids:?}) as a host process of uid 65534 sees them; stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

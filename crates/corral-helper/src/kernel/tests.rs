@@ -1141,6 +1141,8 @@ fn helper_steps_create_the_user_namespace_first_then_the_others() {
                 path: "/proc/sys/user/max_user_namespaces".into(),
                 contents: "0".into(),
             },
+            // The maps written, nothing may read this process's memory.
+            Step::SetDumpable(false),
             Step::Unshare(
                 ns::CLONE_NEWNS
                     | ns::CLONE_NEWPID
@@ -1254,14 +1256,15 @@ fn any_failing_helper_step_stops_everything_after_it() {
         // PDEATHSIG failing is the quiet exit, tested on its own.
         |s| matches!(s, Step::ParentDeathSignal(_) | Step::Getppid),
         |s| match s {
-            Step::BecomeUser { .. } | Step::SetDumpable(_) => FailureKind::Identity,
+            Step::BecomeUser { .. } | Step::SetDumpable(true) => FailureKind::Identity,
+            Step::SetDumpable(false) => FailureKind::Privileges,
             Step::Unshare(f) if *f == ns::CLONE_NEWUSER => FailureKind::UserNamespace,
             Step::WriteProcFile { .. } => FailureKind::UserNamespace,
             Step::Unshare(_) => FailureKind::Namespace,
             _ => FailureKind::Setup,
         },
     );
-    assert_eq!(tried, 10);
+    assert_eq!(tried, 11);
 }
 
 #[test]
