@@ -252,11 +252,20 @@ fn execute_run(
         }
         None => None,
     };
-    // A re-executed helper may be waiting already, maybe in its group.
-    let taken = match opts.helper {
-        HelperStart::ReExec if held.is_some() => None,
-        HelperStart::ReExec => {
-            let started = match opts.prestarted {
+    // The sandbox built ahead, or a re-executed helper that may be waiting
+    // already, maybe in its group; the forked CLI helper starts in launch.
+    let (started, waiting_group, former_group) = match (opts.helper, held) {
+        (_, Some((helper, group))) => {
+            let contained = group.as_containment().is_some();
+            let started = StartedHelper {
+                helper,
+                contained,
+                holding: true,
+            };
+            (Some(started), Some(group), None)
+        }
+        (HelperStart::ReExec, None) => {
+            let waiting = match opts.prestarted {
                 Some(source) => source(&profile.limits),
                 None => ReadyHelper::spawn().map(|helper| Prestarted {
                     helper,
@@ -265,46 +274,22 @@ fn execute_run(
                     former_group: None,
                 }),
             };
-            match started {
-                Ok(p) => Some(p),
-                Err(e) => {
-                    return Err(refusal(
-                        EXIT_CORRAL_ERROR,
-                        "sandbox.launch",
-                        format!("starting the sandbox helper: {e}"),
-                        events,
-                    ))
-                }
-            }
+            let t = waiting.map_err(|e| {
+                refusal(
+                    EXIT_CORRAL_ERROR,
+                    "sandbox.launch",
+                    format!("starting the sandbox helper: {e}"),
+                    events.clone(),
+                )
+            })?;
+            let started = StartedHelper {
+                helper: t.helper,
+                contained: t.contained && t.group.is_some(),
+                holding: false,
+            };
+            (Some(started), t.group, t.former_group)
         }
-        HelperStart::Fork => None,
-    };
-    let (started, waiting_group, former_group) = match (taken, held) {
-        (_, Some((helper, group))) => {
-            let contained = group.as_containment().is_some();
-            (
-                Some(StartedHelper {
-                    helper,
-                    contained,
-                    holding: true,
-                }),
-                Some(group),
-                None,
-            )
-        }
-        (Some(t), None) => {
-            let contained = t.contained && t.group.is_some();
-            (
-                Some(StartedHelper {
-                    helper: t.helper,
-                    contained,
-                    holding: false,
-                }),
-                t.group,
-                t.former_group,
-            )
-        }
-        (None, None) => (None, None, None),
+        (HelperStart::Fork, None) => (None, None, None),
     };
     let containment = match waiting_group {
         Some(group) => group,

@@ -223,6 +223,19 @@ fn spawn_err(what: &'static str) -> impl FnOnce(std::io::Error) -> LaunchError {
     move |source| LaunchError::Spawn { what, source }
 }
 
+/// Puts a helper that has done nothing yet into `c`. Where it can join by
+/// itself (cgroup v1: writing `0` to each `tasks` file takes no global
+/// lock across an RCU grace period), the files for its plan's
+/// `cgroup_join` are returned; otherwise it is moved by pid now and none
+/// are.
+pub(crate) fn contain_new_helper(c: &dyn Containment, pid: i32) -> std::io::Result<Vec<String>> {
+    let join = c.self_join_files();
+    if join.is_empty() {
+        c.add_process(pid)?;
+    }
+    Ok(join.iter().map(|p| p.display().to_string()).collect())
+}
+
 /// Sends a re-executed helper (or a held sandbox's init) the message that
 /// starts its run: `tag`, with the run's stdin, stdout and stderr and a
 /// sealed memfd holding `payload` attached. The payload goes in a memfd
@@ -386,11 +399,9 @@ pub(crate) fn launch_settling(
     // (see `SandboxPlan::cgroup_join`); otherwise it is moved by pid here.
     let mut self_join = Vec::new();
     if let Some(c) = containment.filter(|_| !contained) {
-        self_join = c.self_join_files();
-        if self_join.is_empty() {
-            if let Err(e) = c.add_process(helper_pid) {
-                return abort(LaunchError::Contain(e));
-            }
+        match contain_new_helper(c, helper_pid) {
+            Ok(join) => self_join = join,
+            Err(e) => return abort(LaunchError::Contain(e)),
         }
     }
     let sent = match opts.helper {
@@ -409,7 +420,7 @@ pub(crate) fn launch_settling(
                 serde_json::to_vec(plan).map(|p| (PLAN_MESSAGE, p))
             } else {
                 let mut joining = plan.clone();
-                joining.cgroup_join = self_join.iter().map(|p| p.display().to_string()).collect();
+                joining.cgroup_join = self_join;
                 serde_json::to_vec(&joining).map(|p| (PLAN_MESSAGE, p))
             };
             match message {

@@ -95,11 +95,8 @@ impl PreparedSandbox {
             // can (cgroup v1: no global lock held across an RCU grace
             // period), else moved by pid now.
             if let Some(c) = group.as_containment() {
-                let join = c.self_join_files();
-                if join.is_empty() {
-                    c.add_process(helper.pid()).map_err(start("cgroup"))?;
-                }
-                plan.cgroup_join = join.iter().map(|p| p.display().to_string()).collect();
+                plan.cgroup_join =
+                    crate::launch::contain_new_helper(c, helper.pid()).map_err(start("cgroup"))?;
             }
             let payload = serde_json::to_vec(&plan)
                 .map_err(|e| start("encode plan")(std::io::Error::other(e)))?;
