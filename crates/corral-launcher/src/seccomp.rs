@@ -19,6 +19,8 @@ use serde::Serialize;
 
 mod rules;
 
+#[cfg(test)]
+use rules::build_linear;
 pub use rules::INIT_ALLOWED;
 use rules::{Program, DENIED, STRICT_ALLOWED};
 
@@ -254,6 +256,199 @@ mod tests {
                 assert_eq!(prog[5].k, 0x8000_0000, "kill process");
             }
             assert_eq!(f.to_bpf()[0].len(), f.programs[0].len());
+        }
+    }
+
+    /// `struct seccomp_data` as the kernel lays it out for a filter.
+    struct SeccompData {
+        nr: u32,
+        arch: u32,
+        args: [u64; 6],
+    }
+
+    impl SeccompData {
+        /// The 32-bit word at `offset`, as `BPF_LD | BPF_W | BPF_ABS` reads it.
+        fn word(&self, offset: u32) -> u32 {
+            match offset {
+                0 => self.nr,
+                4 => self.arch,
+                8 | 12 => 0, // instruction_pointer
+                16..=63 if offset.is_multiple_of(4) => {
+                    let arg = self.args[(offset as usize - 16) / 8];
+                    let half = if offset.is_multiple_of(8) {
+                        arg
+                    } else {
+                        arg >> 32
+                    };
+                    (half & 0xffff_ffff) as u32
+                }
+                _ => panic!("load outside seccomp_data at {offset}"),
+            }
+        }
+    }
+
+    /// Runs a classic BPF program over `data` the way the kernel's
+    /// seccomp does, for the instructions corral's programs use; panics
+    /// on any other, on a jump out of the program and on a fall off its end.
+    fn run(program: &[rules::Bpf], data: &SeccompData) -> u32 {
+        run_counting(program, data).0
+    }
+
+    /// How many instructions `program` runs to decide `data`, unless it
+    /// looks at an argument first (the kernel's action cache stops there).
+    fn steps(program: &[rules::Bpf], data: &SeccompData) -> usize {
+        run_counting(program, data).1
+    }
+
+    /// Whether `program` loads an argument of `data` on its way.
+    fn reads_arguments(program: &[rules::Bpf], data: &SeccompData) -> bool {
+        run_counting(program, data).2
+    }
+
+    /// The decision, the instructions run up to the first load of an
+    /// argument (or to the end), and whether an argument was loaded.
+    fn run_counting(program: &[rules::Bpf], data: &SeccompData) -> (u32, usize, bool) {
+        let (mut a, mut pc, mut n, mut arguments) = (0u32, 0usize, 0usize, false);
+        loop {
+            if !arguments {
+                n += 1;
+            }
+            let i = program.get(pc).expect("jumped or fell out of the program");
+            pc += 1;
+            let branch = |taken: bool| usize::from(if taken { i.jt } else { i.jf });
+            match i.code {
+                0x20 => {
+                    arguments |= i.k >= 16;
+                    a = data.word(i.k)
+                }
+                0x54 => a &= i.k,
+                0x05 => pc += i.k as usize,
+                0x15 => pc += branch(a == i.k),
+                0x25 => pc += branch(a > i.k),
+                0x35 => pc += branch(a >= i.k),
+                0x45 => pc += branch(a & i.k != 0),
+                0x06 => return (i.k, n, arguments),
+                code => panic!("instruction {code:#x} not modelled"),
+            }
+        }
+    }
+
+    /// The values worth trying for each of the six arguments of
+    /// `program`: every constant compared with that argument after it is
+    /// loaded, its neighbours, 0 and the extremes, each in either half of
+    /// the 64-bit argument and with the other half 0 or all ones.
+    fn argument_edges(program: &[rules::Bpf]) -> [Vec<u64>; 6] {
+        let mut words: [Vec<u32>; 6] = Default::default();
+        let mut loaded = None;
+        for i in program {
+            match i.code {
+                0x20 => loaded = (i.k >= 16).then(|| (i.k as usize - 16) / 8),
+                0x15 | 0x25 | 0x35 | 0x45 | 0x54 => {
+                    if let Some(arg) = loaded {
+                        words[arg].extend([i.k, i.k.wrapping_add(1), i.k.wrapping_sub(1)]);
+                    }
+                }
+                _ => {}
+            }
+        }
+        words.map(|mut w| {
+            w.extend([0, 1, u32::MAX]);
+            let mut values: Vec<u64> = w
+                .iter()
+                .flat_map(|&w| {
+                    let w = u64::from(w);
+                    [
+                        w,
+                        w | 0xffff_ffff_0000_0000,
+                        w << 32,
+                        (w << 32) | 0xffff_ffff,
+                    ]
+                })
+                .collect();
+            values.sort_unstable();
+            values.dedup();
+            values
+        })
+    }
+
+    #[test]
+    fn the_search_tree_decides_every_syscall_as_the_linear_program_does() {
+        const AUDIT_ARCH_I386: u32 = 0x4000_0003;
+        let native = build_linear(Program::Clone3).unwrap()[1].k;
+        for p in Program::ALL {
+            let tree = rules::build(p).unwrap();
+            let linear = build_linear(p).unwrap();
+            assert!(tree.len() <= 4096, "{p:?}: within BPF_MAXINSNS");
+            let mut numbers: Vec<u32> = (0..1024).collect();
+            numbers.extend(
+                linear
+                    .iter()
+                    .flat_map(|i| [i.k, i.k.wrapping_add(1), i.k.wrapping_sub(1)]),
+            );
+            numbers.push(u32::MAX);
+            numbers.sort_unstable();
+            numbers.dedup();
+            numbers.extend((0..1024).map(|nr| nr | 0x4000_0000)); // x32
+            let values = argument_edges(&linear);
+            let mut argument_rules = 0;
+            for &nr in &numbers {
+                for arch in [native, AUDIT_ARCH_I386] {
+                    let mut data = SeccompData {
+                        nr,
+                        arch,
+                        args: [0; 6],
+                    };
+                    let first = run(&linear, &data);
+                    assert_eq!(run(&tree, &data), first, "{p:?}: nr {nr:#x} arch {arch:#x}");
+                    // A number whose rules look at its arguments: the edges
+                    // of every pair of the first three (no rule combines
+                    // more than two).
+                    if arch != native || !reads_arguments(&linear, &data) {
+                        continue;
+                    }
+                    argument_rules += 1;
+                    for (i, j) in [(0, 1), (0, 2), (1, 2)] {
+                        for &x in &values[i] {
+                            for &y in &values[j] {
+                                data.args = [0; 6];
+                                (data.args[i], data.args[j]) = (x, y);
+                                assert_eq!(
+                                    run(&tree, &data),
+                                    run(&linear, &data),
+                                    "{p:?}: nr {nr} args {:x?}",
+                                    data.args
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+            if matches!(p, Program::Main { .. }) {
+                assert!(
+                    argument_rules >= 3,
+                    "{p:?}: clone, ioctl, prlimit64 look at arguments"
+                );
+            }
+            // The point of the tree: a number of no argument rule is
+            // decided in a few steps (the linear program walked up to
+            // several hundred).
+            let longest = (0..512)
+                .map(|nr| SeccompData {
+                    nr,
+                    arch: native,
+                    args: [0; 6],
+                })
+                .filter(|data| !reads_arguments(&linear, data))
+                .map(|data| (steps(&tree, &data), steps(&linear, &data)))
+                .fold((0, 0), |(t, l), (a, b)| (t.max(a), l.max(b)));
+            assert!(longest.0 <= 16, "{p:?}: the tree takes {longest:?} steps");
+            if matches!(p, Program::Main { .. }) {
+                assert!(
+                    longest.1 > 100,
+                    "{p:?}: the linear program took {}",
+                    longest.1
+                );
+            }
         }
     }
 
