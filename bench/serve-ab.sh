@@ -8,6 +8,9 @@
 #
 #   ./bench/serve-ab.sh BIN_A BIN_B [BIN_C ...]
 #       ROUNDS=6 rounds of BLOCKS=8 blocks of PER=20 requests per server
+#       GAP=0 seconds of idle before each request (and each bare run):
+#       GAP=0.1 PER=4 BLOCKS=10 measures one execution at a time, as an agent that
+#       thinks between calls sends them, instead of back-to-back load
 #
 # Prints each round's p50 and p90 (ms) per binary with its p50 over bare
 # python3, then the means over the rounds.
@@ -16,6 +19,7 @@ set -euo pipefail
 ROUNDS=${ROUNDS:-6}
 BLOCKS=${BLOCKS:-8}
 PER=${PER:-20}
+GAP=${GAP:-0}
 PY=/usr/bin/python3
 TMP=$(mktemp -d /tmp/corral-serve-ab.XXXXXX)
 chmod 711 "$TMP"   # sandboxes (uid 65534 under root) pass through to their workspace
@@ -45,18 +49,20 @@ TOML
     ADDRS+=("$(sed -n 's|.*serving on http://||p' "$d/server.log")")
     i=$((i + 1))
 done
-echo "serve-ab: $ROUNDS rounds x $BLOCKS blocks x $PER requests per server, $(nproc) cores, $(date -u '+%Y-%m-%d %H:%M UTC')"
+echo "serve-ab: $ROUNDS rounds x $BLOCKS blocks x $PER requests per server, ${GAP} s idle before each, $(nproc) cores, $(date -u '+%Y-%m-%d %H:%M UTC')"
 BINS=("$@")
 for j in "${!BINS[@]}"; do
     echo "  [$j] ${BINS[$j]} at ${ADDRS[$j]}"
 done
-"$PY" - "$ROUNDS" "$BLOCKS" "$PER" "$PY" "${ADDRS[@]}" <<'PY'
+"$PY" - "$ROUNDS" "$BLOCKS" "$PER" "$GAP" "$PY" "${ADDRS[@]}" <<'PY'
 import http.client, json, statistics, subprocess, sys, time
-rounds, blocks, per, py = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-addrs = sys.argv[5:]
+rounds, blocks, per = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+gap, py = float(sys.argv[4]), sys.argv[5]
+addrs = sys.argv[6:]
 body = json.dumps({"command": ["python3", "-c", "print(1)"]})
 conns = [http.client.HTTPConnection(*a.rsplit(":", 1)) for a in addrs]
 def one(c):
+    time.sleep(gap)
     t = time.perf_counter()
     c.request("POST", "/v1/executions", body, {"content-type": "application/json"})
     r = c.getresponse()
@@ -65,6 +71,7 @@ def one(c):
         sys.exit(f"serve-ab: request failed: {r.status} {d[:300]!r}")
     return (time.perf_counter() - t) * 1000
 def bare():
+    time.sleep(gap)
     t = time.perf_counter()
     subprocess.run([py, "-c", "print(1)"], stdout=subprocess.DEVNULL, check=True)
     return (time.perf_counter() - t) * 1000
@@ -72,6 +79,8 @@ for c in conns:
     for _ in range(5):
         one(c)
 over = {i: [] for i in range(len(addrs))}
+every = {i: [] for i in range(len(addrs))}
+every_bare = []
 p90s = {i: [] for i in range(len(addrs))}
 for rnd in range(rounds):
     order = list(range(len(addrs)))
@@ -84,15 +93,19 @@ for rnd in range(rounds):
             res[i] += [one(conns[i]) for _ in range(per)]
         b += [bare() for _ in range(per)]
     b50 = statistics.median(b)
+    every_bare += b
     line = [f"round {rnd + 1}: bare p50 {b50:.2f}"]
     for i in range(len(addrs)):
         p50 = statistics.median(res[i])
         p90 = statistics.quantiles(res[i], n=10)[8]
         over[i].append(p50 - b50)
+        every[i] += res[i]
         p90s[i].append(p90)
         line.append(f"[{i}] p50 {p50:.2f} ({p50 - b50:+.2f}) p90 {p90:.2f}")
     print("  ".join(line), flush=True)
 for i in range(len(addrs)):
     print(f"[{i}] mean p50 over bare {statistics.mean(over[i]):+.2f} ms "
-          f"(rounds {min(over[i]):+.2f} to {max(over[i]):+.2f}), mean p90 {statistics.mean(p90s[i]):.2f} ms")
+          f"(rounds {min(over[i]):+.2f} to {max(over[i]):+.2f}), mean p90 {statistics.mean(p90s[i]):.2f} ms; "
+          f"p50 of all {len(every[i])} over that of all bare "
+          f"{statistics.median(every[i]) - statistics.median(every_bare):+.2f} ms")
 PY

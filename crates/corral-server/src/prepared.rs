@@ -84,6 +84,13 @@ pub fn keep_ready(state: Arc<AppState>, count: usize) {
     pool.start("corral-prepared", move || make(&state));
 }
 
+/// See [`crate::warm::answered`].
+pub(crate) fn answered() {
+    if let Some(pool) = POOL.get() {
+        pool.answered();
+    }
+}
+
 /// Stops the pool and lets every waiting sandbox go.
 pub fn shutdown() {
     if let Some(pool) = POOL.get() {

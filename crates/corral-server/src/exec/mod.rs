@@ -217,11 +217,16 @@ impl Cleanup {
     }
 
     fn release(&mut self) {
+        let ran = self.remains.is_some() || self.workspace.is_some();
         if let Some(remains) = self.remains.take() {
             remains.finish();
         }
         if let Some(ws) = self.workspace.take() {
             remove_workspace(ws);
+        }
+        // Off this run's path now: what it took may be replaced.
+        if ran {
+            crate::warm::answered();
         }
     }
 }

@@ -111,5 +111,9 @@ fn run_here(
     if let Some(remains) = remains {
         remains.finish();
     }
-    exec::record(state, job, started, response)
+    let recorded = exec::record(state, job, started, response);
+    // The helper this call took may be replaced now (see `warm::Pool`);
+    // a failed call leaves that to the pool's deadline.
+    crate::warm::answered();
+    recorded
 }
