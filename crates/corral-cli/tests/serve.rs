@@ -1032,6 +1032,64 @@ fn a_sandbox_built_ahead_counts_its_program_in_its_group() {
     assert_eq!(v["enforced"]["cgroup"]["version"], "v1", "{v}");
 }
 
+/// A request refused before its program starts (a command the profile
+/// does not allow) sent nothing to the sandbox built ahead it took: with
+/// no input files written into its workspace, that sandbox waits for the
+/// next request instead of being torn down (on the refused request's
+/// path) and built again. One whose files were written is let go, its
+/// workspace removed, and a new one built.
+#[test]
+fn a_refused_request_leaves_its_sandbox_built_ahead_to_the_next() {
+    let s = start_server("", &["--max-concurrent", "1"]);
+    let server = s.child.id();
+    wait_until(10, "a prepared sandbox", || {
+        prepared_sandboxes(server).len() == 1
+    });
+    let before = prepared_sandboxes(server);
+    let (status, v) = post(&s, None, r#"{"command": ["perl", "-e", "1"]}"#);
+    assert_eq!(status, 422, "{v}");
+    assert_eq!(v["error"]["code"], "command.not_allowed", "{v}");
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        prepared_sandboxes(server),
+        before,
+        "the same sandbox waits, not a new one"
+    );
+    // The next request runs in it: its init has the same pid.
+    let (status, v) = post(
+        &s,
+        None,
+        r#"{"command": ["python3", "-c", "import os; print(os.getppid())"]}"#,
+    );
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["stdout"], "1\n", "{v}");
+    wait_until(10, "its replacement", || {
+        let now = prepared_sandboxes(server);
+        now.len() == 1 && now != before
+    });
+    let before = prepared_sandboxes(server);
+    let ahead = s.work().join("ahead");
+    let count = |dir: &std::path::Path| std::fs::read_dir(dir).map(|d| d.count()).unwrap_or(0);
+    assert_eq!(count(&ahead), 1, "one workspace per sandbox built ahead");
+    let (status, v) = post(
+        &s,
+        None,
+        r#"{"command": ["perl"], "files": [{"path": "in.txt", "content": "x"}]}"#,
+    );
+    assert_eq!(status, 422, "{v}");
+    wait_until(
+        10,
+        "a sandbox built anew, the used workspace removed",
+        || {
+            let now = prepared_sandboxes(server);
+            now.len() == 1 && now != before && count(&ahead) == 1
+        },
+    );
+    let (status, v) = post(&s, None, r#"{"command": ["sh", "-c", "ls"]}"#);
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["stdout"], "", "the new sandbox's workspace is empty: {v}");
+}
+
 /// A server whose log lines (stderr after the first line) a thread hands
 /// over as they come, with `env` added to its environment.
 fn start_logged(flags: &[&str], env: &[(&str, &str)]) -> (Server, LogLines) {

@@ -44,8 +44,10 @@ pub struct ExecuteOptions {
     pub prestarted: Option<PrestartedSource>,
     /// With [`HelperStart::ReExec`]: a sandbox built ahead (a server's
     /// prepared pool). Used when the run's plan builds exactly that
-    /// sandbox with the same cgroup limits; otherwise let go, and the run
-    /// starts as without it.
+    /// sandbox with the same cgroup limits; otherwise the run starts as
+    /// without it and the sandbox is let go with the run's [`Remains`],
+    /// after the answer. A refused run hands it back untouched
+    /// ([`Refusal::unused`]).
     pub prepared: Option<PreparedSandbox>,
 }
 
@@ -80,6 +82,12 @@ pub struct Refusal {
     pub message: String,
     /// Security events up to the refusal.
     pub events: Vec<AuditEvent>,
+    /// The sandbox built ahead that the run was given
+    /// ([`ExecuteOptions::prepared`]), untouched: nothing was sent to it.
+    /// The caller may keep it for another run, or let it go after
+    /// answering (letting one go waits for its processes to end). Boxed:
+    /// a refusal is an `Err`, kept small.
+    pub unused: Option<Box<PreparedSandbox>>,
 }
 
 /// A finished run.
@@ -106,6 +114,8 @@ pub struct Remains {
     containment: Option<RunCgroup>,
     protection: Option<Protection>,
     former_group: Option<RunCgroup>,
+    /// A sandbox built ahead that this run's plan did not fit.
+    unused: Option<PreparedSandbox>,
 }
 
 impl Remains {
@@ -131,6 +141,9 @@ impl Remains {
         if let Some(group) = self.former_group.take() {
             group.finish();
         }
+        if let Some(sandbox) = self.unused.take() {
+            sandbox.release();
+        }
     }
 }
 
@@ -146,6 +159,7 @@ fn refusal(exit_code: i32, code: &str, message: String, events: Vec<AuditEvent>)
         code: code.into(),
         message,
         events,
+        unused: None,
     }
 }
 
@@ -162,10 +176,26 @@ pub fn execute(
     commands: &CommandTable,
     request: &RunRequest,
     lookup_env: &dyn Fn(&str) -> Option<String>,
-    opts: ExecuteOptions,
+    mut opts: ExecuteOptions,
     sink: &Arc<dyn EventSink>,
 ) -> Result<Execution, Refusal> {
-    let run = execute_run(profile, commands, request, lookup_env, opts, sink);
+    // Handed back (refused) or let go after the answer (did not fit)
+    // unless the run takes it: letting one go on the run's path would
+    // wait for its processes to end.
+    let mut prepared = opts.prepared.take();
+    let mut run = execute_run(
+        profile,
+        commands,
+        request,
+        lookup_env,
+        opts,
+        &mut prepared,
+        sink,
+    );
+    match &mut run {
+        Ok(done) => done.remains.unused = prepared,
+        Err(r) => r.unused = prepared.map(Box::new),
+    }
     if let Err(r) = &run {
         let (level, outcome) = if r.code == "sandbox.launch" {
             (Level::Error, "error")
@@ -186,13 +216,15 @@ pub fn execute(
     run
 }
 
-/// [`execute`] but for the `run.exit` of a refusal.
+/// [`execute`] but for the `run.exit` of a refusal; takes the sandbox
+/// built ahead out of `prepared` when the run fits it.
 fn execute_run(
     profile: &Profile,
     commands: &CommandTable,
     request: &RunRequest,
     lookup_env: &dyn Fn(&str) -> Option<String>,
     opts: ExecuteOptions,
+    prepared: &mut Option<PreparedSandbox>,
     sink: &Arc<dyn EventSink>,
 ) -> Result<Execution, Refusal> {
     let emit_all = |events: &[AuditEvent]| events.iter().for_each(|e| sink.emit(e));
@@ -239,18 +271,17 @@ fn execute_run(
     }
     emit_all(&events);
     // A sandbox built ahead for exactly this plan takes the run whole.
-    let held = match opts.prepared {
+    let held = match prepared.take() {
         Some(p)
             if opts.helper == HelperStart::ReExec
                 && p.fits(&plan, &cgroup_limits(&profile.limits)) =>
         {
             Some(p.into_parts())
         }
-        Some(p) => {
-            p.release();
+        other => {
+            *prepared = other;
             None
         }
-        None => None,
     };
     // The sandbox built ahead, or a re-executed helper that may be waiting
     // already, maybe in its group; the forked CLI helper starts in launch.
@@ -354,6 +385,7 @@ fn execute_run(
         containment: Some(containment),
         protection: Some(protection),
         former_group,
+        unused: None,
     };
     let sandbox_started = outcome
         .failure

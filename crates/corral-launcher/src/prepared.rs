@@ -55,6 +55,14 @@ pub enum PrepareError {
     },
 }
 
+impl std::fmt::Debug for PreparedSandbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PreparedSandbox")
+            .field("made_for", &self.made_for)
+            .finish_non_exhaustive()
+    }
+}
+
 impl PreparedSandbox {
     /// Starts building the sandbox `request` would get under `profile`:
     /// plans it (the server's environment never reaches it), makes its

@@ -10,7 +10,9 @@
 //! bind shows them) and sends only the program. Each is used once, so
 //! every execution still gets namespaces of its own. A request whose plan
 //! differs in anything but the program (another profile, other limits)
-//! does not take one; one whose plan turns out to differ lets it go.
+//! does not take one; one whose plan turns out to differ lets it go after
+//! its answer, and one refused before it ran puts it back when it wrote
+//! no input files into its workspace ([`give_back`]).
 
 use std::sync::{Arc, OnceLock};
 
@@ -88,6 +90,16 @@ pub fn keep_ready(state: Arc<AppState>, count: usize) {
 pub(crate) fn answered() {
     if let Some(pool) = POOL.get() {
         pool.answered();
+    }
+}
+
+/// Puts back one that [`take`] handed out and nothing used: its sandbox
+/// untouched, its workspace as it was made. It is the next one handed
+/// out; when the pool is full again or stopped, it is let go.
+pub(crate) fn give_back(held: Held) {
+    match POOL.get() {
+        Some(pool) => pool.put_back(held),
+        None => held.release(),
     }
 }
 

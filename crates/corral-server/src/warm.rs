@@ -227,6 +227,19 @@ impl<T: Pooled> Pool<T> {
         }
     }
 
+    /// Puts `one`, taken by [`Pool::pop`] and not used, back at the front;
+    /// lets it go instead when the pool is full again (the refill thread
+    /// replaced it meanwhile) or stopped.
+    pub(crate) fn put_back(&self, one: T) {
+        let mut ready = self.lock();
+        if ready.stopped || ready.waiting.len() >= self.wanted {
+            drop(ready);
+            one.release();
+            return;
+        }
+        ready.waiting.push_front(one);
+    }
+
     /// The oldest one waiting, if any. The refill thread makes another at
     /// once if that left the pool empty, otherwise once the run is
     /// answered or [`MAX_DEFERRAL`] passed.
@@ -381,12 +394,13 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
 
-    /// Something made: it only counts how many were let go.
-    struct Made(Arc<AtomicUsize>);
+    /// Something made: its place in the order of making, and the count
+    /// of those let go.
+    struct Made(usize, Arc<AtomicUsize>);
 
     impl Pooled for Made {
         fn release(self) {
-            self.0.fetch_add(1, Ordering::SeqCst);
+            self.1.fetch_add(1, Ordering::SeqCst);
         }
     }
 
@@ -402,8 +416,7 @@ mod tests {
         let (made, released) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
         let (m, r) = (made.clone(), released.clone());
         pool.start("test-pool", move || {
-            m.fetch_add(1, Ordering::SeqCst);
-            Ok(Made(r.clone()))
+            Ok(Made(m.fetch_add(1, Ordering::SeqCst), r.clone()))
         });
         assert!(
             made_within(&made, wanted, Duration::from_secs(10)),
@@ -491,5 +504,42 @@ mod tests {
             "answers of runs that took nothing"
         );
         pool.shutdown();
+    }
+
+    #[test]
+    fn one_put_back_is_handed_out_next() {
+        let (pool, made, released) = full_pool(2, Duration::from_secs(3600));
+        let first = pool.pop().expect("one waiting");
+        let serial = first.0;
+        pool.put_back(first);
+        assert_eq!(
+            pool.pop().map(|m| m.0),
+            Some(serial),
+            "the one put back comes first"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+        assert_eq!(made.load(Ordering::SeqCst), 2, "nothing made for it");
+        assert_eq!(released.load(Ordering::SeqCst), 0);
+        pool.shutdown();
+    }
+
+    #[test]
+    fn one_put_back_into_a_full_pool_is_let_go() {
+        let (pool, made, released) = full_pool(1, Duration::from_secs(3600));
+        let taken = pool.pop().expect("one waiting");
+        // The pool ran empty: its replacement is made at once.
+        assert!(made_within(&made, 2, Duration::from_secs(10)), "refilled");
+        while pool.lock().waiting.is_empty() {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        pool.put_back(taken);
+        assert_eq!(
+            released.load(Ordering::SeqCst),
+            1,
+            "let go, not kept beyond the wanted"
+        );
+        assert_eq!(pool.lock().waiting.len(), 1);
+        pool.shutdown();
+        assert_eq!(released.load(Ordering::SeqCst), 2);
     }
 }

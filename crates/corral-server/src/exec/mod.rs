@@ -207,6 +207,9 @@ pub fn run(
 #[must_use = "an execution's sandbox and workspace must be cleaned up once it is answered"]
 pub struct Cleanup {
     remains: Option<Remains>,
+    /// A sandbox built ahead that a refused run left unused but wrote its
+    /// input files for: it binds `workspace`, so it goes first.
+    unused: Option<PreparedSandbox>,
     workspace: Option<Workspace>,
 }
 
@@ -220,6 +223,9 @@ impl Cleanup {
         let ran = self.remains.is_some() || self.workspace.is_some();
         if let Some(remains) = self.remains.take() {
             remains.finish();
+        }
+        if let Some(sandbox) = self.unused.take() {
+            sandbox.release();
         }
         if let Some(ws) = self.workspace.take() {
             remove_workspace(ws);
@@ -247,7 +253,7 @@ fn run_in_fresh_workspace(
     let started = now_ms();
     let prepared = &job.prepared;
     // A sandbox built ahead comes with its workspace (it binds it).
-    let (ws, sandbox) = match crate::prepared::take(&prepared.profile) {
+    let (ws, mut sandbox) = match crate::prepared::take(&prepared.profile) {
         Some(held) => (held.workspace, Some(held.sandbox)),
         None => (
             new_workspace(state, &prepared.profile)
@@ -282,13 +288,26 @@ fn run_in_fresh_workspace(
         }
     }
     let outcome =
-        execute_in(state, job, &ws, cancel, tap, sandbox).map(|(mut response, remains)| {
+        execute_in(state, job, &ws, cancel, tap, &mut sandbox).map(|(mut response, remains)| {
             // Nothing of the program runs any more: its outputs are final.
             response.outputs = Some(Outputs::collect(&ws));
             cleanup.remains = remains;
             response
         });
-    cleanup.workspace = Some(ws);
+    match sandbox {
+        // Refused before anything reached the sandbox built ahead: with
+        // its workspace as it was made, the next request can have both.
+        Some(sandbox) if prepared.files.is_empty() && prepared.code_file.is_none() => {
+            crate::prepared::give_back(crate::prepared::Held {
+                sandbox,
+                workspace: ws,
+            });
+        }
+        unused => {
+            cleanup.unused = unused;
+            cleanup.workspace = Some(ws);
+        }
+    }
     record(state, job, started, outcome?)
 }
 
@@ -309,8 +328,9 @@ pub(crate) fn remove_workspace(ws: Workspace) {
 /// `Ok` response with a [`RunOutcome::Refused`] outcome: it is recorded
 /// like any execution, see [`record`]. No outputs are collected here.
 /// `sandbox`: one built ahead with `ws` bound (see [`crate::prepared`]),
-/// used when the run's plan builds exactly that sandbox. The response
-/// comes with what is left of the sandbox, to be finished before `ws` is
+/// taken when the run's plan builds exactly that sandbox, and left there
+/// when the run is refused (nothing was sent to it). The response comes
+/// with what is left of the sandbox, to be finished before `ws` is
 /// removed (see [`Remains`]).
 pub fn execute_in(
     state: &AppState,
@@ -318,7 +338,7 @@ pub fn execute_in(
     ws: &Workspace,
     cancel: Arc<AtomicBool>,
     tap: Option<OutputTap>,
-    sandbox: Option<PreparedSandbox>,
+    sandbox: &mut Option<PreparedSandbox>,
 ) -> Result<(ExecutionResponse, Option<Remains>), ApiError> {
     let prepared = &job.prepared;
     let stdin = stdin_file(&state.work_dir, prepared.stdin.as_deref())
@@ -348,7 +368,7 @@ pub fn execute_in(
         stdin: Some(Arc::new(stdin)),
         tap,
         prestarted: Some(crate::warm::take),
-        prepared: sandbox,
+        prepared: sandbox.take(),
     };
     // The server's own environment never reaches a sandbox.
     let (outcome, remains) = match execute(
@@ -369,7 +389,10 @@ pub fn execute_in(
             }
             (RunOutcome::Ran(Box::new(done.result)), Some(done.remains))
         }
-        Err(refusal) => (refusal.into(), None),
+        Err(mut refusal) => {
+            *sandbox = refusal.unused.take().map(|b| *b);
+            (refusal.into(), None)
+        }
     };
     let response = ExecutionResponse {
         id: job.id.clone(),

@@ -305,6 +305,7 @@ mod tests {
                 code: "command.not_allowed".into(),
                 message: "command `perl` is not allowed".into(),
                 events: Vec::new(),
+                unused: None,
             }
             .into(),
             outputs: Some(Outputs {

@@ -105,7 +105,7 @@ fn run_here(
             )
         })?;
     }
-    let (response, remains) = exec::execute_in(state, job, ws, cancel, None, None)?;
+    let (response, remains) = exec::execute_in(state, job, ws, cancel, None, &mut None)?;
     // The session's next call may use the workspace at once: the sandbox
     // is gone before this one is answered.
     if let Some(remains) = remains {
