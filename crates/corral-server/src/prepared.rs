@@ -95,7 +95,7 @@ pub(crate) fn answered() {
 
 /// Puts back one that [`take`] handed out and nothing used: its sandbox
 /// untouched, its workspace as it was made. It is the next one handed
-/// out; when the pool is full again or stopped, it is let go.
+/// out (see [`Pool::put_back`]).
 pub(crate) fn give_back(held: Held) {
     match POOL.get() {
         Some(pool) => pool.put_back(held),

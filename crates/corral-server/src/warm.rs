@@ -227,12 +227,14 @@ impl<T: Pooled> Pool<T> {
         }
     }
 
-    /// Puts `one`, taken by [`Pool::pop`] and not used, back at the front;
-    /// lets it go instead when the pool is full again (the refill thread
-    /// replaced it meanwhile) or stopped.
+    /// Puts `one`, taken by [`Pool::pop`] and not used, back at the front,
+    /// to be handed out next. Taking it may have emptied the pool and had
+    /// the refill thread replace it meanwhile: the pool then holds one
+    /// more than wanted until the next take. Beyond that, or once the
+    /// pool stopped, `one` is let go.
     pub(crate) fn put_back(&self, one: T) {
         let mut ready = self.lock();
-        if ready.stopped || ready.waiting.len() >= self.wanted {
+        if ready.stopped || ready.waiting.len() > self.wanted {
             drop(ready);
             one.release();
             return;
@@ -524,21 +526,30 @@ mod tests {
     }
 
     #[test]
-    fn one_put_back_into_a_full_pool_is_let_go() {
+    fn a_pool_holds_at_most_one_more_than_wanted() {
         let (pool, made, released) = full_pool(1, Duration::from_secs(3600));
-        let taken = pool.pop().expect("one waiting");
-        // The pool ran empty: its replacement is made at once.
-        assert!(made_within(&made, 2, Duration::from_secs(10)), "refilled");
-        while pool.lock().waiting.is_empty() {
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        pool.put_back(taken);
+        let refilled = |n| {
+            // Each take empties the pool: its replacement is made at once.
+            assert!(made_within(&made, n, Duration::from_secs(10)), "refilled");
+            while pool.lock().waiting.is_empty() {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        };
+        let first = pool.pop().expect("one waiting");
+        refilled(2);
+        let second = pool.pop().expect("its replacement");
+        refilled(3);
+        let serial = first.0;
+        pool.put_back(first);
+        assert_eq!(pool.lock().waiting.len(), 2, "kept: one more than wanted");
+        pool.put_back(second);
         assert_eq!(
             released.load(Ordering::SeqCst),
             1,
-            "let go, not kept beyond the wanted"
+            "the second one is let go"
         );
-        assert_eq!(pool.lock().waiting.len(), 1);
+        assert_eq!(pool.lock().waiting.len(), 2);
+        assert_eq!(pool.pop().map(|m| m.0), Some(serial), "put back first");
         pool.shutdown();
         assert_eq!(released.load(Ordering::SeqCst), 2);
     }
