@@ -1032,6 +1032,84 @@ fn a_sandbox_built_ahead_counts_its_program_in_its_group() {
     assert_eq!(v["enforced"]["cgroup"]["version"], "v1", "{v}");
 }
 
+/// Where corral's binary is mapped in `pid` (the start of its first
+/// mapping), if its maps can be read.
+fn image_base(pid: i32) -> Option<String> {
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok()?;
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
+    maps.lines()
+        .find(|l| l.ends_with(&*exe.to_string_lossy()))
+        .and_then(|l| l.split('-').next())
+        .map(str::to_string)
+}
+
+/// The helpers a server starts ahead are forked by a fork server
+/// (`__sandbox-zygote`) its refill thread started, not each a program
+/// start of corral's binary: they are the server's children all the same,
+/// and share the fork server's address layout (a helper started by
+/// `execve` gets a layout of its own). The fork servers end with the
+/// server, even one killed outright.
+#[test]
+fn helpers_started_ahead_are_forked_by_a_fork_server_that_ends_with_the_server() {
+    if std::fs::read_to_string("/proc/sys/kernel/randomize_va_space").is_ok_and(|v| v.trim() == "0")
+    {
+        eprintln!(
+            "SKIP: address space layout randomisation is off: every process has the same layout"
+        );
+        return;
+    }
+    let mut s = start_server("", &["--max-concurrent", "2"]);
+    let server = s.child.id();
+    wait_until(10, "two waiting helpers", || {
+        waiting_helpers(server).len() == 2
+    });
+    // Children of any of its threads (a fork server is its refill thread's).
+    let zygotes: Vec<i32> = std::fs::read_dir(format!("/proc/{server}/task"))
+        .unwrap()
+        .flatten()
+        .flat_map(|t| {
+            std::fs::read_to_string(t.path().join("children"))
+                .unwrap_or_default()
+                .split_whitespace()
+                .filter_map(|p| p.parse::<i32>().ok())
+                .collect::<Vec<_>>()
+        })
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| c.starts_with(b"corral-sandbox\0__sandbox-zygote\0"))
+        })
+        .collect();
+    assert!(
+        !zygotes.is_empty(),
+        "no fork server among the server's children"
+    );
+    let layouts: Vec<String> = zygotes.iter().filter_map(|z| image_base(*z)).collect();
+    assert_eq!(
+        layouts.len(),
+        zygotes.len(),
+        "the fork servers' maps are readable"
+    );
+    for helper in waiting_helpers(server) {
+        let base = image_base(helper).expect("a waiting helper's maps");
+        assert!(
+            layouts.contains(&base),
+            "helper {helper} at {base} was not forked by a fork server (at {layouts:?})"
+        );
+    }
+    // A run still works with a helper from a fork server.
+    let (status, v) = post(&s, None, r#"{"command": ["python3", "-c", "print(3)"]}"#);
+    assert_eq!((status, v["stdout"].as_str()), (200, Some("3\n")), "{v}");
+    let _ = s.child.kill();
+    let _ = s.child.wait();
+    wait_until(10, "the fork servers gone with the server", || {
+        zygotes.iter().all(|z| {
+            std::fs::read_to_string(format!("/proc/{z}/stat"))
+                .map(|st| st.rsplit(") ").next().is_some_and(|r| r.starts_with('Z')))
+                .unwrap_or(true)
+        })
+    });
+}
+
 /// A request refused before its program starts (a command the profile
 /// does not allow) sent nothing to the sandbox built ahead it took: with
 /// no input files written into its workspace, that sandbox waits for the

@@ -52,6 +52,7 @@ mod plan;
 mod protocol;
 mod reduced;
 mod rootfs;
+mod zygote;
 
 pub use filters::{CompiledFilters, Insn};
 pub use landlock::{LandlockOutcome, LandlockPlan};
@@ -66,6 +67,8 @@ pub use protocol::{
 /// The hidden subcommand that re-enters corral's binary as the sandbox
 /// helper. `main` must check for it before doing anything else.
 pub const HELPER_SUBCOMMAND: &str = "__sandbox-helper";
+
+pub use zygote::{main as zygote_main, ZYGOTE_REQUEST, ZYGOTE_SUBCOMMAND};
 
 /// Exit status for corral's own errors (bad policy, rejected command,
 /// missing kernel feature), as `env(1)` and container runtimes use it.

@@ -639,9 +639,10 @@ fn poll_wait_ms(remaining: Duration, cancellable: bool) -> i32 {
         + 1
 }
 
-/// Whether this process was started as the sandbox helper.
+/// Whether this process was started as the sandbox helper (or as its fork
+/// server).
 pub fn is_helper_invocation(arg1: Option<&std::ffi::OsStr>) -> bool {
-    arg1.is_some_and(|a| a == HELPER_SUBCOMMAND)
+    arg1.is_some_and(|a| a == HELPER_SUBCOMMAND || a == corral_helper::ZYGOTE_SUBCOMMAND)
 }
 
 #[cfg(test)]

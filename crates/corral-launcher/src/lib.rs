@@ -56,13 +56,20 @@ pub use output::elision_marker;
 pub use plan::{build_plan, sandbox_identity, PlanError, RunRequest, WORKSPACE};
 pub use prepared::{PrepareError, PreparedSandbox};
 pub use protect::PLACEHOLDER_XATTR;
-pub use reexec::ReadyHelper;
+pub use reexec::{fork_helpers_on_this_thread, ReadyHelper};
 pub use resolve::{CommandTable, Resolution};
 pub use result::{Enforced, ErrorInfo, RunResult};
 pub use seccomp::{describe as seccomp_rules, RuleAction, RuleDoc, INIT_ALLOWED as INIT_SYSCALLS};
 
 /// Runs the sandbox helper in this process: the entry point of
-/// `corral __sandbox-helper` (see [`is_helper_invocation`]). Never returns.
+/// `corral __sandbox-helper`, and of `corral __sandbox-zygote`, its fork
+/// server (see [`is_helper_invocation`]). Never returns.
 pub fn helper_main() -> ! {
+    if std::env::args_os()
+        .nth(1)
+        .is_some_and(|a| a == corral_helper::ZYGOTE_SUBCOMMAND)
+    {
+        corral_helper::zygote_main()
+    }
     corral_helper::main()
 }

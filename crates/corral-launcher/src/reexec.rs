@@ -9,12 +9,18 @@
 //! socket, so one that is never used does not outlive its owner. Because
 //! nothing of a run is needed to start one, a service can start helpers
 //! ahead of its requests (the server's warm pool).
+//!
+//! A thread that starts many (a pool's refill thread) can have them forked
+//! by a fork server of its own instead ([`fork_helpers_on_this_thread`];
+//! see `corral_helper::zygote`): the same helper, without the program start
+//! of corral's binary each time.
 
-use std::os::fd::OwnedFd;
+use std::cell::RefCell;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 
-use corral_helper::HELPER_SUBCOMMAND;
+use corral_helper::{HELPER_SUBCOMMAND, ZYGOTE_REQUEST, ZYGOTE_SUBCOMMAND};
 use corral_sys::{fd, process};
 
 /// A started helper waiting for its plan.
@@ -80,28 +86,138 @@ impl ReadyHelper {
     /// code of ours runs between fork and exec, and this (multi-threaded)
     /// process's address space is not copied, which a `fork` would do and
     /// then make every thread pay in copy-on-write faults.
+    ///
+    /// On a thread that asked for it ([`fork_helpers_on_this_thread`]),
+    /// the helper is forked by that thread's fork server instead, started
+    /// on first use; when that fails, the helper is spawned as above.
     pub fn spawn() -> std::io::Result<ReadyHelper> {
-        let (ours, theirs) = fd::seqpacket_pair()?;
-        let mut cmd = Command::new("/proc/self/exe");
-        cmd.arg0("corral-sandbox")
-            .arg(HELPER_SUBCOMMAND)
-            .env_clear()
-            .process_group(0)
-            .stdin(Stdio::from(theirs))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        let mut child = cmd.spawn()?;
-        let Ok(pid) = i32::try_from(child.id()) else {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(std::io::Error::other(format!(
-                "helper pid {} does not fit in pid_t",
-                child.id()
-            )));
+        if let Some(helper) = FORK_SERVER.with(|s| s.borrow_mut().helper()) {
+            return Ok(helper);
+        }
+        let (pid, ctrl) = spawn_reexec(HELPER_SUBCOMMAND)?;
+        Ok(ReadyHelper {
+            ctrl,
+            reap: Reap { pid, armed: true },
+        })
+    }
+}
+
+/// Starts `/proc/self/exe SUBCOMMAND` as described at
+/// [`ReadyHelper::spawn`]: its pid and our end of its control socket.
+fn spawn_reexec(subcommand: &str) -> std::io::Result<(i32, OwnedFd)> {
+    let (ours, theirs) = fd::seqpacket_pair()?;
+    let mut cmd = Command::new("/proc/self/exe");
+    cmd.arg0("corral-sandbox")
+        .arg(subcommand)
+        .env_clear()
+        .process_group(0)
+        .stdin(Stdio::from(theirs))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let mut child = cmd.spawn()?;
+    let Ok(pid) = i32::try_from(child.id()) else {
+        let _ = child.kill();
+        let _ = child.wait();
+        return Err(std::io::Error::other(format!(
+            "pid {} does not fit in pid_t",
+            child.id()
+        )));
+    };
+    Ok((pid, ours))
+}
+
+/// Has the helpers this thread starts from now on forked by a fork server
+/// of its own (`corral __sandbox-zygote`, started on first use): each costs
+/// a `fork` of a small single-threaded process instead of a program start
+/// of corral's binary. For a thread that starts helpers ahead of their
+/// runs and lives as long as they may wait (a pool's refill thread): the
+/// fork server and its helpers die with it (`PR_SET_PDEATHSIG` follows
+/// the thread), as helpers it spawned itself do, and the fork server is
+/// let go and reaped when the thread ends.
+pub fn fork_helpers_on_this_thread() {
+    FORK_SERVER.with(|s| {
+        let mut s = s.borrow_mut();
+        if matches!(*s, ForkServer::Off) {
+            *s = ForkServer::Wanted;
+        }
+    });
+}
+
+thread_local! {
+    /// This thread's fork server, if it asked for one.
+    static FORK_SERVER: RefCell<ForkServer> = const { RefCell::new(ForkServer::Off) };
+}
+
+/// Whether and how this thread's helpers are forked.
+#[derive(Debug)]
+enum ForkServer {
+    /// Spawned one by one (the default).
+    Off,
+    /// Forked by a fork server, none running now: one is started on the
+    /// next helper.
+    Wanted,
+    /// Forked by this one.
+    Running(Zygote),
+}
+
+impl ForkServer {
+    /// A helper forked by this thread's fork server, started now if need
+    /// be; `None` when the thread did not ask for one, or the fork server
+    /// cannot be started or answer (it is then let go, and the next helper
+    /// tries a new one).
+    fn helper(&mut self) -> Option<ReadyHelper> {
+        if matches!(self, ForkServer::Wanted) {
+            let (pid, ctrl) = spawn_reexec(ZYGOTE_SUBCOMMAND).ok()?;
+            *self = ForkServer::Running(Zygote {
+                ctrl,
+                _reap: Reap { pid, armed: true },
+            });
+        }
+        let ForkServer::Running(zygote) = self else {
+            return None;
         };
+        match zygote.fork_helper() {
+            Ok(helper) => Some(helper),
+            Err(_) => {
+                // Closing its socket ends it; the drop reaps it.
+                *self = ForkServer::Wanted;
+                None
+            }
+        }
+    }
+}
+
+/// A running fork server. Dropping it closes its socket (it exits) and
+/// then reaps it.
+#[derive(Debug)]
+struct Zygote {
+    /// Declared first: closed before the wait.
+    ctrl: OwnedFd,
+    _reap: Reap,
+}
+
+impl Zygote {
+    /// Asks for one helper: sends the new helper's end of its control
+    /// socket, reads back its pid (a child of this process: `CLONE_PARENT`).
+    fn fork_helper(&self) -> std::io::Result<ReadyHelper> {
+        let (ours, theirs) = fd::seqpacket_pair()?;
+        fd::send_with_fds(self.ctrl.as_raw_fd(), ZYGOTE_REQUEST, &[theirs.as_raw_fd()])?;
+        drop(theirs);
+        let mut answer = [0u8; 4];
+        let (n, _) = fd::recv_with_fds(self.ctrl.as_raw_fd(), &mut answer)?;
+        let value = i32::from_le_bytes(answer);
+        if n != answer.len() {
+            return Err(std::io::Error::other("the fork server stopped answering"));
+        }
+        if value <= 0 {
+            return Err(std::io::Error::from_raw_os_error(-value));
+        }
         Ok(ReadyHelper {
             ctrl: ours,
-            reap: Reap { pid, armed: true },
+            reap: Reap {
+                pid: value,
+                armed: true,
+            },
         })
     }
 }

@@ -137,7 +137,13 @@ impl<T: Pooled> Pool<T> {
     ) {
         let thread = std::thread::Builder::new()
             .name(name.into())
-            .spawn(move || self.refill(make));
+            .spawn(move || {
+                // This thread starts the helpers ahead of their runs, and
+                // they die with it: a fork server of its own saves each
+                // one the program start of corral's binary.
+                corral_launcher::fork_helpers_on_this_thread();
+                self.refill(make)
+            });
         if let Ok(t) = thread {
             *self.refill.lock().unwrap_or_else(|p| p.into_inner()) = Some(t);
         }

@@ -34,6 +34,43 @@ pub fn fork_in_single_threaded_helper() -> SysResult<Fork> {
     })
 }
 
+/// `clone(CLONE_PARENT)`: a `fork` whose child is this process's sibling
+/// (a child of this process's parent, which is told when it exits, with
+/// this process's own exit signal), refused unless the calling process has
+/// exactly one thread. For a fork server: its parent reaps, waits for and
+/// signals the children as its own. See clone(2); the raw system call
+/// skips glibc's `fork` handlers, which a single-threaded process that
+/// registered none does not need.
+pub fn fork_sibling_in_single_threaded_process() -> SysResult<Fork> {
+    let threads = std::fs::read_dir("/proc/self/task")
+        .map(|d| d.count())
+        .map_err(|e| Errno(e.raw_os_error().unwrap_or(libc::EIO)))?;
+    if threads != 1 {
+        return Err(Errno(libc::EDEADLK));
+    }
+    let flags = libc::c_ulong::try_from(libc::CLONE_PARENT).map_err(|_| Errno(libc::EINVAL))?;
+    // SAFETY: a clone without CLONE_VM and with no new stack is a fork: the
+    // child runs on a copy of this address space. The process is
+    // single-threaded (checked above), so the child inherits no lock held
+    // by another thread; glibc no longer caches the pid, and its `raise`
+    // asks the kernel for the thread id of the calling thread.
+    let ret = cvt(unsafe {
+        libc::syscall(
+            libc::SYS_clone,
+            flags,
+            0 as libc::c_ulong,
+            0 as libc::c_ulong,
+            0 as libc::c_ulong,
+            0 as libc::c_ulong,
+        )
+    })?;
+    Ok(match i32::try_from(ret) {
+        Ok(0) => Fork::Child,
+        Ok(pid) => Fork::Parent(pid),
+        Err(_) => return Err(Errno(libc::EOVERFLOW)),
+    })
+}
+
 /// How a child ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WaitStatus {
@@ -424,8 +461,13 @@ pub fn wipe_args_and_env(argv0_replacement: &[u8]) -> std::io::Result<()> {
         (field(48), field(49), argv0_replacement),
         (field(50), field(51), &b""[..]),
     ] {
-        if start == 0 || end <= start || end - start > (64 << 20) {
+        if start == 0 || end < start || end - start > (64 << 20) {
             return Err(bad());
+        }
+        // An empty environment (a process started with none) has nothing
+        // to wipe.
+        if end == start {
+            continue;
         }
         let len = end - start;
         let ptr = start as *mut u8;
