@@ -1043,6 +1043,29 @@ fn image_base(pid: i32) -> Option<String> {
         .map(str::to_string)
 }
 
+/// The server's fork servers: children of any of its threads (each is a
+/// refill thread's) running as `__sandbox-zygote`.
+fn fork_servers(server: u32) -> Vec<i32> {
+    std::fs::read_dir(format!("/proc/{server}/task"))
+        .map(|tasks| {
+            tasks
+                .flatten()
+                .flat_map(|t| {
+                    std::fs::read_to_string(t.path().join("children"))
+                        .unwrap_or_default()
+                        .split_whitespace()
+                        .filter_map(|p| p.parse::<i32>().ok())
+                        .collect::<Vec<_>>()
+                })
+                .filter(|pid| {
+                    std::fs::read(format!("/proc/{pid}/cmdline"))
+                        .is_ok_and(|c| c.starts_with(b"corral-sandbox\0__sandbox-zygote\0"))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// The helpers a server starts ahead are forked by a fork server
 /// (`__sandbox-zygote`) its refill thread started, not each a program
 /// start of corral's binary: they are the server's children all the same,
@@ -1063,22 +1086,7 @@ fn helpers_started_ahead_are_forked_by_a_fork_server_that_ends_with_the_server()
     wait_until(10, "two waiting helpers", || {
         waiting_helpers(server).len() == 2
     });
-    // Children of any of its threads (a fork server is its refill thread's).
-    let zygotes: Vec<i32> = std::fs::read_dir(format!("/proc/{server}/task"))
-        .unwrap()
-        .flatten()
-        .flat_map(|t| {
-            std::fs::read_to_string(t.path().join("children"))
-                .unwrap_or_default()
-                .split_whitespace()
-                .filter_map(|p| p.parse::<i32>().ok())
-                .collect::<Vec<_>>()
-        })
-        .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/cmdline"))
-                .is_ok_and(|c| c.starts_with(b"corral-sandbox\0__sandbox-zygote\0"))
-        })
-        .collect();
+    let zygotes = fork_servers(server);
     assert!(
         !zygotes.is_empty(),
         "no fork server among the server's children"
@@ -1099,6 +1107,32 @@ fn helpers_started_ahead_are_forked_by_a_fork_server_that_ends_with_the_server()
     // A run still works with a helper from a fork server.
     let (status, v) = post(&s, None, r#"{"command": ["python3", "-c", "print(3)"]}"#);
     assert_eq!((status, v["stdout"].as_str()), (200, Some("3\n")), "{v}");
+    // A fork server killed by hand is found out at its next request,
+    // reaped and replaced; meanwhile runs work as ever. (Runs with other
+    // limits than the sandboxes built ahead take waiting helpers: both
+    // pools refill.)
+    let killed = zygotes[0];
+    let _ = std::process::Command::new("kill")
+        .args(["-9", &killed.to_string()])
+        .status();
+    for i in 0..4 {
+        for limits in ["", r#", "limits": {"memory_bytes": 268435456}"#] {
+            let body = format!(r#"{{"command": ["sh", "-c", "echo {i}"]{limits}}}"#);
+            let (status, v) = post(&s, None, &body);
+            assert_eq!(
+                (status, v["stdout"].clone()),
+                (200, format!("{i}\n").into()),
+                "{v}"
+            );
+        }
+    }
+    wait_until(10, "the killed fork server reaped and replaced", || {
+        let now = fork_servers(server);
+        !std::path::Path::new(&format!("/proc/{killed}")).exists()
+            && now.len() == zygotes.len()
+            && !now.contains(&killed)
+    });
+    let zygotes = fork_servers(server);
     let _ = s.child.kill();
     let _ = s.child.wait();
     wait_until(10, "the fork servers gone with the server", || {

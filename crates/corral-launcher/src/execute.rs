@@ -83,7 +83,8 @@ pub struct Refusal {
     /// Security events up to the refusal.
     pub events: Vec<AuditEvent>,
     /// The sandbox built ahead that the run was given
-    /// ([`ExecuteOptions::prepared`]), untouched: nothing was sent to it.
+    /// ([`ExecuteOptions::prepared`]), untouched: the run was refused
+    /// before it sent anything to it or launched a sandbox of its own.
     /// The caller may keep it for another run, or let it go after
     /// answering (letting one go waits for its processes to end). Boxed:
     /// a refusal is an `Err`, kept small.
@@ -179,9 +180,8 @@ pub fn execute(
     mut opts: ExecuteOptions,
     sink: &Arc<dyn EventSink>,
 ) -> Result<Execution, Refusal> {
-    // Handed back (refused) or let go after the answer (did not fit)
-    // unless the run takes it: letting one go on the run's path would
-    // wait for its processes to end.
+    // Still here after a refusal only when the run was refused before it
+    // launched anything: see `execute_run`.
     let mut prepared = opts.prepared.take();
     let mut run = execute_run(
         profile,
@@ -192,9 +192,8 @@ pub fn execute(
         &mut prepared,
         sink,
     );
-    match &mut run {
-        Ok(done) => done.remains.unused = prepared,
-        Err(r) => r.unused = prepared.map(Box::new),
+    if let Err(r) = &mut run {
+        r.unused = prepared.map(Box::new);
     }
     if let Err(r) = &run {
         let (level, outcome) = if r.code == "sandbox.launch" {
@@ -216,8 +215,11 @@ pub fn execute(
     run
 }
 
-/// [`execute`] but for the `run.exit` of a refusal; takes the sandbox
-/// built ahead out of `prepared` when the run fits it.
+/// [`execute`] but for the `run.exit` of a refusal. Takes the sandbox
+/// built ahead out of `prepared` when the run fits it; one it does not fit
+/// stays there until the run launches its own sandbox (in the same
+/// workspace, which the unused one then no longer has as it was made), and
+/// goes with the run's [`Remains`] from then on, let go after the answer.
 fn execute_run(
     profile: &Profile,
     commands: &CommandTable,
@@ -361,6 +363,7 @@ fn execute_run(
     let mut proxy = ProxyService::new(profile.network.clone(), Arc::clone(sink));
     let egress: Option<&mut dyn EgressProxy> =
         (plan.network == NetworkMode::Allow).then_some(&mut proxy as _);
+    let displaced = prepared.take();
     let launched = launch_settling(
         &plan,
         &launch_opts,
@@ -385,7 +388,7 @@ fn execute_run(
         containment: Some(containment),
         protection: Some(protection),
         former_group,
-        unused: None,
+        unused: displaced,
     };
     let sandbox_started = outcome
         .failure

@@ -20,7 +20,9 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 
-use corral_helper::{HELPER_SUBCOMMAND, ZYGOTE_REQUEST, ZYGOTE_SUBCOMMAND};
+use std::time::{Duration, Instant};
+
+use corral_helper::{ForkReport, HELPER_SUBCOMMAND, ZYGOTE_REQUEST, ZYGOTE_SUBCOMMAND};
 use corral_sys::{fd, process};
 
 /// A started helper waiting for its plan.
@@ -91,7 +93,11 @@ impl ReadyHelper {
     /// the helper is forked by that thread's fork server instead, started
     /// on first use; when that fails, the helper is spawned as above.
     pub fn spawn() -> std::io::Result<ReadyHelper> {
-        if let Some(helper) = FORK_SERVER.with(|s| s.borrow_mut().helper()) {
+        let forked = FORK_SERVER
+            .try_with(|s| s.borrow_mut().helper())
+            .ok()
+            .flatten();
+        if let Some(helper) = forked {
             return Ok(helper);
         }
         let (pid, ctrl) = spawn_reexec(HELPER_SUBCOMMAND)?;
@@ -135,7 +141,7 @@ fn spawn_reexec(subcommand: &str) -> std::io::Result<(i32, OwnedFd)> {
 /// the thread), as helpers it spawned itself do, and the fork server is
 /// let go and reaped when the thread ends.
 pub fn fork_helpers_on_this_thread() {
-    FORK_SERVER.with(|s| {
+    let _ = FORK_SERVER.try_with(|s| {
         let mut s = s.borrow_mut();
         if matches!(*s, ForkServer::Off) {
             *s = ForkServer::Wanted;
@@ -148,10 +154,21 @@ thread_local! {
     static FORK_SERVER: RefCell<ForkServer> = const { RefCell::new(ForkServer::Off) };
 }
 
+/// Helpers one fork server forks before it is replaced, and how long it
+/// serves at most: its helpers share its address layout, stack canary and
+/// pointer guard (see `corral_helper::zygote`), so none of them lasts.
+const FORKS_PER_SERVER: u32 = 1000;
+const SERVER_LIFETIME: Duration = Duration::from_secs(3600);
+
+/// How long a fork server may take to fork one (it answers in well under
+/// a millisecond when it works at all).
+const FORK_TIMEOUT_MS: i32 = 5000;
+
 /// Whether and how this thread's helpers are forked.
 #[derive(Debug)]
 enum ForkServer {
-    /// Spawned one by one (the default).
+    /// Spawned one by one (the default, and for good once a fork server
+    /// found forked helpers cannot work here).
     Off,
     /// Forked by a fork server, none running now: one is started on the
     /// next helper.
@@ -160,17 +177,34 @@ enum ForkServer {
     Running(Zygote),
 }
 
+/// Why a fork server gave no helper.
+enum Unforked {
+    /// This helper: spawn it instead, keep the fork server.
+    This,
+    /// The fork server is gone or broken: spawn this helper, start a new
+    /// fork server for the next.
+    Server,
+    /// Forked helpers cannot work here: spawn from now on.
+    Never,
+}
+
 impl ForkServer {
-    /// A helper forked by this thread's fork server, started now if need
-    /// be; `None` when the thread did not ask for one, or the fork server
-    /// cannot be started or answer (it is then let go, and the next helper
-    /// tries a new one).
+    /// A helper forked by this thread's fork server, started (or replaced)
+    /// now if need be; `None` when the thread did not ask for one or this
+    /// helper could not be forked.
     fn helper(&mut self) -> Option<ReadyHelper> {
+        let worn =
+            |z: &Zygote| z.forks >= FORKS_PER_SERVER || z.started.elapsed() >= SERVER_LIFETIME;
+        if matches!(self, ForkServer::Running(z) if worn(z)) {
+            *self = ForkServer::Wanted;
+        }
         if matches!(self, ForkServer::Wanted) {
             let (pid, ctrl) = spawn_reexec(ZYGOTE_SUBCOMMAND).ok()?;
             *self = ForkServer::Running(Zygote {
                 ctrl,
-                _reap: Reap { pid, armed: true },
+                pid,
+                forks: 0,
+                started: Instant::now(),
             });
         }
         let ForkServer::Running(zygote) = self else {
@@ -178,47 +212,75 @@ impl ForkServer {
         };
         match zygote.fork_helper() {
             Ok(helper) => Some(helper),
-            Err(_) => {
-                // Closing its socket ends it; the drop reaps it.
+            Err(Unforked::This) => None,
+            Err(Unforked::Server) => {
                 *self = ForkServer::Wanted;
+                None
+            }
+            Err(Unforked::Never) => {
+                *self = ForkServer::Off;
                 None
             }
         }
     }
 }
 
-/// A running fork server. Dropping it closes its socket (it exits) and
-/// then reaps it.
+/// A running fork server. Dropping it closes its socket and kills it (it
+/// holds nothing of any helper's), then reaps it.
 #[derive(Debug)]
 struct Zygote {
-    /// Declared first: closed before the wait.
     ctrl: OwnedFd,
-    _reap: Reap,
+    pid: i32,
+    forks: u32,
+    started: Instant,
+}
+
+impl Drop for Zygote {
+    fn drop(&mut self) {
+        let _ = process::kill(self.pid, libc::SIGKILL);
+        let _ = process::wait4(self.pid);
+    }
 }
 
 impl Zygote {
     /// Asks for one helper: sends the new helper's end of its control
-    /// socket, reads back its pid (a child of this process: `CLONE_PARENT`).
-    fn fork_helper(&self) -> std::io::Result<ReadyHelper> {
-        let (ours, theirs) = fd::seqpacket_pair()?;
-        fd::send_with_fds(self.ctrl.as_raw_fd(), ZYGOTE_REQUEST, &[theirs.as_raw_fd()])?;
+    /// socket; the helper (a child of this process: `CLONE_PARENT`)
+    /// reports its pid on it (see `corral_helper::ForkReport`).
+    fn fork_helper(&mut self) -> Result<ReadyHelper, Unforked> {
+        let (ours, theirs) = fd::seqpacket_pair().map_err(|_| Unforked::This)?;
+        fd::send_with_fds(self.ctrl.as_raw_fd(), ZYGOTE_REQUEST, &[theirs.as_raw_fd()])
+            .map_err(|_| Unforked::Server)?;
         drop(theirs);
-        let mut answer = [0u8; 4];
-        let (n, _) = fd::recv_with_fds(self.ctrl.as_raw_fd(), &mut answer)?;
-        let value = i32::from_le_bytes(answer);
-        if n != answer.len() {
-            return Err(std::io::Error::other("the fork server stopped answering"));
+        self.forks += 1;
+        let mut ready = [fd::PollFd::read(ours.as_raw_fd())];
+        if !matches!(fd::poll(&mut ready, FORK_TIMEOUT_MS), Ok(1)) {
+            return Err(Unforked::Server);
         }
-        if value <= 0 {
-            return Err(std::io::Error::from_raw_os_error(-value));
+        let mut buf = [0u8; ForkReport::LEN + 1];
+        let report = match fd::recv_with_fds(ours.as_raw_fd(), &mut buf) {
+            Ok((n, _)) => ForkReport::decode(&buf[..n]),
+            Err(_) => None,
+        };
+        match report {
+            Some(ForkReport { pid, errno: 0 }) if pid > 0 => Ok(ReadyHelper {
+                ctrl: ours,
+                reap: Reap { pid, armed: true },
+            }),
+            // A helper that cannot run forked: it exits; reap it.
+            Some(ForkReport { pid, errno }) if pid > 0 => {
+                let _ = process::wait4(pid);
+                Err(if errno == libc::ENOSYS {
+                    Unforked::Never
+                } else {
+                    Unforked::This
+                })
+            }
+            // The fork failed (out of processes, say).
+            Some(ForkReport { pid: 0, errno }) if errno == libc::ENOSYS => Err(Unforked::Never),
+            Some(ForkReport { pid: 0, .. }) => Err(Unforked::This),
+            // End of file (the fork server died) or a malformed report.
+            _ => Err(Unforked::Server),
         }
-        Ok(ReadyHelper {
-            ctrl: ours,
-            reap: Reap {
-                pid: value,
-                armed: true,
-            },
-        })
     }
 }
 

@@ -95,11 +95,13 @@ pub(crate) fn answered() {
 
 /// Puts back one that [`take`] handed out and nothing used: its sandbox
 /// untouched, its workspace as it was made. It is the next one handed
-/// out (see [`Pool::put_back`]).
-pub(crate) fn give_back(held: Held) {
+/// out (see [`Pool::put_back`]); when the pool does not keep it, it comes
+/// back, to be let go after the answer.
+#[must_use = "one the pool did not keep must be let go"]
+pub(crate) fn give_back(held: Held) -> Option<Held> {
     match POOL.get() {
         Some(pool) => pool.put_back(held),
-        None => held.release(),
+        None => Some(held),
     }
 }
 

@@ -237,15 +237,16 @@ impl<T: Pooled> Pool<T> {
     /// to be handed out next. Taking it may have emptied the pool and had
     /// the refill thread replace it meanwhile: the pool then holds one
     /// more than wanted until the next take. Beyond that, or once the
-    /// pool stopped, `one` is let go.
-    pub(crate) fn put_back(&self, one: T) {
+    /// pool stopped, `one` comes back, for the caller to let go when it
+    /// is off its request's path.
+    #[must_use = "one the pool did not keep must be let go"]
+    pub(crate) fn put_back(&self, one: T) -> Option<T> {
         let mut ready = self.lock();
         if ready.stopped || ready.waiting.len() > self.wanted {
-            drop(ready);
-            one.release();
-            return;
+            return Some(one);
         }
         ready.waiting.push_front(one);
+        None
     }
 
     /// The oldest one waiting, if any. The refill thread makes another at
@@ -300,7 +301,9 @@ static POOL: OnceLock<Pool<Waiting>> = OnceLock::new();
 
 /// A run is answered and torn down: the helpers and the sandboxes built
 /// ahead that runs took may be replaced now (see [`Pool`]). Every run
-/// calls it, whether it took one or not (then it changes nothing).
+/// calls it, whether it took one or not: one that took none may bring
+/// forward the replacement of one taken by a run still going, which
+/// costs nothing but that timing.
 pub(crate) fn answered() {
     if let Some(pool) = POOL.get() {
         pool.answered();
@@ -519,7 +522,7 @@ mod tests {
         let (pool, made, released) = full_pool(2, Duration::from_secs(3600));
         let first = pool.pop().expect("one waiting");
         let serial = first.0;
-        pool.put_back(first);
+        assert!(pool.put_back(first).is_none(), "kept");
         assert_eq!(
             pool.pop().map(|m| m.0),
             Some(serial),
@@ -546,17 +549,14 @@ mod tests {
         let second = pool.pop().expect("its replacement");
         refilled(3);
         let serial = first.0;
-        pool.put_back(first);
-        assert_eq!(pool.lock().waiting.len(), 2, "kept: one more than wanted");
-        pool.put_back(second);
-        assert_eq!(
-            released.load(Ordering::SeqCst),
-            1,
-            "the second one is let go"
-        );
+        assert!(pool.put_back(first).is_none(), "kept: one more than wanted");
+        assert_eq!(pool.lock().waiting.len(), 2);
+        let not_kept = pool.put_back(second).expect("not kept beyond that");
+        assert_eq!(released.load(Ordering::SeqCst), 0, "left to the caller");
+        not_kept.release();
         assert_eq!(pool.lock().waiting.len(), 2);
         assert_eq!(pool.pop().map(|m| m.0), Some(serial), "put back first");
         pool.shutdown();
-        assert_eq!(released.load(Ordering::SeqCst), 2);
+        assert_eq!(released.load(Ordering::SeqCst), 2, "the rest let go");
     }
 }

@@ -40,7 +40,12 @@ pub fn fork_in_single_threaded_helper() -> SysResult<Fork> {
 /// exactly one thread. For a fork server: its parent reaps, waits for and
 /// signals the children as its own. See clone(2); the raw system call
 /// skips glibc's `fork` handlers, which a single-threaded process that
-/// registered none does not need.
+/// registered none does not need. The child should check
+/// [`libc_pid_is_current`] before relying on the C library's idea of its
+/// pid. `ENOSYS` on architectures whose `clone` takes its arguments in
+/// another order (this passes only zeros after the flags, which x86_64
+/// and aarch64 read alike).
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 pub fn fork_sibling_in_single_threaded_process() -> SysResult<Fork> {
     let threads = std::fs::read_dir("/proc/self/task")
         .map(|d| d.count())
@@ -69,6 +74,26 @@ pub fn fork_sibling_in_single_threaded_process() -> SysResult<Fork> {
         Ok(pid) => Fork::Parent(pid),
         Err(_) => return Err(Errno(libc::EOVERFLOW)),
     })
+}
+
+/// See the other architectures' version.
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+pub fn fork_sibling_in_single_threaded_process() -> SysResult<Fork> {
+    Err(Errno(libc::ENOSYS))
+}
+
+/// The process id, asked of the kernel (`SYS_getpid`), not of the C
+/// library.
+pub fn getpid_from_kernel() -> i32 {
+    // SAFETY: getpid has no arguments and no preconditions.
+    let pid = unsafe { libc::syscall(libc::SYS_getpid) };
+    i32::try_from(pid).unwrap_or(-1)
+}
+
+/// Whether the C library's `getpid` is this process's (glibc before 2.25
+/// cached it, and a child of a raw `clone` would see its parent's).
+pub fn libc_pid_is_current() -> bool {
+    getpid() == getpid_from_kernel()
 }
 
 /// How a child ended.

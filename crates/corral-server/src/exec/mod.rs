@@ -298,10 +298,14 @@ fn run_in_fresh_workspace(
         // Refused before anything reached the sandbox built ahead: with
         // its workspace as it was made, the next request can have both.
         Some(sandbox) if prepared.files.is_empty() && prepared.code_file.is_none() => {
-            crate::prepared::give_back(crate::prepared::Held {
+            let held = crate::prepared::Held {
                 sandbox,
                 workspace: ws,
-            });
+            };
+            if let Some(kept_not) = crate::prepared::give_back(held) {
+                cleanup.unused = Some(kept_not.sandbox);
+                cleanup.workspace = Some(kept_not.workspace);
+            }
         }
         unused => {
             cleanup.unused = unused;
