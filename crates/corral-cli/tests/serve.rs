@@ -908,10 +908,13 @@ fn a_stop_kills_running_executions_and_leaves_nothing() {
         std::thread::sleep(Duration::from_millis(100));
     };
     assert!(status.success(), "{status}");
-    let _ = client.join();
+    let stopped_after = stopping.elapsed();
+    // (What the client got, and when the server stopped, say which way a
+    // failure below went.)
+    let answer = client.join().map_err(|_| "the client found no answer");
     assert!(
         !process_running("sleep", "117.25"),
-        "the program outlived the server"
+        "the program outlived the server, which stopped {stopped_after:?} after SIGTERM; the client got {answer:?}"
     );
     assert_nothing_left(&s, server);
 }

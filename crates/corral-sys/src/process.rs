@@ -11,6 +11,18 @@ pub enum Fork {
     Child,
 }
 
+/// `EDEADLK` unless the calling process has exactly one thread (a fork
+/// in a process with others could leave the child holding their locks).
+fn only_thread() -> SysResult<()> {
+    let threads = std::fs::read_dir("/proc/self/task")
+        .map(|d| d.count())
+        .map_err(|e| Errno(e.raw_os_error().unwrap_or(libc::EIO)))?;
+    if threads != 1 {
+        return Err(Errno(libc::EDEADLK));
+    }
+    Ok(())
+}
+
 /// `fork(2)`, refused unless the calling process has exactly one thread.
 ///
 /// After `fork` the child has only the calling thread; any lock another
@@ -18,12 +30,7 @@ pub enum Fork {
 /// forks only in its single-threaded sandbox helper, and this check makes
 /// that a property of the API rather than of the caller's care.
 pub fn fork_in_single_threaded_helper() -> SysResult<Fork> {
-    let threads = std::fs::read_dir("/proc/self/task")
-        .map(|d| d.count())
-        .map_err(|e| Errno(e.raw_os_error().unwrap_or(libc::EIO)))?;
-    if threads != 1 {
-        return Err(Errno(libc::EDEADLK));
-    }
+    only_thread()?;
     // SAFETY: the process is single-threaded (checked above), so the child
     // inherits no lock held by another thread.
     let pid = cvt(unsafe { libc::fork() })?;
@@ -47,12 +54,7 @@ pub fn fork_in_single_threaded_helper() -> SysResult<Fork> {
 /// and aarch64 read alike).
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 pub fn fork_sibling_in_single_threaded_process() -> SysResult<Fork> {
-    let threads = std::fs::read_dir("/proc/self/task")
-        .map(|d| d.count())
-        .map_err(|e| Errno(e.raw_os_error().unwrap_or(libc::EIO)))?;
-    if threads != 1 {
-        return Err(Errno(libc::EDEADLK));
-    }
+    only_thread()?;
     let flags = libc::c_ulong::try_from(libc::CLONE_PARENT).map_err(|_| Errno(libc::EINVAL))?;
     // SAFETY: a clone without CLONE_VM and with no new stack is a fork: the
     // child runs on a copy of this address space. The process is
