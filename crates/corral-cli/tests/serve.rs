@@ -1135,6 +1135,28 @@ fn helpers_started_ahead_are_forked_by_a_fork_server_that_ends_with_the_server()
             && now.len() == zygotes.len()
             && !now.contains(&killed)
     });
+    // One that stops answering (stopped here) is given up after its
+    // timeout, killed, reaped and replaced; no run waits for it.
+    let stuck = fork_servers(server);
+    for z in &stuck {
+        let _ = std::process::Command::new("kill")
+            .args(["-STOP", &z.to_string()])
+            .status();
+    }
+    for i in 0..2 {
+        for limits in ["", r#", "limits": {"memory_bytes": 268435456}"#] {
+            let body = format!(r#"{{"command": ["sh", "-c", "echo {i}"]{limits}}}"#);
+            let (status, v) = post(&s, None, &body);
+            assert_eq!(status, 200, "{v}");
+        }
+    }
+    wait_until(30, "the stopped fork servers reaped and replaced", || {
+        let now = fork_servers(server);
+        stuck
+            .iter()
+            .all(|z| !std::path::Path::new(&format!("/proc/{z}")).exists())
+            && now.len() == stuck.len()
+    });
     let zygotes = fork_servers(server);
     let _ = s.child.kill();
     let _ = s.child.wait();

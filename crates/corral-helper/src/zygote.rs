@@ -156,7 +156,7 @@ mod tests {
     fn a_report_decodes_as_it_was_encoded_and_nothing_else_does() {
         let r = ForkReport {
             pid: 4_194_303,
-            errno: -1,
+            errno: libc::ENOSYS,
         };
         assert_eq!(ForkReport::decode(&r.encode()), Some(r));
         assert_eq!(ForkReport::decode(&r.encode()[..7]), None);

@@ -144,7 +144,7 @@ pub fn fork_helpers_on_this_thread() {
     let _ = FORK_SERVER.try_with(|s| {
         let mut s = s.borrow_mut();
         if matches!(*s, ForkServer::Off) {
-            *s = ForkServer::Wanted;
+            *s = ForkServer::Wanted { broken: 0 };
         }
     });
 }
@@ -160,19 +160,23 @@ thread_local! {
 const FORKS_PER_SERVER: u32 = 1000;
 const SERVER_LIFETIME: Duration = Duration::from_secs(3600);
 
-/// How long a fork server may take to fork one (it answers in well under
-/// a millisecond when it works at all).
-const FORK_TIMEOUT_MS: i32 = 5000;
+/// How long a helper may take to report after its request (it does in
+/// well under a millisecond when the fork server works at all).
+const FORK_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Fork servers in a row that die or stop answering before the thread
+/// gives up on them and spawns its helpers.
+const MAX_BROKEN_IN_A_ROW: u32 = 3;
 
 /// Whether and how this thread's helpers are forked.
 #[derive(Debug)]
 enum ForkServer {
-    /// Spawned one by one (the default, and for good once a fork server
-    /// found forked helpers cannot work here).
+    /// Spawned one by one (the default, and for good once forked helpers
+    /// cannot work here or fork servers keep breaking).
     Off,
     /// Forked by a fork server, none running now: one is started on the
-    /// next helper.
-    Wanted,
+    /// next helper. How many broke in a row so far.
+    Wanted { broken: u32 },
     /// Forked by this one.
     Running(Zygote),
 }
@@ -196,13 +200,15 @@ impl ForkServer {
         let worn =
             |z: &Zygote| z.forks >= FORKS_PER_SERVER || z.started.elapsed() >= SERVER_LIFETIME;
         if matches!(self, ForkServer::Running(z) if worn(z)) {
-            *self = ForkServer::Wanted;
+            *self = ForkServer::Wanted { broken: 0 };
         }
-        if matches!(self, ForkServer::Wanted) {
+        let mut broken = 0;
+        if let ForkServer::Wanted { broken: b } = *self {
+            broken = b;
             let (pid, ctrl) = spawn_reexec(ZYGOTE_SUBCOMMAND).ok()?;
             *self = ForkServer::Running(Zygote {
                 ctrl,
-                pid,
+                pid: Some(pid),
                 forks: 0,
                 started: Instant::now(),
             });
@@ -210,51 +216,74 @@ impl ForkServer {
         let ForkServer::Running(zygote) = self else {
             return None;
         };
-        match zygote.fork_helper() {
-            Ok(helper) => Some(helper),
-            Err(Unforked::This) => None,
-            Err(Unforked::Server) => {
-                *self = ForkServer::Wanted;
-                None
+        let forked = zygote.fork_helper();
+        let gone = zygote.pid.is_none();
+        match forked {
+            Ok(helper) if !gone => return Some(helper),
+            Ok(helper) => {
+                *self = ForkServer::Wanted { broken: 0 };
+                return Some(helper);
             }
+            Err(Unforked::This) if !gone => return None,
             Err(Unforked::Never) => {
                 *self = ForkServer::Off;
-                None
+                return None;
             }
+            Err(Unforked::This | Unforked::Server) => {}
         }
+        *self = if broken + 1 >= MAX_BROKEN_IN_A_ROW {
+            ForkServer::Off
+        } else {
+            ForkServer::Wanted { broken: broken + 1 }
+        };
+        None
     }
 }
 
-/// A running fork server. Dropping it closes its socket and kills it (it
-/// holds nothing of any helper's), then reaps it.
+/// A running fork server. Dropping it kills it (it holds nothing of any
+/// helper's) and reaps it.
 #[derive(Debug)]
 struct Zygote {
     ctrl: OwnedFd,
-    pid: i32,
+    /// `None` once it has been stopped and reaped.
+    pid: Option<i32>,
     forks: u32,
     started: Instant,
 }
 
 impl Drop for Zygote {
     fn drop(&mut self) {
-        let _ = process::kill(self.pid, libc::SIGKILL);
-        let _ = process::wait4(self.pid);
+        self.stop();
     }
 }
 
 impl Zygote {
+    /// Kills and reaps it (once).
+    fn stop(&mut self) {
+        if let Some(pid) = self.pid.take() {
+            let _ = process::kill(pid, libc::SIGKILL);
+            let _ = process::wait4(pid);
+        }
+    }
+
     /// Asks for one helper: sends the new helper's end of its control
     /// socket; the helper (a child of this process: `CLONE_PARENT`)
-    /// reports its pid on it (see `corral_helper::ForkReport`).
+    /// reports its pid on it (see `corral_helper::ForkReport`). A fork
+    /// server that does not answer within [`FORK_TIMEOUT`] is stopped
+    /// here, and then only a helper it forked can still hold that socket:
+    /// its report, or the end of file, comes at once, so no helper is left
+    /// unreaped.
     fn fork_helper(&mut self) -> Result<ReadyHelper, Unforked> {
         let (ours, theirs) = fd::seqpacket_pair().map_err(|_| Unforked::This)?;
-        fd::send_with_fds(self.ctrl.as_raw_fd(), ZYGOTE_REQUEST, &[theirs.as_raw_fd()])
-            .map_err(|_| Unforked::Server)?;
+        if fd::send_with_fds(self.ctrl.as_raw_fd(), ZYGOTE_REQUEST, &[theirs.as_raw_fd()]).is_err()
+        {
+            self.stop();
+            return Err(Unforked::Server);
+        }
         drop(theirs);
         self.forks += 1;
-        let mut ready = [fd::PollFd::read(ours.as_raw_fd())];
-        if !matches!(fd::poll(&mut ready, FORK_TIMEOUT_MS), Ok(1)) {
-            return Err(Unforked::Server);
+        if !readable_within(ours.as_raw_fd(), FORK_TIMEOUT) {
+            self.stop();
         }
         let mut buf = [0u8; ForkReport::LEN + 1];
         let report = match fd::recv_with_fds(ours.as_raw_fd(), &mut buf) {
@@ -278,8 +307,29 @@ impl Zygote {
             // The fork failed (out of processes, say).
             Some(ForkReport { pid: 0, errno }) if errno == libc::ENOSYS => Err(Unforked::Never),
             Some(ForkReport { pid: 0, .. }) => Err(Unforked::This),
-            // End of file (the fork server died) or a malformed report.
-            _ => Err(Unforked::Server),
+            // End of file (the fork server died before forking) or a
+            // malformed report.
+            _ => {
+                self.stop();
+                Err(Unforked::Server)
+            }
+        }
+    }
+}
+
+/// Whether `fd` becomes readable (or hung up) within `limit`; a signal
+/// that interrupts the wait does not end it.
+fn readable_within(fd: std::os::fd::RawFd, limit: Duration) -> bool {
+    let deadline = Instant::now() + limit;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return false;
+        }
+        let ms = i32::try_from(left.as_millis()).unwrap_or(i32::MAX).max(1);
+        let mut ready = [fd::PollFd::read(fd)];
+        if matches!(fd::poll(&mut ready, ms), Ok(n) if n > 0) {
+            return true;
         }
     }
 }

@@ -280,10 +280,9 @@ fn run_in_fresh_workspace(
         .chain(prepared.code_file.iter().map(|(p, d)| (p, d, &own)));
     for (path, data, limits) in writes {
         if let Err(e) = ws.write_file(path, data, limits) {
-            if let Some(sandbox) = sandbox {
-                sandbox.release();
-            }
-            remove_workspace(ws);
+            // Let go after the answer, not on its path.
+            cleanup.unused = sandbox;
+            cleanup.workspace = Some(ws);
             return Err(ApiError::InputFile(e));
         }
     }
