@@ -1114,21 +1114,27 @@ fn helpers_started_ahead_are_forked_by_a_fork_server_that_ends_with_the_server()
     // reaped and replaced; meanwhile runs work as ever. (Runs with other
     // limits than the sandboxes built ahead take waiting helpers: both
     // pools refill.)
-    let killed = zygotes[0];
-    let _ = std::process::Command::new("kill")
-        .args(["-9", &killed.to_string()])
-        .status();
-    for i in 0..4 {
-        for limits in ["", r#", "limits": {"memory_bytes": 268435456}"#] {
-            let body = format!(r#"{{"command": ["sh", "-c", "echo {i}"]{limits}}}"#);
-            let (status, v) = post(&s, None, &body);
-            assert_eq!(
-                (status, v["stdout"].clone()),
-                (200, format!("{i}\n").into()),
-                "{v}"
-            );
+    let runs_from_both_pools = |n: usize| {
+        for i in 0..n {
+            for limits in ["", r#", "limits": {"memory_bytes": 268435456}"#] {
+                let body = format!(r#"{{"command": ["sh", "-c", "echo {i}"]{limits}}}"#);
+                let (status, v) = post(&s, None, &body);
+                assert_eq!(
+                    (status, v["stdout"].clone()),
+                    (200, format!("{i}\n").into()),
+                    "{v}"
+                );
+            }
         }
-    }
+    };
+    let signal = |pid: i32, sig: &str| {
+        let _ = std::process::Command::new("kill")
+            .args([sig, &pid.to_string()])
+            .status();
+    };
+    let killed = zygotes[0];
+    signal(killed, "-9");
+    runs_from_both_pools(4);
     wait_until(10, "the killed fork server reaped and replaced", || {
         let now = fork_servers(server);
         !std::path::Path::new(&format!("/proc/{killed}")).exists()
@@ -1139,17 +1145,9 @@ fn helpers_started_ahead_are_forked_by_a_fork_server_that_ends_with_the_server()
     // timeout, killed, reaped and replaced; no run waits for it.
     let stuck = fork_servers(server);
     for z in &stuck {
-        let _ = std::process::Command::new("kill")
-            .args(["-STOP", &z.to_string()])
-            .status();
+        signal(*z, "-STOP");
     }
-    for i in 0..2 {
-        for limits in ["", r#", "limits": {"memory_bytes": 268435456}"#] {
-            let body = format!(r#"{{"command": ["sh", "-c", "echo {i}"]{limits}}}"#);
-            let (status, v) = post(&s, None, &body);
-            assert_eq!(status, 200, "{v}");
-        }
-    }
+    runs_from_both_pools(2);
     wait_until(30, "the stopped fork servers reaped and replaced", || {
         let now = fork_servers(server);
         stuck

@@ -70,7 +70,7 @@ const MAX_DEFERRAL: Duration = Duration::from_millis(250);
 /// background thread.
 ///
 /// When a replacement is made matters as much as that it is: making one
-/// (a helper's `execve`, its namespaces and mounts) takes a few
+/// (a helper's start, for a sandbox its namespaces and mounts) takes a few
 /// milliseconds of CPU, and made while the run that took one starts, it
 /// competes with that run for the machine's cores and for kernel locks.
 /// Measured on 2 cores: a `sh -c 'exit 0'` execution answered in 4.3 ms

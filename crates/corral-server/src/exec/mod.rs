@@ -207,8 +207,10 @@ pub fn run(
 #[must_use = "an execution's sandbox and workspace must be cleaned up once it is answered"]
 pub struct Cleanup {
     remains: Option<Remains>,
-    /// A sandbox built ahead that a refused run left unused but wrote its
-    /// input files for: it binds `workspace`, so it goes first.
+    /// A sandbox built ahead that the run took but did not use and that
+    /// cannot go back to the pool (input files were written into its
+    /// workspace, or the pool is full): it binds `workspace`, so it goes
+    /// first.
     unused: Option<PreparedSandbox>,
     workspace: Option<Workspace>,
 }
