@@ -1374,6 +1374,26 @@ fn logs_are_json_lines_with_a_span_per_request_and_per_execution() {
         (Some("POST"), Some(200), Some("anonymous")),
         "{posted}"
     );
+    // A refused execution is logged too (after its answer), with the
+    // refusal's code.
+    let (status, v) = post(&s, None, r#"{"command": ["perl", "-e", "1"]}"#);
+    assert_eq!(status, 422, "{v}");
+    let refused_id = v["id"]
+        .as_str()
+        .expect("a refusal's record has an id")
+        .to_string();
+    let refused = logs.wait_for("execution refused", |e| {
+        e["span"]["execution_id"] == refused_id.as_str()
+    });
+    assert_eq!(
+        (
+            refused["span"]["outcome"].as_str(),
+            refused["fields"]["code"].as_str(),
+        ),
+        (Some("refused"), v["error"]["code"].as_str()),
+        "{refused} for {v}"
+    );
+    assert!(refused["span"]["duration_ms"].is_u64(), "{refused}");
     let missing = logs.wait_for("request finished", |e| e["span"]["path"] == "/nope");
     assert_eq!(missing["span"]["status"], 404, "{missing}");
     assert_ne!(missing["span"]["request_id"], request_id.as_str());

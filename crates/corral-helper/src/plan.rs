@@ -252,12 +252,42 @@ impl SandboxPlan {
     /// in everything but the program part, [`SandboxPlan::hold`] and how
     /// the helper joined its group ([`SandboxPlan::cgroup_join`]). Only
     /// then may a sandbox held for this plan run `other`'s program.
+    /// Compared field by field, without a copy (once per request); the
+    /// destructuring makes a new field a compile error here until it is
+    /// sorted into one side or the other.
     pub fn same_sandbox(&self, other: &SandboxPlan) -> bool {
-        let mut mine = self.clone();
-        mine.set_program(other.program());
-        mine.hold = other.hold;
-        mine.cgroup_join.clone_from(&other.cgroup_join);
-        mine == *other
+        let SandboxPlan {
+            parent_pid,
+            identity,
+            hostname,
+            tmp_size,
+            dev_pts,
+            mounts,
+            deny,
+            files,
+            security,
+            reduced,
+            network,
+            // The program part, and how the sandbox was started.
+            cwd: _,
+            exec_path: _,
+            argv: _,
+            env: _,
+            rlimits: _,
+            hold: _,
+            cgroup_join: _,
+        } = self;
+        *parent_pid == other.parent_pid
+            && *identity == other.identity
+            && *hostname == other.hostname
+            && *tmp_size == other.tmp_size
+            && *dev_pts == other.dev_pts
+            && *mounts == other.mounts
+            && *deny == other.deny
+            && *files == other.files
+            && *security == other.security
+            && *reduced == other.reduced
+            && *network == other.network
     }
 }
 

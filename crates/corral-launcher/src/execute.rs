@@ -17,7 +17,7 @@ use crate::launch::{
     launch_settling, EgressProxy, HelperStart, LaunchOptions, Leftover, Outcome, OutputMode,
     StartedHelper,
 };
-use crate::plan::{build_plan, sandbox_identity, RunRequest};
+use crate::plan::{build_plan, plan_from_held, sandbox_identity, RunRequest};
 use crate::prepared::PreparedSandbox;
 use crate::protect::{ProtectError, Protection};
 use crate::reexec::ReadyHelper;
@@ -231,7 +231,20 @@ fn execute_run(
 ) -> Result<Execution, Refusal> {
     let emit_all = |events: &[AuditEvent]| events.iter().for_each(|e| sink.emit(e));
     let identity = sandbox_identity(profile);
-    let (plan, mut events) = match build_plan(profile, commands, request, identity, lookup_env) {
+    // A sandbox built ahead from this run's inputs has planned all but
+    // the program already; the host is not looked at again.
+    let fitting = prepared.as_ref().filter(|p| {
+        opts.helper == HelperStart::ReExec
+            && p.fits(profile, identity, request, &cgroup_limits(&profile.limits))
+    });
+    let from_held = fitting
+        .and_then(|p| plan_from_held(p.plan(), profile, commands, request, lookup_env).transpose());
+    let use_held = from_held.is_some();
+    let planned = match from_held {
+        Some(planned) => planned,
+        None => build_plan(profile, commands, request, identity, lookup_env),
+    };
+    let (plan, mut events) = match planned {
         Ok(p) => p,
         Err(e) => {
             let events: Vec<AuditEvent> = e.event().cloned().into_iter().collect();
@@ -272,14 +285,9 @@ fn execute_run(
         events.push(event);
     }
     emit_all(&events);
-    // A sandbox built ahead for exactly this plan takes the run whole.
+    // The sandbox built ahead that planned this run takes it whole.
     let held = match prepared.take() {
-        Some(p)
-            if opts.helper == HelperStart::ReExec
-                && p.fits(&plan, &cgroup_limits(&profile.limits)) =>
-        {
-            Some(p.into_parts())
-        }
+        Some(p) if use_held => Some(p.into_parts()),
         other => {
             *prepared = other;
             None

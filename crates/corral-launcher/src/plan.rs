@@ -12,8 +12,8 @@ use corral_policy::{AuditEvent, Level, MountSpec, Profile, ReasonCode, SandboxPa
 use corral_policy::{LandlockMode, NetworkMode, SeccompProfile};
 
 use corral_helper::{
-    rlimit_resource, GeneratedFile, LandlockPlan, MountOp, ReducedPlan, Rlimit, RlimitKind,
-    SandboxIdentity, SandboxPlan, SecurityPlan, HTTP_PROXY_PORT, SOCKS_PROXY_PORT,
+    rlimit_resource, GeneratedFile, LandlockPlan, MountOp, ProgramPlan, ReducedPlan, Rlimit,
+    RlimitKind, SandboxIdentity, SandboxPlan, SecurityPlan, HTTP_PROXY_PORT, SOCKS_PROXY_PORT,
 };
 
 use crate::resolve::{CommandTable, Resolution};
@@ -287,6 +287,161 @@ pub fn build_plan(
     identity: SandboxIdentity,
     lookup_env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<(SandboxPlan, Vec<AuditEvent>), PlanError> {
+    let (exec_path, env, events) = program_basics(profile, commands, request, lookup_env)?;
+    if profile.security.seccomp == SeccompProfile::Strict
+        && profile.network.mode != NetworkMode::None
+    {
+        return Err(PlanError::Security(
+            "the strict seccomp profile allows only AF_UNIX sockets, so the program could never use the network: \
+             use the default seccomp profile with network modes allow or host"
+                .into(),
+        ));
+    }
+    if request.without_namespaces && profile.network.mode != NetworkMode::None {
+        return Err(PlanError::Security(
+            "network modes other than `none` need namespaces (the proxy lives in the sandbox's own network namespace)".into(),
+        ));
+    }
+    if request.without_namespaces {
+        let plan = reduced_plan(profile, commands, request, identity, exec_path, env)?;
+        return Ok((plan, events));
+    }
+    let mounts = plan_mounts(profile, request, identity)?;
+    let landlock = landlock_for(profile, commands, &exec_path, &mounts);
+    let ProgramPlan {
+        cwd,
+        exec_path,
+        argv,
+        env,
+        rlimits,
+    } = program_of(profile, request, exec_path, env)?;
+    let plan = SandboxPlan {
+        parent_pid: corral_sys::process::getpid(),
+        identity,
+        hostname: profile.hostname.clone(),
+        tmp_size: profile.filesystem.tmp_size.bytes(),
+        dev_pts: profile.filesystem.dev_pts,
+        mounts,
+        deny: profile.filesystem.deny.clone(),
+        files: generated_files(&profile.hostname, identity, host_resolv_conf(profile)),
+        cwd,
+        exec_path,
+        argv,
+        env,
+        rlimits,
+        security: SecurityPlan {
+            seccomp_profile: profile.security.seccomp,
+            filters: crate::seccomp::compile(
+                profile.security.seccomp,
+                profile.security.unix_sockets,
+            )
+            .map_err(|e| PlanError::Security(e.to_string()))?,
+            init_filters: crate::seccomp::compile_init()
+                .map_err(|e| PlanError::Security(e.to_string()))?,
+            landlock,
+        },
+        reduced: None,
+        network: profile.network.mode,
+        hold: false,
+        cgroup_join: Vec::new(),
+    };
+    Ok((plan, events))
+}
+
+/// The plan [`build_plan`] would make for `request`, made from `held`, the
+/// plan of a sandbox built ahead for the same profile, identity and
+/// sandbox inputs ([`SandboxInputs`]): only the program part is built
+/// (the command checked and resolved, the environment, rlimits), with its
+/// events. The sandbox part is `held`'s: the host filesystem as it was
+/// when that sandbox was built, which is what the sandbox holds anyway.
+/// `None` when the program changes the sandbox after all: under
+/// `commands.restrict_exec` an executable outside the allowed commands
+/// changes the Landlock rules (the caller then builds the whole plan).
+pub(crate) fn plan_from_held(
+    held: &SandboxPlan,
+    profile: &Profile,
+    commands: &CommandTable,
+    request: &RunRequest,
+    lookup_env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Option<(SandboxPlan, Vec<AuditEvent>)>, PlanError> {
+    let (exec_path, env, events) = program_basics(profile, commands, request, lookup_env)?;
+    if profile.commands.restrict_exec
+        && landlock_for(profile, commands, &exec_path, &held.mounts) != held.security.landlock
+    {
+        return Ok(None);
+    }
+    let mut plan = held.clone();
+    plan.set_program(program_of(profile, request, exec_path, env)?);
+    plan.hold = false;
+    plan.cgroup_join.clear();
+    Ok(Some((plan, events)))
+}
+
+/// What of a request and its profile shapes the sandbox (as opposed to
+/// the program run in it): a sandbox built ahead from equal inputs is the
+/// sandbox [`build_plan`] would plan now, the host filesystem aside.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct SandboxInputs {
+    profile: Profile,
+    identity: SandboxIdentity,
+    workdir: Option<PathBuf>,
+    read_only: Vec<MountSpec>,
+    read_write: Vec<MountSpec>,
+    without_namespaces: bool,
+    scratch_workdir: bool,
+}
+
+impl SandboxInputs {
+    /// The inputs of `request` under `profile`.
+    pub(crate) fn of(profile: &Profile, identity: SandboxIdentity, request: &RunRequest) -> Self {
+        SandboxInputs {
+            profile: profile.clone(),
+            identity,
+            workdir: request.workdir.clone(),
+            read_only: request.read_only.clone(),
+            read_write: request.read_write.clone(),
+            without_namespaces: request.without_namespaces,
+            scratch_workdir: request.scratch_workdir,
+        }
+    }
+
+    /// Whether `request` under `profile` has these inputs (compared in
+    /// place, without a copy).
+    pub(crate) fn matches(
+        &self,
+        profile: &Profile,
+        identity: SandboxIdentity,
+        request: &RunRequest,
+    ) -> bool {
+        let RunRequest {
+            workdir,
+            read_only,
+            read_write,
+            without_namespaces,
+            scratch_workdir,
+            // The program's.
+            argv: _,
+            env: _,
+        } = request;
+        self.identity == identity
+            && self.workdir == *workdir
+            && self.read_only == *read_only
+            && self.read_write == *read_write
+            && self.without_namespaces == *without_namespaces
+            && self.scratch_workdir == *scratch_workdir
+            && self.profile == *profile
+    }
+}
+
+/// The command checked against the profile and resolved, and the
+/// environment (the proxy's variables set last in network mode `allow`),
+/// with the events of the environment's decisions.
+fn program_basics(
+    profile: &Profile,
+    commands: &CommandTable,
+    request: &RunRequest,
+    lookup_env: &dyn Fn(&str) -> Option<String>,
+) -> Result<(String, env::EnvVars, Vec<AuditEvent>), PlanError> {
     let exec_path = match commands::check(&profile.commands, &profile.name, &request.argv) {
         Ok(CommandDecision::Path(path)) => path.to_string(),
         Ok(CommandDecision::Named(name)) => match commands.get(&name) {
@@ -315,68 +470,39 @@ pub fn build_plan(
         }
     };
     let (mut env, events) = env::build(&profile.env, &request.env, lookup_env)?;
-    if profile.security.seccomp == SeccompProfile::Strict
-        && profile.network.mode != NetworkMode::None
-    {
-        return Err(PlanError::Security(
-            "the strict seccomp profile allows only AF_UNIX sockets, so the program could never use the network: \
-             use the default seccomp profile with network modes allow or host"
-                .into(),
-        ));
-    }
-    if request.without_namespaces && profile.network.mode != NetworkMode::None {
-        return Err(PlanError::Security(
-            "network modes other than `none` need namespaces (the proxy lives in the sandbox's own network namespace)".into(),
-        ));
-    }
     if profile.network.mode == NetworkMode::Allow {
         // Set last: a request cannot point clients elsewhere.
         env.retain(|(k, _)| !proxy_env().iter().any(|(p, _)| p == k));
         env.extend(proxy_env());
         env.sort();
     }
-    if request.without_namespaces {
-        let plan = reduced_plan(profile, commands, request, identity, exec_path, env)?;
-        return Ok((plan, events));
-    }
-    let mounts = plan_mounts(profile, request, identity)?;
-    let mounts_for_landlock = mounts.clone();
-    let plan = SandboxPlan {
-        parent_pid: corral_sys::process::getpid(),
-        identity,
-        hostname: profile.hostname.clone(),
-        tmp_size: profile.filesystem.tmp_size.bytes(),
-        dev_pts: profile.filesystem.dev_pts,
-        mounts,
-        deny: profile.filesystem.deny.clone(),
-        files: generated_files(&profile.hostname, identity, host_resolv_conf(profile)),
+    Ok((exec_path, env, events))
+}
+
+/// The program part of a plan with namespaces: run in the workspace.
+fn program_of(
+    profile: &Profile,
+    request: &RunRequest,
+    exec_path: String,
+    env: env::EnvVars,
+) -> Result<ProgramPlan, PlanError> {
+    Ok(ProgramPlan {
         cwd: SandboxPath::new(WORKSPACE).map_err(|e| PlanError::Mount(e.to_string()))?,
-        exec_path: exec_path.clone(),
+        exec_path,
         argv: request.argv.clone(),
         env: env.into_iter().map(|(k, v)| format!("{k}={v}")).collect(),
         rlimits: rlimits(&profile.limits),
-        security: SecurityPlan {
-            seccomp_profile: profile.security.seccomp,
-            filters: crate::seccomp::compile(
-                profile.security.seccomp,
-                profile.security.unix_sockets,
-            )
-            .map_err(|e| PlanError::Security(e.to_string()))?,
-            init_filters: crate::seccomp::compile_init()
-                .map_err(|e| PlanError::Security(e.to_string()))?,
-            landlock: restrict_exec(
-                profile,
-                commands,
-                &exec_path,
-                landlock_plan(profile, &mounts_for_landlock),
-            ),
-        },
-        reduced: None,
-        network: profile.network.mode,
-        hold: false,
-        cgroup_join: Vec::new(),
-    };
-    Ok((plan, events))
+    })
+}
+
+/// The Landlock rules of a plan with namespaces and `mounts`.
+fn landlock_for(
+    profile: &Profile,
+    commands: &CommandTable,
+    exec_path: &str,
+    mounts: &[MountOp],
+) -> LandlockPlan {
+    restrict_exec(profile, commands, exec_path, landlock_plan(profile, mounts))
 }
 
 /// The plan for reduced mode: the host filesystem seen through Landlock
@@ -1056,6 +1182,104 @@ mod tests {
             plan.security.landlock.required,
             "nothing else could enforce it"
         );
+    }
+
+    /// `plan_from_held` on a held plan (`hold` and a cgroup join set, as
+    /// a prepared sandbox has them) against `build_plan` for the run.
+    fn from_held(
+        profile: &Profile,
+        template: &RunRequest,
+        run: &RunRequest,
+    ) -> Option<(SandboxPlan, Vec<AuditEvent>)> {
+        let commands = CommandTable::resolve(profile, None);
+        let (mut held, _) = plan_for(profile, template).expect("template plan");
+        held.hold = true;
+        held.cgroup_join = vec!["/sys/fs/cgroup/pids/corral/x/tasks".into()];
+        plan_from_held(&held, profile, &commands, run, &|_| None).expect("program part")
+    }
+
+    #[test]
+    fn a_held_plan_with_the_runs_program_is_the_plan_built_for_the_run() {
+        let template = request(&["python3", "-c", "pass"]);
+        let mut with_env = request(&["sh", "-c", "echo $A"]);
+        with_env.env.set = vec![("A".into(), "1".into()), ("LD_PRELOAD".into(), "x".into())];
+        let runs = [
+            request(&["python3", "-c", "print(1)"]),
+            request(&["sh", "-c", "true"]),
+            with_env,
+        ];
+        let code = corral_policy::builtin::code();
+        let mut allow = code.clone();
+        allow.network.mode = NetworkMode::Allow;
+        let mut restricted = code.clone();
+        restricted.commands.restrict_exec = true;
+        for profile in [code, allow, restricted] {
+            for run in &runs {
+                let built = plan_for(&profile, run).expect("plan");
+                let (plan, events) = from_held(&profile, &template, run).expect("held fits");
+                assert_eq!(plan, built.0, "{:?} under {}", run.argv, profile.name);
+                assert_eq!(events.len(), built.1.len(), "{:?}", run.argv);
+            }
+        }
+    }
+
+    #[test]
+    fn a_held_plan_refuses_what_build_plan_refuses_and_leaves_other_landlock_rules() {
+        let profile = corral_policy::builtin::code();
+        let template = request(&["python3", "-c", "pass"]);
+        let commands = CommandTable::resolve(&profile, None);
+        let (held, _) = plan_for(&profile, &template).unwrap();
+        let refused = plan_from_held(&held, &profile, &commands, &request(&["perl"]), &|_| None);
+        assert_eq!(refused.unwrap_err().code(), "command.not_allowed");
+        // Under restrict_exec an executable outside the allowed commands
+        // changes the Landlock rules: the held sandbox is not for it.
+        let mut restricted = profile;
+        restricted.commands.restrict_exec = true;
+        restricted.commands.allow_paths = true;
+        let outside = request(&["/usr/bin/env"]);
+        assert!(from_held(&restricted, &template, &outside).is_none());
+        assert!(from_held(&restricted, &template, &request(&["sh", "-c", "true"])).is_some());
+    }
+
+    #[test]
+    fn sandbox_inputs_ignore_the_program_and_notice_everything_else() {
+        let profile = corral_policy::builtin::code();
+        let base = RunRequest {
+            workdir: Some(PathBuf::from("/tmp/ws")),
+            scratch_workdir: true,
+            ..request(&["python3"])
+        };
+        let inputs = SandboxInputs::of(&profile, identity(), &base);
+        let mut other_program = request(&["sh", "-c", "true"]);
+        other_program.env.set = vec![("A".into(), "1".into())];
+        other_program.workdir = base.workdir.clone();
+        other_program.scratch_workdir = true;
+        assert!(inputs.matches(&profile, identity(), &other_program));
+        let bind = MountSpec::parse("/srv", None).expect("a bind");
+        let change = |i: usize| {
+            let mut r = base.clone();
+            match i {
+                0 => r.workdir = Some(PathBuf::from("/tmp/other")),
+                1 => r.workdir = None,
+                2 => r.read_only.push(bind.clone()),
+                3 => r.read_write.push(bind.clone()),
+                4 => r.without_namespaces = true,
+                _ => r.scratch_workdir = false,
+            }
+            r
+        };
+        for i in 0..6 {
+            assert!(
+                !inputs.matches(&profile, identity(), &change(i)),
+                "change {i} went unnoticed"
+            );
+        }
+        let mut root = identity();
+        root.uid = 0;
+        assert!(!inputs.matches(&profile, root, &base));
+        let mut other_profile = profile.clone();
+        other_profile.hostname = "other".into();
+        assert!(!inputs.matches(&other_profile, identity(), &base));
     }
 
     #[test]

@@ -4,19 +4,20 @@
 //! whole plan with [`SandboxPlan::hold`] set: it has created its user and
 //! other namespaces, init has built the root filesystem, pivoted into it,
 //! set the hostname and brought loopback up, and then waits for the
-//! program. Nothing untrusted has run in it. When a run comes whose plan
-//! builds exactly the same sandbox ([`SandboxPlan::same_sandbox`]: equal
-//! but for argv, environment, working directory, executable and rlimits)
-//! and whose cgroup limits are the ones its group was made for,
-//! [`crate::execute`] sends it only the program; otherwise it is let go
-//! and the run builds its own sandbox as usual. Each one serves one run:
-//! every execution still gets a fresh set of namespaces, only sooner.
+//! program. Nothing untrusted has run in it. When a run comes with the
+//! inputs it was built from (the same profile, identity, workspace and
+//! binds: [`SandboxInputs`]) and cgroup limits its group was made for,
+//! [`crate::execute`] plans only the run's program (argv, environment,
+//! working directory, executable, rlimits) and sends it that; otherwise
+//! it is let go and the run builds its own sandbox as usual. Each one
+//! serves one run: every execution still gets a fresh set of namespaces,
+//! only sooner.
 
 use corral_helper::{MountOp, SandboxPlan, PLAN_MESSAGE};
 use corral_policy::Profile;
 
 use crate::contain::{cgroup_limits, RunCgroup};
-use crate::plan::{build_plan, sandbox_identity, RunRequest};
+use crate::plan::{build_plan, sandbox_identity, RunRequest, SandboxInputs};
 use crate::reexec::ReadyHelper;
 use crate::resolve::CommandTable;
 use corral_cgroup::CgroupLimits;
@@ -25,6 +26,7 @@ use corral_cgroup::CgroupLimits;
 pub struct PreparedSandbox {
     helper: ReadyHelper,
     plan: SandboxPlan,
+    inputs: SandboxInputs,
     group: RunCgroup,
     made_for: CgroupLimits,
 }
@@ -122,6 +124,7 @@ impl PreparedSandbox {
         Ok(PreparedSandbox {
             helper,
             plan,
+            inputs: SandboxInputs::of(profile, identity, request),
             group,
             made_for: cgroup_limits(&profile.limits),
         })
@@ -155,9 +158,21 @@ impl PreparedSandbox {
         self.group.finish();
     }
 
-    /// Whether this sandbox can run `plan` with these cgroup limits.
-    pub(crate) fn fits(&self, plan: &SandboxPlan, limits: &CgroupLimits) -> bool {
-        self.made_for == *limits && self.plan.same_sandbox(plan)
+    /// Whether this sandbox is the one `request` under `profile` would
+    /// get, with these cgroup limits (its program aside).
+    pub(crate) fn fits(
+        &self,
+        profile: &Profile,
+        identity: corral_helper::SandboxIdentity,
+        request: &RunRequest,
+        limits: &CgroupLimits,
+    ) -> bool {
+        self.made_for == *limits && self.inputs.matches(profile, identity, request)
+    }
+
+    /// The plan this sandbox was built from.
+    pub(crate) fn plan(&self) -> &SandboxPlan {
+        &self.plan
     }
 
     /// The helper and the group, for the run that takes this sandbox.

@@ -369,10 +369,13 @@ impl AuditStore {
     pub fn record(&self, rec: &AuditRecord) -> Result<(), AuditError> {
         {
             let db = self.db.lock().map_err(|_| AuditError::Poisoned)?;
-            db.execute(
+            // Prepared once per connection (rusqlite's statement cache):
+            // parsing and planning the statement cost more than the row.
+            db.prepare_cached(
                 "INSERT OR REPLACE INTO executions (id, tenant, profile, code_sha256, code, started_ms, finished_ms, exit_code, timed_out, oom_killed, result)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
-                params![
+            )
+            .and_then(|mut insert| insert.execute(params![
                     rec.id,
                     rec.tenant,
                     rec.profile,
@@ -384,8 +387,7 @@ impl AuditStore {
                     rec.timed_out,
                     rec.oom_killed,
                     rec.result.get(),
-                ],
-            )
+                ]))
             .map_err(sqlite(&self.path))?;
         }
         if let Some((file, path)) = &self.jsonl {
@@ -406,16 +408,16 @@ impl AuditStore {
         let line = serde_json::to_string(ev).map_err(AuditError::Encode)?;
         {
             let db = self.db.lock().map_err(|_| AuditError::Poisoned)?;
-            db.execute(
+            db.prepare_cached(
                 "INSERT INTO events (ts_ms, tenant, server, code, event) VALUES (?1, ?2, ?3, ?4, ?5)",
-                params![
+            )
+            .and_then(|mut insert| insert.execute(params![
                     i64::try_from(ev.ts_ms).unwrap_or(i64::MAX),
                     ev.tenant,
                     ev.server,
                     ev.code,
                     line,
-                ],
-            )
+                ]))
             .map_err(sqlite(&self.path))?;
         }
         if let Some((file, path)) = &self.jsonl {

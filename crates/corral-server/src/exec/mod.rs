@@ -76,27 +76,98 @@ impl Job {
     /// result's [`outcome_label`](ExecutionResponse::outcome_label), or
     /// the error's code), the exit status and the duration.
     pub fn finish(&self, since: Instant, result: &Result<ExecutionResponse, ApiError>) {
-        let span = &self.span;
+        self.finished(since, result).log();
+    }
+
+    /// What [`Job::finish`] logs, taken from `result` without formatting
+    /// anything: an answer can go out first and the line follow (a log
+    /// line costs tens of microseconds, which one execution's answer
+    /// would otherwise wait for).
+    pub fn finished(
+        &self,
+        since: Instant,
+        result: &Result<ExecutionResponse, ApiError>,
+    ) -> Finished {
         let ms = u64::try_from(since.elapsed().as_millis()).unwrap_or(u64::MAX);
-        span.record("duration_ms", ms);
-        match result {
-            Ok(r) => {
-                span.record("outcome", r.outcome_label());
-                span.record("exit_code", r.exit_code());
-                tracing::info!(parent: span, "execution finished");
+        let end = match result {
+            Ok(r) => End::Ran {
+                outcome: r.outcome_label(),
+                exit_code: r.exit_code(),
+            },
+            Err(ApiError::Refused(r)) => End::Refused {
+                exit_code: r.exit_code(),
+                code: r.refusal_code().unwrap_or_default().to_owned(),
+            },
+            Err(e) => End::Failed {
+                server_error: e.status().is_server_error(),
+                code: e.code().to_owned(),
+                error: e.to_string(),
+            },
+        };
+        Finished {
+            span: self.span.clone(),
+            ms,
+            end,
+        }
+    }
+}
+
+/// The end of an execution, to be logged in its span ([`Job::finished`]).
+#[derive(Debug)]
+pub struct Finished {
+    span: tracing::Span,
+    ms: u64,
+    end: End,
+}
+
+#[derive(Debug)]
+enum End {
+    Ran {
+        outcome: &'static str,
+        exit_code: i32,
+    },
+    Refused {
+        exit_code: i32,
+        code: String,
+    },
+    Failed {
+        server_error: bool,
+        code: String,
+        error: String,
+    },
+}
+
+impl Finished {
+    /// Writes the line: the outcome, the exit status and the duration,
+    /// recorded in the execution's span.
+    pub fn log(self) {
+        let span = &self.span;
+        // Entered, so the line carries the request's span too (the
+        // formatter lists the spans entered on this thread).
+        let _in = span.enter();
+        span.record("duration_ms", self.ms);
+        match self.end {
+            End::Ran { outcome, exit_code } => {
+                span.record("outcome", outcome);
+                span.record("exit_code", exit_code);
+                tracing::info!("execution finished");
             }
-            Err(ApiError::Refused(r)) => {
+            End::Refused { exit_code, code } => {
                 span.record("outcome", "refused");
-                span.record("exit_code", r.exit_code());
-                tracing::info!(parent: span, code = r.refusal_code().unwrap_or_default(), "execution refused");
+                span.record("exit_code", exit_code);
+                tracing::info!(code = %code, "execution refused");
             }
-            Err(e) if e.status().is_server_error() => {
+            End::Failed {
+                server_error: true,
+                code,
+                error,
+            } => {
                 span.record("outcome", "error");
-                tracing::error!(parent: span, code = e.code(), error = %e, "execution failed");
+                tracing::error!(code = %code, error = %error, "execution failed");
             }
-            Err(e) => {
+            End::Failed { code, error, .. } => {
                 span.record("outcome", "error");
-                tracing::info!(parent: span, code = e.code(), error = %e, "execution refused");
+                tracing::info!(code = %code, error = %error, "execution refused");
             }
         }
     }
@@ -185,7 +256,8 @@ pub(crate) fn new_workspace_in(
 ///
 /// The answer stands before the sandbox is torn down: what is left of it
 /// (its last processes, cgroup and workspace) comes back as a [`Cleanup`],
-/// which the caller finishes after answering.
+/// which the caller finishes after answering; so does the execution's
+/// log line.
 pub fn run(
     state: &AppState,
     job: &Job,
@@ -196,16 +268,18 @@ pub fn run(
     let since = Instant::now();
     let mut cleanup = Cleanup::default();
     let result = run_in_fresh_workspace(state, job, cancel, tap, &mut cleanup);
-    job.finish(since, &result);
+    cleanup.finished = Some(job.finished(since, &result));
     (result, cleanup)
 }
 
-/// What an answered execution still holds: the sandbox on its way out,
-/// then the workspace it used. [`Cleanup::finish`] (or dropping it) waits
-/// for the first and removes both; blocking, milliseconds.
+/// What an answered execution still holds: its log line, the sandbox on
+/// its way out, then the workspace it used. [`Cleanup::finish`] (or
+/// dropping it) writes the first, waits for the second and removes both;
+/// blocking, milliseconds.
 #[derive(Default)]
 #[must_use = "an execution's sandbox and workspace must be cleaned up once it is answered"]
 pub struct Cleanup {
+    finished: Option<Finished>,
     remains: Option<Remains>,
     /// A sandbox built ahead that the run took but did not use and that
     /// cannot go back to the pool (input files were written into its
@@ -216,12 +290,16 @@ pub struct Cleanup {
 }
 
 impl Cleanup {
-    /// Waits for the sandbox to be gone, then removes its workspace.
+    /// Logs the execution's end, waits for the sandbox to be gone, then
+    /// removes its workspace.
     pub fn finish(mut self) {
         self.release();
     }
 
     fn release(&mut self) {
+        if let Some(line) = self.finished.take() {
+            line.log();
+        }
         let ran = self.remains.is_some() || self.workspace.is_some();
         if let Some(remains) = self.remains.take() {
             remains.finish();
