@@ -20,11 +20,6 @@ pub(crate) fn read_opt(backend: &Backend, path: &Path) -> Option<String> {
     backend.read(path).ok()
 }
 
-/// Reads a file holding one number.
-pub(crate) fn read_u64(backend: &Backend, path: &Path) -> Option<u64> {
-    read_opt(backend, path)?.trim().parse().ok()
-}
-
 /// The value of `key` in a flat-keyed file (`key value` lines).
 pub(crate) fn keyed_u64(text: &str, key: &str) -> Option<u64> {
     text.lines().find_map(|l| {
@@ -93,6 +88,16 @@ impl Backend {
             }
             #[cfg(test)]
             Backend::Fake(k) => k.write(path, value),
+        }
+    }
+
+    /// `path` opened for reading, to be read later; `None` where it
+    /// cannot be (or, in tests, for the fake, which is read by path).
+    pub(crate) fn open_read(&self, path: &Path) -> Option<std::fs::File> {
+        match self {
+            Backend::Kernel => std::fs::File::open(path).ok(),
+            #[cfg(test)]
+            Backend::Fake(_) => None,
         }
     }
 

@@ -36,8 +36,8 @@ mod v1;
 mod v2;
 
 use backend::*;
-use group::GroupDir;
 pub use group::{CgroupEnforced, CgroupStats, SandboxCgroup};
+use group::{GroupDir, StatFiles};
 pub use host::CgroupHost;
 
 use std::collections::{BTreeMap, BTreeSet};

@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use super::{
-    cpu_quota_us, ensure_dir, keyed_u64, read_opt, read_pids, read_u64, write_file, Backend,
-    CgroupEnforced, CgroupError, CgroupLimits, CgroupStats, Controller, GroupDir, SandboxCgroup,
+    cpu_quota_us, ensure_dir, keyed_u64, read_opt, read_pids, write_file, Backend, CgroupEnforced,
+    CgroupError, CgroupLimits, CgroupStats, Controller, GroupDir, SandboxCgroup, StatFiles,
     BASE_DIR, CPU_PERIOD_US,
 };
 
@@ -85,6 +85,7 @@ pub(super) fn create(
         enforced: CgroupEnforced::none("v1"),
         backend: backend.clone(),
         done: false,
+        stat_files: Vec::new(),
     };
     let mut enforced = CgroupEnforced::none("v1");
     for (mount, controllers) in hierarchies(mounts) {
@@ -186,34 +187,37 @@ pub(super) fn kill(backend: &Backend, dirs: &[GroupDir]) {
 
 /// Usage figures from the memory and pids hierarchies, and from cpuacct
 /// where it is co-mounted with cpu (so only with a cpu limit).
-pub(super) fn stats(backend: &Backend, dirs: &[GroupDir]) -> CgroupStats {
+/// The files [`stats`] reads: each in the hierarchy of its controller.
+pub(super) fn stat_files(dirs: &[GroupDir]) -> StatFiles {
     let file = |c: Controller, f: &str| {
         dirs.iter()
             .find(|d| d.controllers.contains(&c))
             .map(|d| d.path.join(f))
     };
-    let mut stats = CgroupStats::default();
-    if let Some(p) = file(Controller::Memory, "memory.max_usage_in_bytes") {
-        stats.peak_memory_bytes = read_u64(backend, &p);
-    }
-    if let Some(p) = file(Controller::Memory, "memory.oom_control") {
-        let text = read_opt(backend, &p).unwrap_or_default();
+    StatFiles {
+        peak: file(Controller::Memory, "memory.max_usage_in_bytes"),
         // oom_kill since Linux 4.13; under_oom when the OOM killer is
         // disabled or still at work.
-        stats.oom_killed = keyed_u64(&text, "oom_kill").unwrap_or(0) > 0
-            || keyed_u64(&text, "under_oom").unwrap_or(0) > 0;
+        oom: file(Controller::Memory, "memory.oom_control"),
+        cpu: file(Controller::Cpuacct, "cpuacct.usage"),
+        pids_peak: file(Controller::Pids, "pids.peak"),
+        pids_events: file(Controller::Pids, "pids.events"),
     }
-    if let Some(p) = file(Controller::Cpuacct, "cpuacct.usage") {
-        stats.cpu_usage_ns = read_u64(backend, &p);
+}
+
+/// The group's figures, from `files` read by `read`.
+pub(super) fn stats(read: &dyn Fn(&Path) -> Option<String>, files: &StatFiles) -> CgroupStats {
+    let number = |p: &Option<PathBuf>| read(p.as_deref()?)?.trim().parse().ok();
+    let text = |p: &Option<PathBuf>| p.as_deref().and_then(read).unwrap_or_default();
+    let oom = text(&files.oom);
+    let oom = |key: &str| keyed_u64(&oom, key).unwrap_or(0) > 0;
+    CgroupStats {
+        peak_memory_bytes: number(&files.peak),
+        oom_killed: oom("oom_kill") || oom("under_oom"),
+        cpu_usage_ns: number(&files.cpu),
+        pids_peak: number(&files.pids_peak),
+        pids_limit_hit: keyed_u64(&text(&files.pids_events), "max").unwrap_or(0) > 0,
     }
-    if let Some(p) = file(Controller::Pids, "pids.peak") {
-        stats.pids_peak = read_u64(backend, &p);
-    }
-    if let Some(p) = file(Controller::Pids, "pids.events") {
-        let text = read_opt(backend, &p).unwrap_or_default();
-        stats.pids_limit_hit = keyed_u64(&text, "max").unwrap_or(0) > 0;
-    }
-    stats
 }
 
 #[cfg(test)]
@@ -770,9 +774,16 @@ mod tests {
         }
         assert_eq!(inside, paths.len(), "{own}");
         assert_eq!(cg.pids(), vec![child.pid()]);
+        // The files `stats` reads were opened with the group (a service
+        // reads them on its answer's path), and it reads them there.
+        let opened: Vec<&PathBuf> = cg.stat_files.iter().map(|(p, _)| p).collect();
+        let files = stat_files(&cg.dirs);
+        assert_eq!(opened, files.all().collect::<Vec<_>>());
+        assert!(opened.len() >= 4, "{opened:?}");
         let stats = cg.stats();
         eprintln!("stats: {stats:?}");
-        assert!(stats.peak_memory_bytes.is_some());
+        assert!(stats.peak_memory_bytes.is_some(), "{stats:?}");
+        assert_eq!(stats.pids_peak, Some(1), "{stats:?}");
         // cgroup cpu time only where cpuacct shares the cpu hierarchy.
         let comounted = mounts.contains_key(&Cpuacct) && mounts.get(&Cpuacct) == mounts.get(&Cpu);
         assert_eq!(stats.cpu_usage_ns.is_some(), comounted, "{stats:?}");

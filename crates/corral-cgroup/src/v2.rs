@@ -2,11 +2,11 @@
 //! controllers enabled through `cgroup.subtree_control` on the way down.
 
 use std::io;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use super::{
-    cpu_quota_us, ensure_dir, keyed_u64, read_opt, read_u64, write_file, Backend, CgroupEnforced,
-    CgroupError, CgroupLimits, CgroupStats, Controller, GroupDir, SandboxCgroup, BASE_DIR,
+    cpu_quota_us, ensure_dir, keyed_u64, write_file, Backend, CgroupEnforced, CgroupError,
+    CgroupLimits, CgroupStats, Controller, GroupDir, SandboxCgroup, StatFiles, BASE_DIR,
     CPU_PERIOD_US,
 };
 
@@ -95,6 +95,7 @@ pub(super) fn create(
         enforced: CgroupEnforced::none("v2"),
         backend: backend.clone(),
         done: false,
+        stat_files: Vec::new(),
     };
     let mut enforced = CgroupEnforced::none("v2");
     // An OOM kill, whatever limit caused it, ends the whole sandbox rather
@@ -153,21 +154,32 @@ pub(super) fn kill(backend: &Backend, dirs: &[GroupDir]) {
 }
 
 /// Usage figures from the group's files.
-pub(super) fn stats(backend: &Backend, dirs: &[GroupDir]) -> CgroupStats {
+/// The files [`stats`] reads, all in the group's one directory.
+pub(super) fn stat_files(dirs: &[GroupDir]) -> StatFiles {
     let Some(dir) = dirs.first() else {
-        return CgroupStats::default();
+        return StatFiles::default();
     };
-    let p = |f: &str| dir.path.join(f);
-    let events = read_opt(backend, &p("memory.events")).unwrap_or_default();
+    let p = |f: &str| Some(dir.path.join(f));
+    StatFiles {
+        peak: p("memory.peak"),
+        oom: p("memory.events"),
+        cpu: p("cpu.stat"),
+        pids_peak: p("pids.peak"),
+        pids_events: p("pids.events"),
+    }
+}
+
+/// The group's figures, from `files` read by `read`.
+pub(super) fn stats(read: &dyn Fn(&Path) -> Option<String>, files: &StatFiles) -> CgroupStats {
+    let text = |p: &Option<PathBuf>| p.as_deref().and_then(read).unwrap_or_default();
+    let events = text(&files.oom);
     let oom = |k: &str| keyed_u64(&events, k).unwrap_or(0) > 0;
-    let pids_events = read_opt(backend, &p("pids.events")).unwrap_or_default();
+    let pids_events = text(&files.pids_events);
     CgroupStats {
-        peak_memory_bytes: read_u64(backend, &p("memory.peak")),
+        peak_memory_bytes: text(&files.peak).trim().parse().ok(),
         oom_killed: oom("oom_kill") || oom("oom_group_kill"),
-        cpu_usage_ns: read_opt(backend, &p("cpu.stat"))
-            .and_then(|t| keyed_u64(&t, "usage_usec"))
-            .map(|us| us.saturating_mul(1000)),
-        pids_peak: read_u64(backend, &p("pids.peak")),
+        cpu_usage_ns: keyed_u64(&text(&files.cpu), "usage_usec").map(|us| us.saturating_mul(1000)),
+        pids_peak: text(&files.pids_peak).trim().parse().ok(),
         pids_limit_hit: keyed_u64(&pids_events, "max").unwrap_or(0) > 0,
     }
 }

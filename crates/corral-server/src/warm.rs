@@ -57,7 +57,8 @@ struct Ready<T> {
     /// ([`Pool::answered`]) since the last ones were made.
     due: usize,
     /// When one was last taken: a replacement is made at the latest
-    /// [`MAX_DEFERRAL`] after it, answered or not.
+    /// [`MAX_DEFERRAL`] after it (twice that when the pool was full and
+    /// its thread asleep), answered or not.
     last_taken: Option<Instant>,
 }
 
@@ -77,10 +78,13 @@ const MAX_DEFERRAL: Duration = Duration::from_millis(250);
 /// with the refill at once, 2.6 ms with it out of the way. So a
 /// replacement waits until that run is answered ([`Pool::answered`]),
 /// unless the pool ran empty (the next request would build its own on its
-/// path, which costs more) or [`MAX_DEFERRAL`] passed.
+/// path, which costs more) or [`MAX_DEFERRAL`] passed. A full pool's
+/// thread looks every [`MAX_DEFERRAL`] for takes: a take wakes it only
+/// when it empties the pool, as waking it costs the taking request.
 pub(crate) struct Pool<T> {
     ready: Mutex<Ready<T>>,
-    /// Signalled when one was taken, a run answered, or the pool stopped.
+    /// Signalled when a take emptied the pool, a run was answered, or the
+    /// pool stopped.
     changed: Condvar,
     wanted: usize,
     /// [`MAX_DEFERRAL`], or another in tests.
@@ -171,8 +175,15 @@ impl<T: Pooled> Pool<T> {
                                 .unwrap_or_else(|p| p.into_inner())
                                 .0;
                         }
+                        // Full: looks again after `max_deferral`, the only
+                        // way it learns of a take that left the pool
+                        // non-empty (`pop` does not wake it for those).
                         None => {
-                            ready = self.changed.wait(ready).unwrap_or_else(|p| p.into_inner());
+                            ready = self
+                                .changed
+                                .wait_timeout(ready, self.max_deferral)
+                                .unwrap_or_else(|p| p.into_inner())
+                                .0;
                         }
                     }
                 }
@@ -251,12 +262,21 @@ impl<T: Pooled> Pool<T> {
 
     /// The oldest one waiting, if any. The refill thread makes another at
     /// once if that left the pool empty, otherwise once the run is
-    /// answered or [`MAX_DEFERRAL`] passed.
+    /// answered or [`MAX_DEFERRAL`] passed (up to twice that: see
+    /// [`Pool`]).
     pub(crate) fn pop(&self) -> Option<T> {
-        let mut ready = self.lock();
-        let next = ready.waiting.pop_front();
-        if next.is_some() {
-            ready.last_taken = Some(Instant::now());
+        let (next, emptied) = {
+            let mut ready = self.lock();
+            let next = ready.waiting.pop_front();
+            if next.is_some() {
+                ready.last_taken = Some(Instant::now());
+            }
+            (next, ready.waiting.is_empty())
+        };
+        // Only an emptied pool wakes the refill thread from the request's
+        // path (a wake-up there costs the request about 20 us); otherwise
+        // it notices the take on its own (see `refill`).
+        if next.is_some() && emptied {
             self.changed.notify_one();
         }
         next

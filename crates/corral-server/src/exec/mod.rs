@@ -448,7 +448,7 @@ pub fn execute_in(
         helper: HelperStart::ReExec,
         forward_signals: false,
         cancel: Some(cancel.clone()),
-        stdin: Some(Arc::new(stdin)),
+        stdin: Some(stdin),
         tap,
         prestarted: Some(crate::warm::take),
         prepared: sandbox.take(),
@@ -536,10 +536,17 @@ pub fn record(
     }
 }
 
-/// `/dev/null`, or an unlinked file holding the request's input.
-fn stdin_file(dir: &std::path::Path, data: Option<&[u8]>) -> std::io::Result<std::fs::File> {
+/// `/dev/null` (opened once per process and shared: an open costs more
+/// than it seems on a request's path), or an unlinked file holding the
+/// request's input.
+fn stdin_file(dir: &std::path::Path, data: Option<&[u8]>) -> std::io::Result<Arc<std::fs::File>> {
+    static DEV_NULL: std::sync::OnceLock<Arc<std::fs::File>> = std::sync::OnceLock::new();
     let Some(data) = data else {
-        return std::fs::File::open("/dev/null");
+        if let Some(null) = DEV_NULL.get() {
+            return Ok(Arc::clone(null));
+        }
+        let null = Arc::new(std::fs::File::open("/dev/null")?);
+        return Ok(Arc::clone(DEV_NULL.get_or_init(|| null)));
     };
     use std::io::{Seek, Write};
     let name = new_id().map_err(|e| std::io::Error::other(e.to_string()))?;
@@ -552,7 +559,7 @@ fn stdin_file(dir: &std::path::Path, data: Option<&[u8]>) -> std::io::Result<std
     std::fs::remove_file(&path)?;
     f.write_all(data)?;
     f.rewind()?;
-    Ok(f)
+    Ok(Arc::new(f))
 }
 
 #[cfg(test)]
