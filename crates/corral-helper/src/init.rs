@@ -228,9 +228,10 @@ impl ProgramArgs {
 
 /// The program's steps up to and including `execve`: first every step that
 /// does not depend on the program part, then (a held sandbox's process
-/// waits here for its run; `ready` is `None`) the rlimits, the working
-/// directory, the `layers` report and the seccomp filters. Nothing here
-/// allocates before the wait except for a failure's message; seccomp goes
+/// reports its `layers` and waits here for its run; `ready` is `None`) the
+/// rlimits, the working directory, the `layers` report (when not made
+/// yet) and the seccomp filters. Nothing here allocates before the wait
+/// except for the `layers` report and a failure's message; seccomp goes
 /// last so every earlier step may still use the syscalls it denies.
 /// Returns only when something failed, `execve` included: what to report
 /// and the exit status.
@@ -250,19 +251,26 @@ pub(crate) fn program_steps<K: Kernel>(
         Ok(l) => l,
         Err(e) => return setup_failed(e),
     };
-    let program = match ready {
-        Some(p) => p,
-        // End of file (corral let the sandbox go) exits quietly in there.
-        None => match k
-            .receive_program(ctrl)
-            .map_err(|msg| (FailureKind::Protocol, msg))
-            .and_then(|p| ProgramArgs::of_program(&p))
-        {
-            Ok(p) => p,
-            Err(e) => return setup_failed(e),
-        },
+    let (program, unreported) = match ready {
+        Some(p) => (p, Some(landlock)),
+        None => {
+            // What is in force is known now: reported before the wait, it
+            // is read with the run's start instead of waking corral on
+            // the way to the run's execve.
+            ctrl.send(&HelperMessage::Layers { landlock });
+            // End of file (corral let the sandbox go) exits quietly in
+            // there.
+            match k
+                .receive_program(ctrl)
+                .map_err(|msg| (FailureKind::Protocol, msg))
+                .and_then(|p| ProgramArgs::of_program(&p))
+            {
+                Ok(p) => (p, None),
+                Err(e) => return setup_failed(e),
+            }
+        }
     };
-    if let Err(e) = finish(k, last, &program, landlock, ctrl) {
+    if let Err(e) = finish(k, last, &program, unreported, ctrl) {
         return setup_failed(e);
     }
     let err = k.execve(&program.exec);
@@ -321,7 +329,7 @@ fn finish<K: Kernel>(
     k: &mut K,
     last: &LastSteps<'_>,
     program: &ProgramArgs,
-    landlock: crate::landlock::LandlockOutcome,
+    unreported: Option<crate::landlock::LandlockOutcome>,
     ctrl: &mut Control,
 ) -> Result<(), StepError> {
     // Resource limits, while nothing untrusted runs yet (setrlimit(2)).
@@ -341,7 +349,9 @@ fn finish<K: Kernel>(
             format!("chdir to the workspace: {e}"),
         )
     })?;
-    ctrl.send(&HelperMessage::Layers { landlock });
+    if let Some(landlock) = unreported {
+        ctrl.send(&HelperMessage::Layers { landlock });
+    }
     // seccomp last (seccomp(2)): nothing after this but execve.
     for prog in last.filters {
         k.seccomp_install(prog).map_err(|e| {

@@ -43,8 +43,9 @@ pub struct ExecuteOptions {
     /// `None` starts one now.
     pub prestarted: Option<PrestartedSource>,
     /// With [`HelperStart::ReExec`]: a sandbox built ahead (a server's
-    /// prepared pool). Used when the run's plan builds exactly that
-    /// sandbox with the same cgroup limits; otherwise the run starts as
+    /// prepared pool). Used when the run has the inputs it was built from
+    /// and the same cgroup limits (only the run's program is planned
+    /// then); otherwise the run starts as
     /// without it and the sandbox is let go with the run's [`Remains`],
     /// after the answer. A refused run hands it back untouched
     /// ([`Refusal::unused`]).

@@ -404,6 +404,18 @@ pub(crate) fn launch_settling(
             Err(e) => return abort(LaunchError::Contain(e)),
         }
     }
+    // Everything the wait for the sandbox needs is set up before the
+    // message goes out: the helper (or the held program's process) it
+    // wakes is often placed on this thread's CPU, and waits until this
+    // thread sleeps in its first poll.
+    let ctrl_fd = ours.as_raw_fd();
+    let mut pump = Pump::new(
+        helper_pid,
+        [File::from(out_r), File::from(err_r)],
+        File::from(ours),
+        opts,
+        signals,
+    );
     let sent = match opts.helper {
         // The plan (or, to a held sandbox, only the program), with the
         // run's stdin, stdout and stderr attached: the helper may have been
@@ -424,12 +436,12 @@ pub(crate) fn launch_settling(
                 serde_json::to_vec(&joining).map(|p| (PLAN_MESSAGE, p))
             };
             match message {
-                Ok((tag, payload)) => send_run_message(ours.as_raw_fd(), tag, stdio, &payload),
+                Ok((tag, payload)) => send_run_message(ctrl_fd, tag, stdio, &payload),
                 Err(e) => return abort(spawn_err("encode plan")(e.into())),
             }
         }
         HelperStart::Fork => {
-            fd::send_with_fds(ours.as_raw_fd(), GO_AHEAD, &[]).map_err(std::io::Error::from)
+            fd::send_with_fds(ctrl_fd, GO_AHEAD, &[]).map_err(std::io::Error::from)
         }
     };
     // Only the helper writes to the pipes now: their end of file is its.
@@ -438,7 +450,6 @@ pub(crate) fn launch_settling(
     if let Err(e) = sent {
         return abort(spawn_err("send plan")(e));
     }
-    let ctrl = File::from(ours);
     let reduced = plan.reduced.is_some();
     let kill = || {
         if reduced {
@@ -457,13 +468,6 @@ pub(crate) fn launch_settling(
     let mut killed_at: Option<Instant> = None;
     // When corral first killed the sandbox, until live output is given up.
     let mut grace_from: Option<Instant> = None;
-    let mut pump = Pump::new(
-        helper_pid,
-        [File::from(out_r), File::from(err_r)],
-        ctrl,
-        opts,
-        signals,
-    );
     let mut timed_out = false;
     let mut output_killed = false;
     let mut cancelled = false;

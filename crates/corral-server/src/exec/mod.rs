@@ -411,7 +411,7 @@ pub(crate) fn remove_workspace(ws: Workspace) {
 /// `Ok` response with a [`RunOutcome::Refused`] outcome: it is recorded
 /// like any execution, see [`record`]. No outputs are collected here.
 /// `sandbox`: one built ahead with `ws` bound (see [`crate::prepared`]),
-/// taken when the run's plan builds exactly that sandbox, and left there
+/// taken when the run has the inputs it was built from, and left there
 /// when the run is refused (nothing was sent to it). The response comes
 /// with what is left of the sandbox, to be finished before `ws` is
 /// removed (see [`Remains`]).
