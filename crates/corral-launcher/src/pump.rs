@@ -322,7 +322,12 @@ impl Pump {
         for f in pipes.iter().flatten() {
             let _ = fd::set_nonblocking(f.as_raw_fd());
         }
-        let dup = |fd: std::os::fd::BorrowedFd<'_>| fd.try_clone_to_owned().ok().map(File::from);
+        // Only streamed output goes to corral's own stdout and stderr.
+        let dup = |fd: std::os::fd::BorrowedFd<'_>| {
+            (opts.output == OutputMode::Stream)
+                .then(|| fd.try_clone_to_owned().ok().map(File::from))
+                .flatten()
+        };
         let tapped = opts.tap.is_some();
         let sinks = [
             Sink::new(
