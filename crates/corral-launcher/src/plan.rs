@@ -308,14 +308,8 @@ pub fn build_plan(
     }
     let mounts = plan_mounts(profile, request, identity)?;
     let landlock = landlock_for(profile, commands, &exec_path, &mounts);
-    let ProgramPlan {
-        cwd,
-        exec_path,
-        argv,
-        env,
-        rlimits,
-    } = program_of(profile, request, exec_path, env)?;
-    let plan = SandboxPlan {
+    let program = program_of(profile, request, exec_path, env)?;
+    let mut plan = SandboxPlan {
         parent_pid: corral_sys::process::getpid(),
         identity,
         hostname: profile.hostname.clone(),
@@ -324,11 +318,12 @@ pub fn build_plan(
         mounts,
         deny: profile.filesystem.deny.clone(),
         files: generated_files(&profile.hostname, identity, host_resolv_conf(profile)),
-        cwd,
-        exec_path,
-        argv,
-        env,
-        rlimits,
+        // The program part is set just below.
+        cwd: program.cwd.clone(),
+        exec_path: String::new(),
+        argv: Vec::new(),
+        env: Vec::new(),
+        rlimits: Vec::new(),
         security: SecurityPlan {
             seccomp_profile: profile.security.seccomp,
             filters: crate::seccomp::compile(
@@ -345,6 +340,7 @@ pub fn build_plan(
         hold: false,
         cgroup_join: Vec::new(),
     };
+    plan.set_program(program);
     Ok((plan, events))
 }
 
