@@ -17,7 +17,9 @@ use crate::launch::{
     launch_settling, EgressProxy, HelperStart, LaunchOptions, Leftover, Outcome, OutputMode,
     StartedHelper,
 };
-use crate::plan::{build_plan, plan_from_held, sandbox_identity, RunRequest};
+use crate::plan::{
+    build_plan, plan_from_held, plans_only_the_program, sandbox_identity, RunRequest,
+};
 use crate::prepared::PreparedSandbox;
 use crate::protect::{ProtectError, Protection};
 use crate::reexec::ReadyHelper;
@@ -233,17 +235,27 @@ fn execute_run(
     let emit_all = |events: &[AuditEvent]| events.iter().for_each(|e| sink.emit(e));
     let identity = sandbox_identity(profile);
     // A sandbox built ahead from this run's inputs has planned all but
-    // the program already; the host is not looked at again.
+    // the program already; unless paths a run can write shape the
+    // sandbox, the host is not looked at again.
     let fitting = prepared.as_ref().filter(|p| {
         opts.helper == HelperStart::ReExec
             && p.fits(profile, identity, request, &cgroup_limits(&profile.limits))
     });
     let from_held = fitting
+        .filter(|_| plans_only_the_program(profile, request))
         .and_then(|p| plan_from_held(p.plan(), profile, commands, request, lookup_env).transpose());
-    let use_held = from_held.is_some();
-    let planned = match from_held {
-        Some(planned) => planned,
-        None => build_plan(profile, commands, request, identity, lookup_env),
+    let (planned, use_held) = match from_held {
+        Some(planned) => (planned, true),
+        None => {
+            let planned = build_plan(profile, commands, request, identity, lookup_env);
+            // Planned in full: the held sandbox only if it is this one.
+            let same = fitting.is_some_and(|p| {
+                planned
+                    .as_ref()
+                    .is_ok_and(|(plan, _)| p.plan().same_sandbox(plan))
+            });
+            (planned, same)
+        }
     };
     let (plan, mut events) = match planned {
         Ok(p) => p,

@@ -353,6 +353,7 @@ pub fn build_plan(
 /// `None` when the program changes the sandbox after all: under
 /// `commands.restrict_exec` an executable outside the allowed commands
 /// changes the Landlock rules (the caller then builds the whole plan).
+/// Only for runs whose sandbox part [`plans_only_the_program`] allows.
 pub(crate) fn plan_from_held(
     held: &SandboxPlan,
     profile: &Profile,
@@ -361,8 +362,9 @@ pub(crate) fn plan_from_held(
     lookup_env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Option<(SandboxPlan, Vec<AuditEvent>)>, PlanError> {
     let (exec_path, env, events) = program_basics(profile, commands, request, lookup_env)?;
-    if profile.commands.restrict_exec
-        && landlock_for(profile, commands, &exec_path, &held.mounts) != held.security.landlock
+    if held.reduced.is_some()
+        || (profile.commands.restrict_exec
+            && landlock_for(profile, commands, &exec_path, &held.mounts) != held.security.landlock)
     {
         return Ok(None);
     }
@@ -371,6 +373,20 @@ pub(crate) fn plan_from_held(
     plan.hold = false;
     plan.cgroup_join.clear();
     Ok(Some((plan, events)))
+}
+
+/// Whether a run may take its sandbox part from a sandbox built ahead
+/// ([`plan_from_held`]) rather than plan it now. Not when the profile
+/// denies paths or the run has writable binds: then the sandbox part
+/// depends on what exists in paths a run can write (the pins of denied
+/// paths inside the workspace or a writable bind, the protected entries
+/// of a writable bind), which may have changed since the sandbox was
+/// built, by its own input files among others. Such a run plans
+/// everything and uses the held sandbox only when the plans match.
+pub(crate) fn plans_only_the_program(profile: &Profile, request: &RunRequest) -> bool {
+    profile.filesystem.deny.is_empty()
+        && profile.filesystem.read_write.is_empty()
+        && request.read_write.is_empty()
 }
 
 /// What of a request and its profile shapes the sandbox (as opposed to
@@ -1235,6 +1251,35 @@ mod tests {
         let outside = request(&["/usr/bin/env"]);
         assert!(from_held(&restricted, &template, &outside).is_none());
         assert!(from_held(&restricted, &template, &request(&["sh", "-c", "true"])).is_some());
+    }
+
+    #[test]
+    fn what_a_run_writes_keeps_a_profile_with_deny_rules_off_the_held_plan() {
+        // The default profile: nothing a run writes shapes its sandbox.
+        let code = corral_policy::builtin::code();
+        let work = tempfile::tempdir().expect("tempdir");
+        let mut req = request(&["sh", "-c", "true"]);
+        req.workdir = Some(work.path().to_path_buf());
+        req.scratch_workdir = true;
+        assert!(plans_only_the_program(&code, &req));
+        // A denied path inside the workspace: the input files written
+        // after the sandbox was built can create it, and the plan for
+        // the run then pins its directory, which the held plan does not.
+        let mut deny = code.clone();
+        deny.filesystem.deny = vec![SandboxPath::new("/workspace/a/secret").expect("path")];
+        assert!(!plans_only_the_program(&deny, &req));
+        let (held, _) = plan_for(&deny, &req).expect("held plan");
+        std::fs::create_dir(work.path().join("a")).expect("mkdir");
+        std::fs::write(work.path().join("a/secret"), "s").expect("input file");
+        let (now, _) = plan_for(&deny, &req).expect("plan");
+        assert!(!held.same_sandbox(&now), "the pin went unnoticed");
+        // Writable binds: their protected entries and pins, likewise.
+        let mut rw = code.clone();
+        rw.filesystem.read_write = vec![MountSpec::parse("/tmp", None).expect("bind")];
+        assert!(!plans_only_the_program(&rw, &req));
+        let mut bound = req.clone();
+        bound.read_write = rw.filesystem.read_write.clone();
+        assert!(!plans_only_the_program(&code, &bound));
     }
 
     #[test]

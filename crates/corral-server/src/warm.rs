@@ -57,8 +57,8 @@ struct Ready<T> {
     /// ([`Pool::answered`]) since the last ones were made.
     due: usize,
     /// When one was last taken: a replacement is made at the latest
-    /// [`MAX_DEFERRAL`] after it (twice that when the pool was full and
-    /// its thread asleep), answered or not.
+    /// [`MAX_DEFERRAL`] after it, answered or not (a full pool's thread,
+    /// which a take does not wake, looks at least that often).
     last_taken: Option<Instant>,
 }
 
@@ -177,7 +177,9 @@ impl<T: Pooled> Pool<T> {
                         }
                         // Full: looks again after `max_deferral`, the only
                         // way it learns of a take that left the pool
-                        // non-empty (`pop` does not wake it for those).
+                        // non-empty (`pop` does not wake it for those);
+                        // it then waits out the rest of that take's
+                        // deferral, so none waits longer.
                         None => {
                             ready = self
                                 .changed
@@ -262,8 +264,7 @@ impl<T: Pooled> Pool<T> {
 
     /// The oldest one waiting, if any. The refill thread makes another at
     /// once if that left the pool empty, otherwise once the run is
-    /// answered or [`MAX_DEFERRAL`] passed (up to twice that: see
-    /// [`Pool`]).
+    /// answered or [`MAX_DEFERRAL`] passed (see [`Pool`]).
     pub(crate) fn pop(&self) -> Option<T> {
         let (next, emptied) = {
             let mut ready = self.lock();

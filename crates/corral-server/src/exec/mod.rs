@@ -536,17 +536,12 @@ pub fn record(
     }
 }
 
-/// `/dev/null` (opened once per process and shared: an open costs more
-/// than it seems on a request's path), or an unlinked file holding the
-/// request's input.
+/// `/dev/null`, or an unlinked file holding the request's input. Opened
+/// for each run: one open file description shared by every run would
+/// carry one tenant's `fcntl` flags, owner and `flock` to the next.
 fn stdin_file(dir: &std::path::Path, data: Option<&[u8]>) -> std::io::Result<Arc<std::fs::File>> {
-    static DEV_NULL: std::sync::OnceLock<Arc<std::fs::File>> = std::sync::OnceLock::new();
     let Some(data) = data else {
-        if let Some(null) = DEV_NULL.get() {
-            return Ok(Arc::clone(null));
-        }
-        let null = Arc::new(std::fs::File::open("/dev/null")?);
-        return Ok(Arc::clone(DEV_NULL.get_or_init(|| null)));
+        return std::fs::File::open("/dev/null").map(Arc::new);
     };
     use std::io::{Seek, Write};
     let name = new_id().map_err(|e| std::io::Error::other(e.to_string()))?;
