@@ -1173,6 +1173,34 @@ fn helpers_started_ahead_are_forked_by_a_fork_server_that_ends_with_the_server()
 /// next request instead of being torn down (on the refused request's
 /// path) and built again. One whose files were written is let go and its
 /// workspace removed.
+/// A profile that denies a path inside the workspace: a request's own
+/// input file there is hidden, also in a sandbox built ahead (which was
+/// built before the file existed; the run plans its sandbox in full and
+/// takes the held one only if the plans are equal).
+#[test]
+fn attack_an_input_file_at_a_denied_path_stays_hidden_in_a_sandbox_built_ahead() {
+    let s = start_server(
+        "[profile.code.filesystem]\ndeny = [\"/workspace/a/secret\"]\n",
+        &["--max-concurrent", "1"],
+    );
+    let server = s.child.id();
+    let body = r#"{"command": ["sh", "-c", "cat a/secret; echo rc=$?"],
+        "files": [{"path": "a/secret", "content": "TOPSECRET"}]}"#;
+    for round in 0..2 {
+        wait_until(10, "a prepared sandbox", || {
+            prepared_sandboxes(server).len() == 1
+        });
+        let (status, v) = post(&s, None, body);
+        assert_eq!(status, 200, "{v}");
+        let out = v["stdout"].as_str().unwrap_or_default();
+        assert!(
+            !out.contains("TOPSECRET"),
+            "round {round}: the denied file was read: {v}"
+        );
+        assert!(out.contains("rc=1"), "round {round}: {v}");
+    }
+}
+
 #[test]
 fn a_refused_request_leaves_its_sandbox_built_ahead_to_the_next() {
     let s = start_server("", &["--max-concurrent", "1"]);

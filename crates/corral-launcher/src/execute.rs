@@ -17,9 +17,7 @@ use crate::launch::{
     launch_settling, EgressProxy, HelperStart, LaunchOptions, Leftover, Outcome, OutputMode,
     StartedHelper,
 };
-use crate::plan::{
-    build_plan, plan_from_held, plans_only_the_program, sandbox_identity, RunRequest,
-};
+use crate::plan::{build_plan, plan_from_held, sandbox_identity, RunRequest};
 use crate::prepared::PreparedSandbox;
 use crate::protect::{ProtectError, Protection};
 use crate::reexec::ReadyHelper;
@@ -46,8 +44,9 @@ pub struct ExecuteOptions {
     pub prestarted: Option<PrestartedSource>,
     /// With [`HelperStart::ReExec`]: a sandbox built ahead (a server's
     /// prepared pool). Used when the run has the inputs it was built from
-    /// and the same cgroup limits (only the run's program is planned
-    /// then); otherwise the run starts as
+    /// and the same cgroup limits, and its plan is that sandbox's (only
+    /// the program is planned when no path a run can write shapes the
+    /// sandbox); otherwise the run starts as
     /// without it and the sandbox is let go with the run's [`Remains`],
     /// after the answer. A refused run hands it back untouched
     /// ([`Refusal::unused`]).
@@ -242,7 +241,6 @@ fn execute_run(
             && p.fits(profile, identity, request, &cgroup_limits(&profile.limits))
     });
     let from_held = fitting
-        .filter(|_| plans_only_the_program(profile, request))
         .and_then(|p| plan_from_held(p.plan(), profile, commands, request, lookup_env).transpose());
     let (planned, use_held) = match from_held {
         Some(planned) => (planned, true),

@@ -350,10 +350,11 @@ pub fn build_plan(
 /// (the command checked and resolved, the environment, rlimits), with its
 /// events. The sandbox part is `held`'s: the host filesystem as it was
 /// when that sandbox was built, which is what the sandbox holds anyway.
-/// `None` when the program changes the sandbox after all: under
+/// `None` when the run must plan its sandbox too (the caller then builds
+/// the whole plan): when [`plans_only_the_program`] says paths a run can
+/// write shape it, or when the program changes it after all (under
 /// `commands.restrict_exec` an executable outside the allowed commands
-/// changes the Landlock rules (the caller then builds the whole plan).
-/// Only for runs whose sandbox part [`plans_only_the_program`] allows.
+/// changes the Landlock rules).
 pub(crate) fn plan_from_held(
     held: &SandboxPlan,
     profile: &Profile,
@@ -361,10 +362,12 @@ pub(crate) fn plan_from_held(
     request: &RunRequest,
     lookup_env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Option<(SandboxPlan, Vec<AuditEvent>)>, PlanError> {
+    if held.reduced.is_some() || !plans_only_the_program(profile, request) {
+        return Ok(None);
+    }
     let (exec_path, env, events) = program_basics(profile, commands, request, lookup_env)?;
-    if held.reduced.is_some()
-        || (profile.commands.restrict_exec
-            && landlock_for(profile, commands, &exec_path, &held.mounts) != held.security.landlock)
+    if profile.commands.restrict_exec
+        && landlock_for(profile, commands, &exec_path, &held.mounts) != held.security.landlock
     {
         return Ok(None);
     }
@@ -383,7 +386,7 @@ pub(crate) fn plan_from_held(
 /// of a writable bind), which may have changed since the sandbox was
 /// built, by its own input files among others. Such a run plans
 /// everything and uses the held sandbox only when the plans match.
-pub(crate) fn plans_only_the_program(profile: &Profile, request: &RunRequest) -> bool {
+fn plans_only_the_program(profile: &Profile, request: &RunRequest) -> bool {
     profile.filesystem.deny.is_empty()
         && profile.filesystem.read_write.is_empty()
         && request.read_write.is_empty()
@@ -1268,6 +1271,10 @@ mod tests {
         let mut deny = code.clone();
         deny.filesystem.deny = vec![SandboxPath::new("/workspace/a/secret").expect("path")];
         assert!(!plans_only_the_program(&deny, &req));
+        assert!(
+            from_held(&deny, &req, &req).is_none(),
+            "a held plan for a profile with deny rules"
+        );
         let (held, _) = plan_for(&deny, &req).expect("held plan");
         std::fs::create_dir(work.path().join("a")).expect("mkdir");
         std::fs::write(work.path().join("a/secret"), "s").expect("input file");

@@ -158,8 +158,10 @@ impl PreparedSandbox {
         self.group.finish();
     }
 
-    /// Whether this sandbox is the one `request` under `profile` would
-    /// get, with these cgroup limits (its program aside).
+    /// Whether this sandbox was built from the inputs of `request` under
+    /// `profile` (its program aside) and for these cgroup limits. The
+    /// caller still plans what paths a run can write may change (see
+    /// `plan::plan_from_held`).
     pub(crate) fn fits(
         &self,
         profile: &Profile,

@@ -448,7 +448,7 @@ pub fn execute_in(
         helper: HelperStart::ReExec,
         forward_signals: false,
         cancel: Some(cancel.clone()),
-        stdin: Some(stdin),
+        stdin: Some(Arc::new(stdin)),
         tap,
         prestarted: Some(crate::warm::take),
         prepared: sandbox.take(),
@@ -539,9 +539,9 @@ pub fn record(
 /// `/dev/null`, or an unlinked file holding the request's input. Opened
 /// for each run: one open file description shared by every run would
 /// carry one tenant's `fcntl` flags, owner and `flock` to the next.
-fn stdin_file(dir: &std::path::Path, data: Option<&[u8]>) -> std::io::Result<Arc<std::fs::File>> {
+fn stdin_file(dir: &std::path::Path, data: Option<&[u8]>) -> std::io::Result<std::fs::File> {
     let Some(data) = data else {
-        return std::fs::File::open("/dev/null").map(Arc::new);
+        return std::fs::File::open("/dev/null");
     };
     use std::io::{Seek, Write};
     let name = new_id().map_err(|e| std::io::Error::other(e.to_string()))?;
@@ -554,7 +554,7 @@ fn stdin_file(dir: &std::path::Path, data: Option<&[u8]>) -> std::io::Result<Arc
     std::fs::remove_file(&path)?;
     f.write_all(data)?;
     f.rewind()?;
-    Ok(Arc::new(f))
+    Ok(f)
 }
 
 #[cfg(test)]
