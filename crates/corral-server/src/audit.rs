@@ -1,13 +1,11 @@
 //! The audit store: one record per execution in SQLite (WAL, survives
 //! restarts, old records pruned), optionally mirrored as JSON lines.
 
-use std::collections::HashSet;
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::{Condvar, Mutex};
-use std::time::Duration;
+use std::sync::Mutex;
 
 use rusqlite::{params, Connection, OptionalExtension};
 use serde::{Deserialize, Serialize};
@@ -243,53 +241,6 @@ pub struct AuditStore {
     path: String,
     jsonl: Option<(Mutex<File>, PathBuf)>,
     retention_days: u32,
-    /// Records announced and not yet stored ([`AuditStore::expect`]).
-    pending: Pending,
-}
-
-/// The ids of records on their way to the store: an execution is
-/// answered while its record is being written, and a read that could see
-/// that record waits for it, so an answered execution can always be read
-/// back.
-#[derive(Default)]
-struct Pending {
-    ids: Mutex<HashSet<String>>,
-    settled: Condvar,
-}
-
-/// How long a read waits for announced records. Storing one takes well
-/// under a millisecond; past this, the read answers what is stored (a
-/// record that failed is settled and logged, never waited for again).
-const PENDING_WAIT: Duration = Duration::from_secs(10);
-
-impl Pending {
-    fn add(&self, id: &str) {
-        if let Ok(mut ids) = self.ids.lock() {
-            ids.insert(id.to_owned());
-        }
-    }
-
-    fn remove(&self, id: &str) {
-        if let Ok(mut ids) = self.ids.lock() {
-            ids.remove(id);
-        }
-        self.settled.notify_all();
-    }
-
-    /// Waits (at most [`PENDING_WAIT`]) until none of the ids `which`
-    /// picks from those pending now is pending any more.
-    fn wait(&self, which: impl Fn(&str) -> bool) {
-        let Ok(ids) = self.ids.lock() else {
-            return;
-        };
-        let awaited: Vec<String> = ids.iter().filter(|id| which(id)).cloned().collect();
-        if awaited.is_empty() {
-            return;
-        }
-        let _ = self.settled.wait_timeout_while(ids, PENDING_WAIT, |ids| {
-            awaited.iter().any(|id| ids.contains(id))
-        });
-    }
 }
 
 /// Opens the JSON-lines file for appending (mode 0600 when created).
@@ -376,7 +327,6 @@ impl AuditStore {
             path,
             jsonl,
             retention_days,
-            pending: Pending::default(),
         };
         store.prune(now_ms())?;
         Ok(store)
@@ -413,25 +363,6 @@ impl AuditStore {
             }
         }
         Ok(())
-    }
-
-    /// Holds the database's lock, as a store in progress does: tests use
-    /// it to find what waits for a record.
-    #[cfg(test)]
-    pub(crate) fn hold(&self) -> std::sync::MutexGuard<'_, Connection> {
-        self.db.lock().unwrap()
-    }
-
-    /// Announces the record of execution `id`, to be stored (or given up)
-    /// through [`AuditStore::settle`]: until then, [`AuditStore::get`] of
-    /// that id and every [`AuditStore::list`] wait for it.
-    pub fn expect(&self, id: &str) {
-        self.pending.add(id);
-    }
-
-    /// The announced record of execution `id` is stored, or will not be.
-    pub fn settle(&self, id: &str) {
-        self.pending.remove(id);
     }
 
     /// Stores a record (and appends it to the JSON-lines file).
@@ -502,7 +433,6 @@ impl AuditStore {
     /// One record's stored result, exactly as it was answered, if it
     /// belongs to `tenant`.
     pub fn get(&self, tenant: &str, id: &str) -> Result<Option<Box<RawValue>>, AuditError> {
-        self.pending.wait(|pending| pending == id);
         let db = self.db.lock().map_err(|_| AuditError::Poisoned)?;
         let row: Option<String> = db
             .query_row(
@@ -524,7 +454,6 @@ impl AuditStore {
         limit: u32,
         offset: u32,
     ) -> Result<Vec<ExecutionSummary>, AuditError> {
-        self.pending.wait(|_| true);
         let db = self.db.lock().map_err(|_| AuditError::Poisoned)?;
         let mut stmt = db
             .prepare(
@@ -701,48 +630,6 @@ mod tests {
             v.get("exit_code").is_none(),
             "columns stay out of the line: {v}"
         );
-    }
-
-    /// A read of an announced record waits until it is stored, and so
-    /// does a listing; a record given up (settled without a store) is not
-    /// waited for.
-    #[test]
-    fn reads_wait_for_announced_records() {
-        use std::sync::mpsc::channel;
-        use std::sync::Arc;
-        let dir = tempfile::tempdir().unwrap();
-        let store = Arc::new(AuditStore::open(&dir.path().join("audit.db"), None, 30).unwrap());
-        store.expect("e9");
-        let (got_tx, got) = channel();
-        let (listed_tx, listed) = channel();
-        let reader = store.clone();
-        let get = std::thread::spawn(move || {
-            let _ = got_tx.send(reader.get("acme", "e9").unwrap().is_some());
-        });
-        let lister = store.clone();
-        let list = std::thread::spawn(move || {
-            let _ = listed_tx.send(lister.list("acme", None, 10, 0).unwrap().len());
-        });
-        let early = Duration::from_millis(300);
-        assert!(got.recv_timeout(early).is_err(), "read before the store");
-        assert!(
-            listed.recv_timeout(early).is_err(),
-            "listed before the store"
-        );
-        store
-            .record(&record("e9", "acme", now_ms(), r#"{"exit_code":3}"#))
-            .unwrap();
-        store.settle("e9");
-        let late = Duration::from_secs(10);
-        assert!(got.recv_timeout(late).unwrap(), "the read found the record");
-        assert_eq!(listed.recv_timeout(late).unwrap(), 1, "the listing has it");
-        get.join().unwrap();
-        list.join().unwrap();
-        store.expect("lost");
-        store.settle("lost");
-        let t = std::time::Instant::now();
-        assert!(store.get("acme", "lost").unwrap().is_none());
-        assert!(t.elapsed() < early, "a settled id is not waited for");
     }
 
     /// An answer of a program that printed `stdout` and `stderr` and left

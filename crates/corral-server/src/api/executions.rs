@@ -96,18 +96,13 @@ pub(super) async fn create(
     let sandbox = st.sandbox_permit().await?;
     let state = st.clone();
     let (answer, answered) = tokio::sync::oneshot::channel();
-    // The answer goes out as soon as it stands, while its record is
-    // stored; the sandbox's teardown follows in the same task, holding its
-    // permit. The slots come back with the answer, or end with the task
-    // when nobody waits for it.
+    // The answer goes out as soon as it stands; the sandbox's teardown
+    // follows in the same task, holding its permit. The slots come back
+    // with the answer, or end with the task when nobody waits for it.
     tokio::task::spawn_blocking(move || {
-        let exec::Executed {
-            result,
-            record,
-            cleanup,
-        } = exec::run(&state, &job, cancel, None);
+        let (result, cleanup) = exec::run(&state, &job, cancel, None);
         state.metrics.finished.fetch_add(1, Ordering::Relaxed);
-        hand_over(answer, result, slots, record);
+        let _ = answer.send((result, slots));
         cleanup.finish();
         drop(sandbox);
     });
@@ -126,23 +121,6 @@ pub(super) async fn create(
     let body = serde_json::to_vec(&result)
         .map_err(|e| ApiError::internal(format!("encoding the result: {e}")))?;
     Ok(answers::json(axum::http::StatusCode::OK, body, permit))
-}
-
-/// On the execution's thread: hands the answer to its task, then stores
-/// its audit record. The task's wake-up is a hop across threads (0.1 ms
-/// and more when its CPU was idle, see docs/PERFORMANCE.md) that takes
-/// about as long as the store, so the two overlap. The record was
-/// announced when it was made: a read of it waits until it is stored.
-fn hand_over<S>(
-    to: tokio::sync::oneshot::Sender<(Result<ExecutionResponse, ApiError>, S)>,
-    result: Result<ExecutionResponse, ApiError>,
-    slots: S,
-    record: Option<exec::PendingRecord>,
-) {
-    let _ = to.send((result, slots));
-    if let Some(record) = record {
-        record.store();
-    }
 }
 
 /// The `start` event.
@@ -230,16 +208,8 @@ pub(super) async fn stream(
     let sandbox = st.sandbox_permit().await?;
     let state = st.clone();
     tokio::task::spawn_blocking(move || {
-        let exec::Executed {
-            result,
-            record,
-            cleanup,
-        } = exec::run(&state, &job, cancel, Some(tap));
+        let (result, cleanup) = exec::run(&state, &job, cancel, Some(tap));
         state.metrics.finished.fetch_add(1, Ordering::Relaxed);
-        // On record before the result event goes out.
-        if let Some(record) = record {
-            record.store();
-        }
         drop(slots);
         let stream_dropped_bytes = dropped.lost();
         let end = match &result {
@@ -419,96 +389,4 @@ pub(super) async fn list(
         limit,
         offset,
     }))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::audit::{now_ms, AuditRecord, AuditStore};
-
-    fn record_of(id: &str) -> AuditRecord {
-        AuditRecord {
-            id: id.into(),
-            tenant: "acme".into(),
-            profile: "code".into(),
-            code_sha256: "00".repeat(32),
-            code: None,
-            started_ms: now_ms(),
-            finished_ms: now_ms(),
-            result: RawValue::from_string(r#"{"exit_code":0}"#.into()).unwrap(),
-            exit_code: Some(0),
-            timed_out: false,
-            oom_killed: false,
-        }
-    }
-
-    /// The answer is handed over before the record is stored (the store
-    /// overlaps the answering task's wake-up), and a read of the record
-    /// made meanwhile waits for it: with the store held up, the answer has
-    /// arrived and the read has not; once the store goes through, the read
-    /// finds the record.
-    #[test]
-    fn the_answer_is_handed_over_first_and_a_read_waits_for_the_record() {
-        let dir = tempfile::tempdir().unwrap();
-        let audit = Arc::new(AuditStore::open(&dir.path().join("audit.db"), None, 30).unwrap());
-        let record = exec::PendingRecord::new(
-            audit.clone(),
-            tracing::Span::none(),
-            "e1".into(),
-            Ok(record_of("e1")),
-        );
-        let (to, from) = tokio::sync::oneshot::channel();
-        let held = audit.hold();
-        let thread = std::thread::spawn(move || {
-            hand_over(to, Err(ApiError::internal("the answer")), 7u8, Some(record));
-        });
-        let (answer_tx, answer) = std::sync::mpsc::channel();
-        let waiter = std::thread::spawn(move || {
-            let _ = answer_tx.send(from.blocking_recv());
-        });
-        let (result, slots) = answer
-            .recv_timeout(Duration::from_secs(10))
-            .expect("the answer is handed over while the store is held up")
-            .unwrap();
-        assert_eq!(
-            (slots, result.unwrap_err().to_string()),
-            (7, "the answer".to_owned())
-        );
-        let reader = audit.clone();
-        let (read_tx, read) = std::sync::mpsc::channel();
-        let read_thread = std::thread::spawn(move || {
-            let _ = read_tx.send(reader.get("acme", "e1").unwrap().is_some());
-        });
-        assert!(
-            read.recv_timeout(Duration::from_millis(300)).is_err(),
-            "a read returned while the record was still being stored"
-        );
-        drop(held);
-        assert!(
-            read.recv_timeout(Duration::from_secs(10)).unwrap(),
-            "the read found the answered execution's record"
-        );
-        thread.join().unwrap();
-        waiter.join().unwrap();
-        read_thread.join().unwrap();
-    }
-
-    /// The record is stored even when nobody waits for the answer (the
-    /// client went away): dropping the task's end changes nothing.
-    #[test]
-    fn a_record_is_stored_when_nobody_waits_for_the_answer() {
-        let dir = tempfile::tempdir().unwrap();
-        let audit = Arc::new(AuditStore::open(&dir.path().join("audit.db"), None, 30).unwrap());
-        let record = exec::PendingRecord::new(
-            audit.clone(),
-            tracing::Span::none(),
-            "e2".into(),
-            Ok(record_of("e2")),
-        );
-        let (to, from) =
-            tokio::sync::oneshot::channel::<(Result<ExecutionResponse, ApiError>, ())>();
-        drop(from);
-        hand_over(to, Err(ApiError::internal("x")), (), Some(record));
-        assert!(audit.get("acme", "e2").unwrap().is_some());
-    }
 }

@@ -25,7 +25,7 @@ pub use response::{Ceilings, Encoding, ExecutionResponse, Outputs, RunOutcome};
 #[cfg(test)]
 pub(crate) use response::{OutputFile, OutputsStatus};
 
-use crate::audit::{now_ms, AuditError, AuditRecord, AuditStore, OutputKeeping};
+use crate::audit::{now_ms, AuditRecord, OutputKeeping};
 use crate::auth::sha256_hex;
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -251,41 +251,25 @@ pub(crate) fn new_workspace_in(
 /// output chunks also handed to `tap` as they arrive.
 ///
 /// The execution gets a fresh workspace with the request's files; the
-/// regular files it leaves under `output/` are collected into the result.
+/// regular files it leaves under `output/` are collected into the result,
+/// then the workspace is removed and the record written.
 ///
-/// The answer stands before its audit record is stored and before the
-/// sandbox is torn down: both come back with it ([`Executed`]), for the
-/// caller to store the first before it answers and to finish the second
-/// after; the execution's log line goes with the second.
+/// The answer stands before the sandbox is torn down: what is left of it
+/// (its last processes, cgroup and workspace) comes back as a [`Cleanup`],
+/// which the caller finishes after answering; so does the execution's
+/// log line.
 pub fn run(
     state: &AppState,
     job: &Job,
     cancel: Arc<AtomicBool>,
     tap: Option<OutputTap>,
-) -> Executed {
+) -> (Result<ExecutionResponse, ApiError>, Cleanup) {
     let _in_span = job.span.enter();
     let since = Instant::now();
     let mut cleanup = Cleanup::default();
-    let mut record = None;
-    let result = run_in_fresh_workspace(state, job, cancel, tap, &mut cleanup, &mut record);
+    let result = run_in_fresh_workspace(state, job, cancel, tap, &mut cleanup);
     cleanup.finished = Some(job.finished(since, &result));
-    Executed {
-        result,
-        record,
-        cleanup,
-    }
-}
-
-/// An HTTP execution once its answer stands ([`run`]).
-#[must_use = "an execution's record must be stored and its sandbox cleaned up"]
-pub struct Executed {
-    /// The answer.
-    pub result: Result<ExecutionResponse, ApiError>,
-    /// Its audit record, still to be stored: there is one whenever the
-    /// runtime ran or refused the execution (not for a failure before).
-    pub record: Option<PendingRecord>,
-    /// What is left of the sandbox and the workspace.
-    pub cleanup: Cleanup,
+    (result, cleanup)
 }
 
 /// What an answered execution still holds: its log line, the sandbox on
@@ -345,7 +329,6 @@ fn run_in_fresh_workspace(
     cancel: Arc<AtomicBool>,
     tap: Option<OutputTap>,
     cleanup: &mut Cleanup,
-    record: &mut Option<PendingRecord>,
 ) -> Result<ExecutionResponse, ApiError> {
     let started = now_ms();
     let prepared = &job.prepared;
@@ -408,9 +391,7 @@ fn run_in_fresh_workspace(
             cleanup.workspace = Some(ws);
         }
     }
-    let (answer, made) = answer_and_record(state, job, started, outcome?);
-    *record = Some(made);
-    answer
+    record(state, job, started, outcome?)
 }
 
 /// Removes an execution's workspace; a failure is logged (the directory
@@ -517,19 +498,6 @@ pub fn record(
     started: u64,
     response: ExecutionResponse,
 ) -> Result<ExecutionResponse, ApiError> {
-    let (answer, record) = answer_and_record(state, job, started, response);
-    record.store();
-    answer
-}
-
-/// Like [`record`], but the record comes back unstored, for the caller to
-/// store while it hands the answer over (see [`PendingRecord`]).
-pub fn answer_and_record(
-    state: &AppState,
-    job: &Job,
-    started: u64,
-    response: ExecutionResponse,
-) -> (Result<ExecutionResponse, ApiError>, PendingRecord) {
     let prepared = &job.prepared;
     let finished = now_ms();
     let outcome = match &response.outcome {
@@ -545,7 +513,7 @@ pub fn answer_and_record(
         outcome,
         finished.saturating_sub(started) as f64 / 1000.0,
     );
-    let made = AuditRecord::of(
+    let stored = AuditRecord::of(
         &response,
         OutputKeeping::of(&state.config.server),
         sha256_hex(prepared.code.as_bytes()),
@@ -556,71 +524,15 @@ pub fn answer_and_record(
             .then(|| prepared.code.clone()),
         started,
         finished,
-    );
-    let record = PendingRecord::new(state.audit.clone(), job.span.clone(), job.id.clone(), made);
-    let answer = match response.outcome {
+    )
+    .and_then(|record| state.audit.record(&record));
+    if let Err(e) = stored {
+        // The execution happened; its answer must not be lost either.
+        tracing::error!(execution_id = %job.id, error = %e, "audit record not stored");
+    }
+    match response.outcome {
         RunOutcome::Refused(_) => Err(ApiError::Refused(Box::new(response))),
         RunOutcome::Ran(_) => Ok(response),
-    };
-    (answer, record)
-}
-
-/// A finished execution's audit record, made from its answer and not yet
-/// stored. [`PendingRecord::store`] stores it, and so does dropping it: a
-/// record is never lost. A failure to make or store it is logged in the
-/// execution's span; the answer stands either way.
-///
-/// It is announced to the store when made ([`AuditStore::expect`]): the
-/// HTTP endpoint answers while it stores the record (`api::executions`),
-/// and a read of the record, or a listing, waits until it is stored.
-#[must_use = "an execution's audit record is stored by `store` or on drop"]
-pub struct PendingRecord {
-    audit: Arc<AuditStore>,
-    span: tracing::Span,
-    id: String,
-    made: Option<Result<AuditRecord, AuditError>>,
-}
-
-impl PendingRecord {
-    /// The record `made` of execution `id`, to be stored in `audit`; a
-    /// failure is logged in `span`.
-    pub(crate) fn new(
-        audit: Arc<AuditStore>,
-        span: tracing::Span,
-        id: String,
-        made: Result<AuditRecord, AuditError>,
-    ) -> PendingRecord {
-        audit.expect(&id);
-        PendingRecord {
-            audit,
-            span,
-            id,
-            made: Some(made),
-        }
-    }
-
-    /// Stores the record now (blocking: an SQLite write).
-    pub fn store(mut self) {
-        self.store_once();
-    }
-
-    fn store_once(&mut self) {
-        let Some(made) = self.made.take() else {
-            return;
-        };
-        let stored = made.and_then(|record| self.audit.record(&record));
-        self.audit.settle(&self.id);
-        if let Err(e) = stored {
-            let _in_span = self.span.enter();
-            // The execution happened; its answer must not be lost either.
-            tracing::error!(execution_id = %self.id, error = %e, "audit record not stored");
-        }
-    }
-}
-
-impl Drop for PendingRecord {
-    fn drop(&mut self) {
-        self.store_once();
     }
 }
 
