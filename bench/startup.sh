@@ -15,6 +15,12 @@
 #
 # Tunables (environment): LAT_RUNS (200), LAT_BLOCKS (4), WARMUP (20),
 # TP_N (400), TP_PY_N (100), TP_BLOCKS (5).
+# TIMELINE=N (default 0: off) adds the wall-clock timeline of N sequential
+# launches of bwrap and of corral: when each process of the launch was
+# forked, when it forked the next, when the program exec'd and exited, and
+# how long each process outlived it (`perf record` of the sched_process_
+# fork/exec/exit tracepoints only, so the tracing itself costs little;
+# needs `perf`). Medians per step.
 # PHASES=N (default 0: off) adds a CPU breakdown per process and per kernel
 # entry point of N sequential launches of bwrap and of corral (`perf record`
 # of the software cpu-clock event with call graphs; needs `perf`). It
@@ -292,6 +298,70 @@ PYEOF
 #    next to corral. Each sample is put under the outermost system call or
 #    page fault on its kernel stack, else under the library it ran in.
 # ---------------------------------------------------------------------------
+TIMELINE=${TIMELINE:-0}
+if ((TIMELINE > 0)); then
+    command -v perf >/dev/null || die "TIMELINE needs perf (Debian: linux-perf)"
+    timeline() { # timeline ID ROLES CMD...: the per-step wall clock of TIMELINE launches of CMD
+        local id=$1 roles=$2
+        shift 2
+        perf record -q -a -o "$OUT/timeline-$id.data" \
+            -e sched:sched_process_fork,sched:sched_process_exec,sched:sched_process_exit -- \
+            bash -c 'for ((i = 0; i < $0; i++)); do "$@" </dev/null >/dev/null 2>&1; done' "$TIMELINE" "$@" 2>>"$OUT/perf.log"
+        perf script -i "$OUT/timeline-$id.data" -F pid,time,event,trace \
+            >"$OUT/timeline-$id.txt" 2>>"$OUT/perf.log"
+        "$PY" - "$OUT/timeline-$id.txt" "$id" "$roles" "$1" <<'PYEOF' | tee -a "$OUT/report.txt"
+import re, statistics, sys
+path, label, roles, launcher = sys.argv[1], sys.argv[2], sys.argv[3].split(","), sys.argv[4].rsplit("/", 1)[-1]
+parent, forked, execd, exited, kids = {}, {}, {}, {}, {}
+roots = []
+for line in open(path, errors="replace"):
+    m = re.match(r"\s*(\d+)\s+([\d.]+):\s+sched:(\S+):\s*(.*)", line)
+    if not m:
+        continue
+    pid, t, ev, tr = int(m.group(1)), float(m.group(2)) * 1000, m.group(3), m.group(4)
+    if ev == "sched_process_fork":
+        child = int(re.search(r"child_pid=(\d+)", tr).group(1))
+        parent[child] = pid
+        forked[child] = t
+        kids.setdefault(pid, []).append(child)
+    elif ev == "sched_process_exec":
+        fn = re.search(r"filename=(\S+)", tr).group(1)
+        execd.setdefault(pid, []).append((t, fn))
+        if fn.rsplit("/", 1)[-1] == launcher:
+            roots.append(pid)
+    elif ev == "sched_process_exit":
+        exited.setdefault(pid, t)
+steps = {}
+def add(name, v):
+    steps.setdefault(name, []).append(v)
+n = len(roles)
+for root in roots:
+    chain = [root]  # the launch's processes, each the first child of the one before
+    while len(chain) < n and kids.get(chain[-1]):
+        chain.append(kids[chain[-1]][0])
+    prog = chain[-1]
+    if len(chain) < n or not execd.get(prog) or prog not in exited or root not in exited:
+        continue
+    t0 = execd[root][0][0]
+    starts = [t0] + [forked[p] for p in chain[1:]]
+    for i in range(n - 1):
+        add(f"{roles[i]}: until it forks the {roles[i + 1]}", starts[i + 1] - starts[i])
+    add(f"{roles[-1]}: until its execve", execd[prog][-1][0] - starts[-1])
+    add(f"{roles[-1]}: after its execve, until its exit", exited[prog] - execd[prog][-1][0])
+    last = exited[prog]
+    for i in range(n - 2, -1, -1):
+        add(f"{roles[i]}: exits after the {roles[i + 1]}", exited[chain[i]] - last)
+        last = exited[chain[i]]
+    add("total, execve to the launcher's exit", exited[root] - t0)
+print(f"\n{label}: wall-clock timeline of {len(steps.get('total, execve to the launcher' + chr(39) + 's exit', []))} launches (median ms; sched tracepoints only)")
+for name, vs in steps.items():
+    print(f"  {name:<48}{statistics.median(vs):7.2f}")
+PYEOF
+    }
+    timeline bwrap outer,pid1,program $BWRAP /bin/true
+    timeline corral parent,helper,init,program $CORRAL_RUN true
+fi
+
 PHASES=${PHASES:-0}
 ((PHASES > 0)) || exit 0
 command -v perf >/dev/null || die "PHASES needs perf (Debian: linux-perf)"
