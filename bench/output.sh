@@ -41,4 +41,4 @@ echo "output drain: ${GIB} GiB from python3, $(nproc) cores, kernel $(uname -r),
 measure "bare: python3 | cat > /dev/null" sh -c "/usr/bin/python3 -c \"$FLOOD\" | cat > /dev/null"
 measure "corral --json (head+tail kept)" $BIN run "${LIMIT_FLAGS[@]}" --config "$TMP/cfg.toml" --profile flood --json -- python3 -c "$FLOOD"
 measure "corral streaming > /dev/null" $BIN run "${LIMIT_FLAGS[@]}" --config "$TMP/cfg.toml" --profile flood -- python3 -c "$FLOOD"
-echo "(max RSS is the largest single process of the command's tree: corral, its helper, or python)"
+echo "(max RSS is the largest single process of the command's tree: corral, its helper or init, or python)"

@@ -359,7 +359,7 @@ for name, vs in steps.items():
 PYEOF
     }
     timeline bwrap outer,pid1,program $BWRAP /bin/true
-    timeline corral parent,helper,init,program $CORRAL_RUN true
+    timeline corral parent,init,program $CORRAL_RUN true
 fi
 
 PHASES=${PHASES:-0}
@@ -432,4 +432,4 @@ for role, v in sorted(per_role.items(), key=lambda x: -x[1]):
 PYEOF
 }
 phase bwrap outer,pid1,program $BWRAP /bin/true
-phase corral parent,helper,init,program $CORRAL_RUN true
+phase corral parent,init,program $CORRAL_RUN true

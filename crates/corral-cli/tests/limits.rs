@@ -516,7 +516,7 @@ fn cgroups_of_a_killed_corral_are_swept_by_the_next_run() {
         "the group should outlive a SIGKILLed corral"
     );
     // Nothing of that run may linger, whenever the kill came (even before
-    // the forked helper got its go-ahead).
+    // init joined its group, or the forked helper got its go-ahead).
     let lingering = || process_running("", &token);
     wait_until(5, "a process of the killed corral lingers", || !lingering());
     let out = run(&[], &["sh", "-c", "true"]);

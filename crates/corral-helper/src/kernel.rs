@@ -91,10 +91,15 @@ pub(crate) trait Kernel {
 
     /// Closes every descriptor from `first` up (`fd::close_from`).
     fn close_from(&mut self, first: u32) -> SysResult<()>;
+    /// Closes every descriptor from `first` up but those in `keep`
+    /// (`fd::close_from_except`).
+    fn close_from_except(&mut self, first: u32, keep: &[RawFd]) -> SysResult<()>;
     /// Empties the capability bounding set (`process::drop_bounding_set`).
     fn drop_bounding_set(&mut self) -> SysResult<bool>;
     /// `setgroups(0)`, `setresgid`, `setresuid` (`process::become_user`).
     fn become_user(&mut self, uid: u32, gid: u32) -> SysResult<()>;
+    /// `setresgid`, `setresuid`, groups left alone (`process::set_ids`).
+    fn set_ids(&mut self, uid: u32, gid: u32) -> SysResult<()>;
     /// `PR_SET_DUMPABLE` 1 or 0.
     fn set_dumpable(&mut self, dumpable: bool) -> SysResult<()>;
     /// `PR_SET_PDEATHSIG`.
@@ -233,11 +238,17 @@ impl Kernel for Sys {
     fn close_from(&mut self, first: u32) -> SysResult<()> {
         fd::close_from(first)
     }
+    fn close_from_except(&mut self, first: u32, keep: &[RawFd]) -> SysResult<()> {
+        fd::close_from_except(first, keep)
+    }
     fn drop_bounding_set(&mut self) -> SysResult<bool> {
         process::drop_bounding_set()
     }
     fn become_user(&mut self, uid: u32, gid: u32) -> SysResult<()> {
         process::become_user(uid, gid)
+    }
+    fn set_ids(&mut self, uid: u32, gid: u32) -> SysResult<()> {
+        process::set_ids(uid, gid)
     }
     fn set_dumpable(&mut self, dumpable: bool) -> SysResult<()> {
         if dumpable {

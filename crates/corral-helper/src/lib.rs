@@ -4,7 +4,8 @@
 //! This crate is the only code that runs inside the sandbox's processes:
 //! the helper (corral's own binary re-entered as `corral __sandbox-helper`,
 //! or forked from the single-threaded CLI), the sandbox's init (PID 1 of
-//! the new pid namespace) and the program's process up to `execve`.
+//! the new pid namespace, forked by the helper or cloned by the CLI) and
+//! the program's process up to `execve`.
 //!
 //! # Rules for code in this crate
 //!
@@ -32,15 +33,20 @@
 //!
 //! ```text
 //! corral (parent; may be multi-threaded)
-//!  └─ helper: read plan → [root: become the sandbox uid] → PDEATHSIG
-//!       → unshare(user) → uid/gid maps → max_user_namespaces 0
-//!       → non-dumpable
-//!       → unshare(mnt,pid,ipc,uts,net,cgroup)
-//!       └─ init (PID 1 of the new pid namespace): build the root
-//!            filesystem → pivot_root → hostname, loopback → non-dumpable
-//!            └─ program: reset signals → setsid → PDEATHSIG → drop every
-//!                 capability → no_new_privs → Landlock → [held: wait for
-//!                 the program part] → rlimits → chdir → seccomp → execve
+//!  ├─ helper: read plan → [root: become the sandbox uid] → PDEATHSIG
+//!  │    → unshare(user) → uid/gid maps → max_user_namespaces 0
+//!  │    → non-dumpable
+//!  │    → unshare(mnt,pid,ipc,uts,net,cgroup)
+//!  │    └─ init (PID 1 of the new pid namespace), from PDEATHSIG on
+//!  └─ or, from the single-threaded CLI: init cloned into every namespace
+//!       but the cgroup one (`init_cloned`): [v1: join its group] → uid/gid
+//!       maps → [root: every id the sandbox uid] → max_user_namespaces 0
+//!       → non-dumpable → unshare(cgroup)
+//!       → PDEATHSIG → build the root filesystem → pivot_root →
+//!         hostname, loopback → non-dumpable
+//!       └─ program: reset signals → setsid → PDEATHSIG → drop every
+//!            capability → no_new_privs → Landlock → [held: wait for
+//!            the program part] → rlimits → chdir → seccomp → execve
 //! ```
 #![forbid(unsafe_code)]
 
@@ -87,7 +93,7 @@ pub fn kill_tree_signal() -> i32 {
 use std::ffi::CString;
 use std::fs::File;
 use std::io::{Read, Write};
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::MetadataExt;
 
 use corral_sys::process::{self, Fork, WaitStatus};
@@ -195,6 +201,163 @@ pub fn main_forked(plan: SandboxPlan, join: &[std::path::PathBuf]) -> ! {
         );
     }
     run(plan, ctrl)
+}
+
+/// Entry point of init cloned by corral straight into the sandbox's
+/// namespaces (see [`cloned_init_steps`]), as the single-threaded CLI does
+/// where it can: one process fewer than a helper that unshares them and
+/// forks init. stdio and the control socket are already at 0-3. `join`
+/// holds the cgroup v1 `tasks` files corral opened (empty without a
+/// cgroup), `lifeline` the read end of a pipe corral holds open while it
+/// lives, `prepared` the idmapped trees corral cloned while root. Never
+/// returns.
+pub fn init_cloned(
+    plan: SandboxPlan,
+    join: Vec<OwnedFd>,
+    lifeline: OwnedFd,
+    prepared: Vec<(usize, OwnedFd)>,
+) -> ! {
+    let Ok(ctrl) = fd::take_inherited(fd::HELPER_CONTROL_FD) else {
+        process::exit_now(EXIT_CORRAL_ERROR);
+    };
+    let mut ctrl = Control(File::from(ctrl));
+    let mut keep: Vec<RawFd> = vec![lifeline.as_raw_fd()];
+    keep.extend(prepared.iter().map(|(_, tree)| tree.as_raw_fd()));
+    if let Err((kind, msg)) = cloned_init_steps(&mut Sys, &plan, join, &keep) {
+        ctrl.fail(kind, msg);
+    }
+    if let Err(e) = process::wipe_args_and_env(b"corral-sandbox") {
+        ctrl.fail(
+            FailureKind::Setup,
+            format!("wiping the inherited argv/environment: {e}"),
+        );
+    }
+    init::run(plan, ctrl, lifeline, prepared)
+}
+
+/// init's own first steps when corral cloned it into the namespaces, in
+/// order, up to where a forked init would start (`init::run`, which arms
+/// the parent-death signal and checks the lifeline first). The clone made
+/// every namespace but the cgroup one, owned by a user namespace whose
+/// owner is the sandbox identity: corral, when root, acted as that
+/// identity for the clone and kept only its saved uid 0, to take its own
+/// ids back. `keep` is what init still needs beyond stdio and the control
+/// socket. Stops at the first failure.
+pub(crate) fn cloned_init_steps<K: Kernel>(
+    k: &mut K,
+    plan: &SandboxPlan,
+    join: Vec<K::Fd>,
+    keep: &[RawFd],
+) -> Result<(), StepError> {
+    // 0. Into the sandbox's cgroup before anything else: `0` written to a
+    //    v1 `tasks` file moves the calling thread without the grace period
+    //    a move by pid waits for (`SandboxCgroup::self_join_files`). The
+    //    kernel checks the credentials of whoever opened the file (corral)
+    //    and of this process (cgroups(7)); each file is closed once written.
+    for tasks in join {
+        k.write_all(tasks, b"0").map_err(|e| {
+            (
+                FailureKind::Setup,
+                format!("cannot contain the sandbox: moving init into its cgroup failed: {e}"),
+            )
+        })?;
+    }
+    // 1. Nothing inherited beyond stdio, the control socket and `keep`
+    //    reaches the sandbox (close_range(2)); the lifeline's write end,
+    //    inherited from corral, goes here too.
+    k.close_from_except(4, keep)
+        .map_err(|e| (FailureKind::Setup, format!("close_range: {e}")))?;
+    let id = plan.identity;
+    // 2. corral's uid change for the clone made this process non-dumpable,
+    //    which makes its own /proc/self/uid_map root-owned (prctl(2)).
+    if id.drop_from_root {
+        k.set_dumpable(true).map_err(|e| {
+            (
+                FailureKind::Identity,
+                format!("PR_SET_DUMPABLE after the uid change: {e}"),
+            )
+        })?;
+    }
+    // 3. The maps, written by this process for itself, as the helper does.
+    write_id_maps(k, id.uid, id.gid).map_err(|e| {
+        (
+            FailureKind::UserNamespace,
+            format!("writing uid/gid maps: {e}"),
+        )
+    })?;
+    // 4. The saved uid corral kept is host root: unmapped here, so it can
+    //    never be named, and dropped now all the same (setresuid(2)).
+    if id.drop_from_root {
+        k.set_ids(id.uid, id.gid).map_err(|e| {
+            (
+                FailureKind::Identity,
+                format!("setting uid {} gid {} inside: {e}", id.uid, id.gid),
+            )
+        })?;
+    }
+    // 5. No nested user namespace, and nothing may read this process's
+    //    memory (the helper's steps 4b and 4c).
+    seal_user_namespace(k)?;
+    // 6. The cgroup namespace after the join, so its root is the
+    //    sandbox's group.
+    k.unshare(ns::CLONE_NEWCGROUP)
+        .map_err(|e| (FailureKind::Namespace, format!("unshare(cgroup): {e}")))?;
+    // 7. Signals are taken synchronously from here on (sigwaitinfo).
+    k.block_signals()
+        .map_err(|e| (FailureKind::Setup, format!("blocking signals: {e}")))
+}
+
+/// The namespaces corral clones init into ([`init_cloned`]): every one the
+/// helper unshares but the cgroup namespace, which init unshares itself
+/// once in its group. Network mode `host` keeps the host's network.
+pub fn cloned_init_namespaces(plan: &SandboxPlan) -> i32 {
+    ns::CLONE_NEWUSER | (namespaces(plan) & !ns::CLONE_NEWCGROUP)
+}
+
+/// The namespaces besides the user namespace a sandbox gets: all of
+/// mount, pid, ipc, uts, net (unless network mode `host`, which keeps the
+/// host's, explicit and reported loudly by the caller) and cgroup.
+fn namespaces(plan: &SandboxPlan) -> i32 {
+    let net = if plan.network == corral_policy::NetworkMode::Host {
+        0
+    } else {
+        ns::CLONE_NEWNET
+    };
+    ns::CLONE_NEWNS
+        | ns::CLONE_NEWPID
+        | ns::CLONE_NEWIPC
+        | ns::CLONE_NEWUTS
+        | net
+        | ns::CLONE_NEWCGROUP
+}
+
+/// Ends the set-up of a user namespace: no user namespace below it, then
+/// non-dumpable.
+fn seal_user_namespace<K: Kernel>(k: &mut K) -> Result<(), StepError> {
+    // No user namespace below this one: a second layer behind seccomp's
+    // refusal of CLONE_NEWUSER (as bubblewrap's --disable-userns), so a
+    // filter gap cannot reopen the kernel's largest unprivileged attack
+    // surface. The limit is per user namespace (user_namespaces(7),
+    // "/proc/sys/user"): 0 here refuses every nested one with ENOSPC and
+    // leaves the host's value alone. We hold CAP_SYS_RESOURCE in the new
+    // namespace, which makes its copy of the sysctl writable.
+    k.write_proc_file(MAX_USER_NAMESPACES, "0").map_err(|e| {
+        (
+            FailureKind::UserNamespace,
+            format!(
+                "setting {MAX_USER_NAMESPACES} to 0 inside the sandbox's user namespace: {e}; \
+                 corral needs it to refuse nested user namespaces"
+            ),
+        )
+    })?;
+    // Non-dumpable again, now that the maps are written (the one reason to
+    // be dumpable): this process holds the plan (the run's environment,
+    // its secrets), and a dumpable process can be ptraced, and its memory
+    // read, by any host process of the same uid, which as root is the
+    // shared 65534 (prctl(2), PR_SET_DUMPABLE; ptrace(2), "Ptrace access
+    // mode checking"). init inherits it.
+    k.set_dumpable(false)
+        .map_err(|e| (FailureKind::Privileges, format!("PR_SET_DUMPABLE: {e}")))
 }
 
 /// Moves this process (which has one thread) into every group of `join`
@@ -368,45 +531,10 @@ pub(crate) fn helper_steps<K: Kernel, P>(
             format!("writing uid/gid maps: {e}"),
         )
     })?;
-    // 4b. No user namespace below this one: a second layer behind seccomp's
-    //    refusal of CLONE_NEWUSER (as bubblewrap's --disable-userns), so a
-    //    filter gap cannot reopen the kernel's largest unprivileged attack
-    //    surface. The limit is per user namespace (user_namespaces(7),
-    //    "/proc/sys/user"): 0 here refuses every nested one with ENOSPC and
-    //    leaves the host's value alone. We hold CAP_SYS_RESOURCE in the new
-    //    namespace, which makes its copy of the sysctl writable.
-    k.write_proc_file(MAX_USER_NAMESPACES, "0").map_err(|e| {
-        (
-            FailureKind::UserNamespace,
-            format!(
-                "setting {MAX_USER_NAMESPACES} to 0 inside the sandbox's user namespace: {e}; \
-                 corral needs it to refuse nested user namespaces"
-            ),
-        )
-    })?;
-    // 4c. Non-dumpable again, now that the maps are written (the one
-    //    reason step 2 made us dumpable): the helper holds the plan (the
-    //    run's environment, its secrets) for the whole run, and a dumpable
-    //    process can be ptraced, and its memory read, by any host process
-    //    of the same uid, which as root is the shared 65534 (prctl(2),
-    //    PR_SET_DUMPABLE; ptrace(2), "Ptrace access mode checking"). init
-    //    inherits it.
-    k.set_dumpable(false)
-        .map_err(|e| (FailureKind::Privileges, format!("PR_SET_DUMPABLE: {e}")))?;
+    // 4b, 4c. No user namespace below this one, non-dumpable.
+    seal_user_namespace(k)?;
     // 5. Every other namespace, owned by the new user namespace.
-    // Network mode `host` keeps the host's network namespace (explicit,
-    // and reported loudly by the caller).
-    let net = if plan.network == corral_policy::NetworkMode::Host {
-        0
-    } else {
-        ns::CLONE_NEWNET
-    };
-    let flags = ns::CLONE_NEWNS
-        | ns::CLONE_NEWPID
-        | ns::CLONE_NEWIPC
-        | ns::CLONE_NEWUTS
-        | net
-        | ns::CLONE_NEWCGROUP;
+    let flags = namespaces(plan);
     k.unshare(flags).map_err(|e| {
         (
             FailureKind::Namespace,
@@ -441,7 +569,10 @@ fn supervise(init_pid: i32, _lifeline: OwnedFd) -> ! {
 }
 
 /// Idmapped clones of the binds that ask for one, by index in the plan.
-fn prepare_idmapped(plan: &SandboxPlan) -> Result<Vec<(usize, OwnedFd)>, String> {
+/// Needs host root (`CAP_SYS_ADMIN` over the filesystems), so it runs
+/// before the sandbox identity is taken: in the helper's steps, or in
+/// corral before it clones init ([`init_cloned`]).
+pub fn prepare_idmapped(plan: &SandboxPlan) -> Result<Vec<(usize, OwnedFd)>, String> {
     let mut out = Vec::new();
     for (i, op) in plan.mounts.iter().enumerate() {
         let MountOp::Bind {

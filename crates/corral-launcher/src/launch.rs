@@ -14,7 +14,7 @@
 //! to call from a multi-threaded server.
 
 use std::fs::File;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
 use corral_sys::fd;
@@ -333,6 +333,9 @@ pub(crate) fn launch_settling(
     // and whether it holds this run's sandbox already (a prepared one).
     let mut contained = false;
     let mut holding = false;
+    // Held open while corral lives when it cloned init itself: init checks
+    // it once its parent-death signal is armed.
+    let mut init_lifeline = None;
     let (helper_pid, ours) = match opts.helper {
         HelperStart::ReExec => {
             let helper = match started {
@@ -351,40 +354,25 @@ pub(crate) fn launch_settling(
             // A forked helper has one thread, so on cgroup v1 it can move
             // itself in (`tasks`), which skips the RCU grace period that
             // moving it by pid waits for. It does so right after the
-            // go-ahead, before any other step (helper step 0).
+            // go-ahead, before any other step (helper step 0). init cloned
+            // into the namespaces does the same, first thing.
             let join = containment.map(|c| c.self_join_files()).unwrap_or_default();
             contained = !join.is_empty();
-            match process::fork_in_single_threaded_helper() {
-                Err(e) => return Err(spawn_err("fork")(e.into())),
-                Ok(process::Fork::Child) => guard_forked_child(|| {
-                    // In the child of a single-threaded process: stdio and
-                    // the control socket to their numbers, then the helper.
-                    let stdin_ok = match &opts.stdin {
-                        Some(f) => f
-                            .try_clone()
-                            .map_err(|_| corral_sys::Errno(libc::EBADF))
-                            .and_then(|f| fd::place(&std::os::fd::OwnedFd::from(f), 0)),
-                        None => Ok(()),
-                    };
-                    let placed = stdin_ok
-                        .and_then(|_| fd::place(&out_w, 1))
-                        .and_then(|_| fd::place(&err_w, 2))
-                        .and_then(|_| fd::place(&theirs, fd::HELPER_CONTROL_FD))
-                        .and_then(|_| process::setpgid_self())
-                        // Keep nothing else: above all not the parent's end
-                        // of the control socket, or the wait for the
-                        // go-ahead below would never see EOF if the parent
-                        // died.
-                        .and_then(|_| fd::close_from(4))
-                        // Die with the parent from here on, not only once
-                        // the helper proper starts; it may already be gone.
-                        .and_then(|_| process::set_parent_death_signal(libc::SIGKILL));
-                    if placed.is_err() || process::getppid() != plan.parent_pid {
-                        process::exit_now(EXIT_CORRAL_ERROR);
-                    }
-                    corral_helper::main_forked(plan.clone(), &join)
-                }),
-                Ok(process::Fork::Parent(pid)) => (pid, ours),
+            let clonable = plan.reduced.is_none() && (containment.is_none() || contained);
+            let cloned = if clonable {
+                clone_init(plan, opts, &join, [&out_w, &err_w, &theirs])?
+            } else {
+                None
+            };
+            match cloned {
+                Some((pid, lifeline)) => {
+                    init_lifeline = Some(lifeline);
+                    (pid, ours)
+                }
+                None => (
+                    fork_helper(plan, opts, &join, [&out_w, &err_w, &theirs])?,
+                    ours,
+                ),
             }
         }
     };
@@ -440,6 +428,8 @@ pub(crate) fn launch_settling(
                 Err(e) => return abort(spawn_err("encode plan")(e.into())),
             }
         }
+        // init cloned by corral waits for nothing.
+        HelperStart::Fork if init_lifeline.is_some() => Ok(()),
         HelperStart::Fork => {
             fd::send_with_fds(ctrl_fd, GO_AHEAD, &[]).map_err(std::io::Error::from)
         }
@@ -613,6 +603,132 @@ pub(crate) fn launch_settling(
         network_events,
     };
     Ok((outcome, leftover))
+}
+
+/// Forks the helper from the single-threaded CLI: stdio and the control
+/// socket (`theirs`) at 0-3, its own process group, nothing else kept,
+/// then [`corral_helper::main_forked`]. Returns its pid.
+fn fork_helper(
+    plan: &SandboxPlan,
+    opts: &LaunchOptions,
+    join: &[std::path::PathBuf],
+    [out_w, err_w, theirs]: [&OwnedFd; 3],
+) -> Result<i32, LaunchError> {
+    match process::fork_in_single_threaded_helper() {
+        Err(e) => Err(spawn_err("fork")(e.into())),
+        Ok(process::Fork::Child) => guard_forked_child(|| {
+            let placed = place_child_fds(opts, [out_w, err_w, theirs])
+                // Keep nothing else: above all not the parent's end of the
+                // control socket, or the wait for the go-ahead below would
+                // never see EOF if the parent died.
+                .and_then(|_| fd::close_from(4))
+                // Die with the parent from here on, not only once the
+                // helper proper starts; it may already be gone.
+                .and_then(|_| process::set_parent_death_signal(libc::SIGKILL));
+            if placed.is_err() || process::getppid() != plan.parent_pid {
+                process::exit_now(EXIT_CORRAL_ERROR);
+            }
+            corral_helper::main_forked(plan.clone(), join)
+        }),
+        Ok(process::Fork::Parent(pid)) => Ok(pid),
+    }
+}
+
+/// In a child of the single-threaded CLI: the run's stdin (when given),
+/// stdout and stderr at 0-2, the control socket at 3, and a process group
+/// of its own.
+fn place_child_fds(
+    opts: &LaunchOptions,
+    [out_w, err_w, theirs]: [&OwnedFd; 3],
+) -> corral_sys::SysResult<()> {
+    let stdin_ok = match &opts.stdin {
+        Some(f) => f
+            .try_clone()
+            .map_err(|_| corral_sys::Errno(libc::EBADF))
+            .and_then(|f| fd::place(&OwnedFd::from(f), 0)),
+        None => Ok(()),
+    };
+    stdin_ok
+        .and_then(|_| fd::place(out_w, 1))
+        .and_then(|_| fd::place(err_w, 2))
+        .and_then(|_| fd::place(theirs, fd::HELPER_CONTROL_FD))
+        .and_then(|_| process::setpgid_self())
+}
+
+/// Clones init straight into the sandbox's namespaces, as bubblewrap makes
+/// its PID 1: one process fewer than a forked helper that unshares them
+/// and forks init (see [`corral_helper::init_cloned`] for init's side).
+/// For a sandbox with namespaces whose cgroup, if any, init joins itself
+/// (`join`, cgroup v1). As root, corral acts as the sandbox identity for
+/// the clone, keeping only its saved uid 0, so the new user namespace is
+/// owned by that identity as the helper's is; it takes its ids back right
+/// after. Returns init's pid and the write end of its lifeline.
+///
+/// `Ok(None)` when anything fails before init exists, the clone included:
+/// the forked helper then makes the same sandbox step by step, and its
+/// failure says precisely what is missing (the user namespace is tried on
+/// its own first). Never a weaker sandbox: the same steps, in another
+/// process layout.
+fn clone_init(
+    plan: &SandboxPlan,
+    opts: &LaunchOptions,
+    join: &[std::path::PathBuf],
+    fds: [&OwnedFd; 3],
+) -> Result<Option<(i32, OwnedFd)>, LaunchError> {
+    // Made after the pipes and the control socket, so none of these is at
+    // 0-3, where the child puts its stdio and control socket.
+    let Ok(join) = join
+        .iter()
+        .map(|p| {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(p)
+                .map(OwnedFd::from)
+        })
+        .collect::<std::io::Result<Vec<_>>>()
+    else {
+        return Ok(None);
+    };
+    let Ok(prepared) = corral_helper::prepare_idmapped(plan) else {
+        return Ok(None);
+    };
+    let Ok((lifeline_r, lifeline_w)) = fd::pipe() else {
+        return Ok(None);
+    };
+    let id = plan.identity;
+    let held = if id.drop_from_root {
+        match process::act_as_keeping_root(id.uid, id.gid) {
+            Ok(held) => Some(held),
+            Err(_) => return Ok(None),
+        }
+    } else {
+        None
+    };
+    let namespaces = corral_helper::cloned_init_namespaces(plan);
+    let init_pid = match process::fork_into_namespaces_in_single_threaded_process(namespaces) {
+        Ok(process::Fork::Child) => guard_forked_child(|| {
+            drop(lifeline_w);
+            // Die with corral; once init's steps have changed its ids
+            // (which clears this), init::run arms it again and checks the
+            // lifeline.
+            let placed = place_child_fds(opts, fds)
+                .and_then(|_| process::set_parent_death_signal(libc::SIGKILL));
+            if placed.is_err() {
+                process::exit_now(EXIT_CORRAL_ERROR);
+            }
+            corral_helper::init_cloned(plan.clone(), join, lifeline_r, prepared)
+        }),
+        Ok(process::Fork::Parent(pid)) => Some(pid),
+        Err(_) => None,
+    };
+    if let Err(e) = held.map(process::RootIds::restore).transpose() {
+        if let Some(pid) = init_pid {
+            let _ = process::kill(pid, libc::SIGKILL);
+            let _ = process::wait4(pid);
+        }
+        return Err(spawn_err("taking corral's own ids back after cloning init")(e.into()));
+    }
+    Ok(init_pid.map(|pid| (pid, lifeline_w)))
 }
 
 /// How long after corral kills a sandbox (timeout, output ceiling,

@@ -18,7 +18,8 @@
 //!
 //! What runs inside the sandbox is the `corral-helper` crate; this crate
 //! never runs code between a fork and an `execve` except `dup2`s (and the
-//! CLI's forked helper, which checks it is single-threaded first).
+//! CLI's forked helper or cloned init, which check it is single-threaded
+//! first).
 #![forbid(unsafe_code)]
 
 mod contain;

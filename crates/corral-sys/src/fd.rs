@@ -32,6 +32,27 @@ pub fn close_from(first: u32) -> SysResult<()> {
     cvt(unsafe { libc::syscall(libc::SYS_close_range, first, u32::MAX, 0u32) }).map(drop)
 }
 
+/// Closes every fd from `first` upwards except those in `keep`
+/// (`close_range(2)` over each gap between them).
+pub fn close_from_except(first: u32, keep: &[RawFd]) -> SysResult<()> {
+    let mut kept: Vec<u32> = keep
+        .iter()
+        .filter_map(|&fd| u32::try_from(fd).ok())
+        .filter(|&fd| fd >= first)
+        .collect();
+    kept.sort_unstable();
+    kept.dedup();
+    let mut from = first;
+    for fd in kept {
+        if fd > from {
+            // SAFETY: close_range takes integers; see `close_from`.
+            cvt(unsafe { libc::syscall(libc::SYS_close_range, from, fd - 1, 0u32) })?;
+        }
+        from = fd + 1;
+    }
+    close_from(from)
+}
+
 /// Closes one raw fd, ignoring errors (used on inherited stdio).
 pub fn close_raw(fd: RawFd) {
     // SAFETY: closing an fd number; the caller no longer uses it.

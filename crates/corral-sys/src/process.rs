@@ -54,8 +54,36 @@ pub fn fork_in_single_threaded_helper() -> SysResult<Fork> {
 /// and aarch64 read alike).
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 pub fn fork_sibling_in_single_threaded_process() -> SysResult<Fork> {
+    raw_fork(libc::CLONE_PARENT)
+}
+
+/// `clone(2)` with `CLONE_NEW*` flags: a `fork` whose child starts in new
+/// namespaces, refused unless the calling process has exactly one thread.
+/// With `CLONE_NEWPID` the child is PID 1 of the new pid namespace; with
+/// `CLONE_NEWUSER` it holds every capability in the new user namespace
+/// (owned by this process's effective uid) and none outside it, and the
+/// other new namespaces are owned by that user namespace (user_namespaces(7)).
+/// This is how bubblewrap makes its PID 1: one process instead of a fork
+/// that unshares and forks again. Same caveats as
+/// [`fork_sibling_in_single_threaded_process`]: the raw system call, so the
+/// child should not rely on the C library's idea of its pid.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+pub fn fork_into_namespaces_in_single_threaded_process(namespaces: i32) -> SysResult<Fork> {
+    raw_fork(namespaces | libc::SIGCHLD)
+}
+
+/// See the other architectures' version.
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+pub fn fork_into_namespaces_in_single_threaded_process(_namespaces: i32) -> SysResult<Fork> {
+    Err(Errno(libc::ENOSYS))
+}
+
+/// The raw `clone` of the two functions above: `flags` (with the child's
+/// exit signal in the low byte), no new stack.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+fn raw_fork(flags: i32) -> SysResult<Fork> {
     only_thread()?;
-    let flags = libc::c_ulong::try_from(libc::CLONE_PARENT).map_err(|_| Errno(libc::EINVAL))?;
+    let flags = libc::c_ulong::try_from(flags).map_err(|_| Errno(libc::EINVAL))?;
     // SAFETY: a clone without CLONE_VM and with no new stack is a fork: the
     // child runs on a copy of this address space. The process is
     // single-threaded (checked above), so the child inherits no lock held
@@ -234,6 +262,86 @@ pub fn become_user(uid: u32, gid: u32) -> SysResult<()> {
     // SAFETY: plain integer arguments.
     cvt(unsafe { libc::setresuid(uid, uid, uid) })?;
     Ok(())
+}
+
+/// Sets real, effective and saved ids to `uid`/`gid` and leaves the
+/// supplementary groups alone: inside a user namespace whose `setgroups`
+/// is denied, where `setgroups` would fail (user_namespaces(7)).
+pub fn set_ids(uid: u32, gid: u32) -> SysResult<()> {
+    // SAFETY: plain integer arguments.
+    cvt(unsafe { libc::setresgid(gid, gid, gid) })?;
+    // SAFETY: plain integer arguments.
+    cvt(unsafe { libc::setresuid(uid, uid, uid) })?;
+    Ok(())
+}
+
+/// A root process's own ids, set aside by [`act_as_keeping_root`].
+#[must_use = "the process acts as another user until the ids are restored"]
+#[derive(Debug)]
+pub struct RootIds {
+    uids: [u32; 3],
+    gids: [u32; 3],
+    groups: Vec<libc::gid_t>,
+}
+
+/// Makes a root process act as `uid`/`gid` for a moment: no supplementary
+/// groups, every gid `gid`, real and effective uid `uid`, saved uid 0.
+/// Meanwhile its effective capabilities are empty; the permitted ones stay
+/// because the saved uid is still 0 (capabilities(7), "Effect of user ID
+/// changes on capabilities"), which is what lets [`RootIds::restore`] take
+/// everything back. A child cloned meanwhile starts with these ids, and a
+/// user namespace it is cloned into is owned by `uid`. `EPERM` unless the
+/// effective uid is 0; on failure nothing is left changed.
+pub fn act_as_keeping_root(uid: u32, gid: u32) -> SysResult<RootIds> {
+    let mut uids = [0u32; 3];
+    let mut gids = [0u32; 3];
+    // SAFETY: each pointer is to a live, writable u32.
+    cvt(unsafe { libc::getresuid(&mut uids[0], &mut uids[1], &mut uids[2]) })?;
+    // SAFETY: as above.
+    cvt(unsafe { libc::getresgid(&mut gids[0], &mut gids[1], &mut gids[2]) })?;
+    if uids[1] != 0 {
+        return Err(Errno(libc::EPERM));
+    }
+    // SAFETY: size 0 with a null list asks for the count only.
+    let n = cvt(unsafe { libc::getgroups(0, std::ptr::null_mut()) })?;
+    let mut groups = vec![0 as libc::gid_t; usize::try_from(n).unwrap_or(0)];
+    // SAFETY: the list has room for `n` entries, and `n` is passed.
+    let n = cvt(unsafe { libc::getgroups(n, groups.as_mut_ptr()) })?;
+    groups.truncate(usize::try_from(n).unwrap_or(0));
+    let held = RootIds { uids, gids, groups };
+    let switched = (|| {
+        // SAFETY: a null list with size 0 clears the supplementary groups.
+        cvt(unsafe { libc::setgroups(0, std::ptr::null()) })?;
+        // SAFETY: plain integer arguments.
+        cvt(unsafe { libc::setresgid(gid, gid, gid) })?;
+        // SAFETY: plain integer arguments.
+        cvt(unsafe { libc::setresuid(uid, uid, 0) })
+    })();
+    match switched {
+        Ok(_) => Ok(held),
+        Err(e) => {
+            // Still root where the switch stopped: put back what changed.
+            let _ = held.restore();
+            Err(e)
+        }
+    }
+}
+
+impl RootIds {
+    /// Takes the ids set aside back: uids first (allowed, the saved uid is
+    /// 0), which restores the effective capabilities, then gids and
+    /// supplementary groups (with `CAP_SETGID` again).
+    pub fn restore(self) -> SysResult<()> {
+        let [ru, eu, su] = self.uids;
+        let [rg, eg, sg] = self.gids;
+        // SAFETY: plain integer arguments.
+        cvt(unsafe { libc::setresuid(ru, eu, su) })?;
+        // SAFETY: plain integer arguments.
+        cvt(unsafe { libc::setresgid(rg, eg, sg) })?;
+        // SAFETY: the list holds `len` entries.
+        cvt(unsafe { libc::setgroups(self.groups.len(), self.groups.as_ptr()) })?;
+        Ok(())
+    }
 }
 
 /// `setsid(2)`: a new session with no controlling terminal, so `TIOCSTI`

@@ -152,14 +152,7 @@ fn host_processes_of_the_sandbox_uid_cannot_read_the_helper_or_init() {
         .spawn()
         .expect("corral run");
     let corral = i32::try_from(run.id()).unwrap();
-    let mut pids = Vec::new();
-    wait_until(10, "the helper and its init", || {
-        pids = children_of(corral);
-        if let Some(helper) = pids.first().copied() {
-            pids.extend(children_of(helper));
-        }
-        pids.len() == 2 && process_running("sleep", "")
-    });
+    let pids = sandbox_chain(corral);
     // A host process of uid 65534 (set up as root, then dropped): /proc's
     // mem and PTRACE_ATTACH, each refused.
     let probe = r#"
@@ -187,8 +180,93 @@ for pid in map(int, sys.argv[1:]):
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     assert_eq!(
         text,
-        "EACCES EPERM\nEACCES EPERM\n",
+        "EACCES EPERM\n".repeat(pids.len()),
         "helper and init ({pids:?}) as a host process of uid 65534 sees them; stderr: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// corral's own processes of the sandbox under `corral`, top down, once
+/// its program runs `sleep`: init (which corral clones itself where it
+/// can) and, when there is one, the helper above it. Both show the wiped
+/// argv `corral-sandbox`.
+fn sandbox_chain(corral: i32) -> Vec<i32> {
+    let mut pids = Vec::new();
+    wait_until(10, "init, and the helper if there is one", || {
+        pids.clear();
+        let mut next = children_of(corral);
+        while let [pid] = next[..] {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            if !cmdline.starts_with(b"corral-sandbox\0") {
+                break;
+            }
+            pids.push(pid);
+            next = children_of(pid);
+        }
+        !pids.is_empty() && process_running("sleep", "")
+    });
+    pids
+}
+
+/// The `Name:` line of `/proc/<pid>/status`, its value with tabs as spaces.
+fn status_line(pid: i32, name: &str) -> String {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{name}:")))
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// As root, corral acts as the sandbox identity for the clone of init and
+/// keeps only its saved uid 0 to take its own ids back. Afterwards corral
+/// is itself again (ids and supplementary groups), and init has nothing of
+/// host root: every uid and gid the sandbox's, no groups, no capability;
+/// and of what corral had open (an inherited fd 9, its pipes and sockets,
+/// the lifeline's write end, cgroup files) it holds only stdio and its
+/// control socket.
+#[test]
+fn as_root_corral_takes_its_ids_back_and_init_keeps_none_of_them() {
+    if !is_root() {
+        eprintln!("SKIP: root only (unprivileged, corral changes no ids)");
+        return;
+    }
+    let mut run = corral_run_via_bash(
+        "exec 9</etc/hostname; exec setpriv --groups 4,27 -- \"$@\"",
+        &[],
+    )
+    .args(["--", "sh", "-c", "sleep 3 # corral-ids-test"])
+    .stdout(std::process::Stdio::null())
+    .spawn()
+    .expect("corral run");
+    // bash and setpriv exec: the pid is corral's.
+    let corral = i32::try_from(run.id()).unwrap();
+    let pids = sandbox_chain(corral);
+    let corral_ids = ["Uid", "Gid", "Groups"].map(|n| status_line(corral, n));
+    let init = *pids.last().unwrap();
+    let init_status = ["Uid", "Gid", "Groups", "CapPrm", "CapEff"].map(|n| status_line(init, n));
+    let mut init_fds: Vec<i32> = std::fs::read_dir(format!("/proc/{init}/fd"))
+        .map(|d| {
+            d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    init_fds.sort_unstable();
+    let _ = run.kill();
+    let _ = run.wait();
+    assert_eq!(corral_ids, ["0 0 0 0", "0 0 0 0", "4 27"], "corral itself");
+    assert_eq!(
+        init_status,
+        [
+            "65534 65534 65534 65534",
+            "65534 65534 65534 65534",
+            "",
+            "0000000000000000",
+            "0000000000000000"
+        ],
+        "init ({pids:?})"
+    );
+    assert_eq!(init_fds, [0, 1, 2, 3], "init's descriptors");
 }

@@ -27,8 +27,16 @@ pub(crate) enum Step {
     /// A mark the test itself recorded (e.g. where `prepare` ran).
     Mark(&'static str),
     CloseFrom(u32),
+    CloseFromExcept {
+        first: u32,
+        keep: Vec<i32>,
+    },
     DropBoundingSet,
     BecomeUser {
+        uid: u32,
+        gid: u32,
+    },
+    SetIds {
         uid: u32,
         gid: u32,
     },
@@ -222,11 +230,20 @@ impl Kernel for Fake {
     fn close_from(&mut self, first: u32) -> SysResult<()> {
         self.record(Step::CloseFrom(first))
     }
+    fn close_from_except(&mut self, first: u32, keep: &[i32]) -> SysResult<()> {
+        self.record(Step::CloseFromExcept {
+            first,
+            keep: keep.to_vec(),
+        })
+    }
     fn drop_bounding_set(&mut self) -> SysResult<bool> {
         self.record(Step::DropBoundingSet).map(|()| true)
     }
     fn become_user(&mut self, uid: u32, gid: u32) -> SysResult<()> {
         self.record(Step::BecomeUser { uid, gid })
+    }
+    fn set_ids(&mut self, uid: u32, gid: u32) -> SysResult<()> {
+        self.record(Step::SetIds { uid, gid })
     }
     fn set_dumpable(&mut self, dumpable: bool) -> SysResult<()> {
         self.record(Step::SetDumpable(dumpable))

@@ -16,8 +16,9 @@ use crate::plan::{
     SecurityPlan,
 };
 use crate::protocol::{FailureKind, HelperMessage};
-use crate::{helper_steps, reduced, rootfs, Control, Failure, Next};
+use crate::{cloned_init_namespaces, cloned_init_steps, helper_steps, reduced, rootfs};
 use crate::{CompiledFilters, Insn, LandlockPlan};
+use crate::{Control, Failure, Next};
 
 const PARENT: i32 = 4242;
 const STRICT: u64 = m::RESOLVE_BENEATH | m::RESOLVE_NO_SYMLINKS | m::RESOLVE_NO_MAGICLINKS;
@@ -1280,6 +1281,144 @@ fn helper_failing_pdeathsig_stops_quietly() {
         k.steps.last(),
         Some(&Step::ParentDeathSignal(libc::SIGKILL))
     );
+}
+
+// init cloned by corral into the namespaces.
+
+fn tasks(path: &str) -> FakeFd {
+    FakeFd(path.into())
+}
+
+#[test]
+fn cloned_init_joins_its_group_first_and_unshares_the_cgroup_namespace_after_it() {
+    let plan = plan();
+    let mut k = fake();
+    let join = vec![
+        tasks("/cg/memory/corral/r/tasks"),
+        tasks("/cg/pids/corral/r/tasks"),
+    ];
+    cloned_init_steps(&mut k, &plan, join, &[7, 9]).unwrap();
+    assert_eq!(
+        k.steps,
+        [
+            // Contained before anything else, each hierarchy once.
+            Step::WriteAll {
+                path: "/cg/memory/corral/r/tasks".into(),
+                contents: b"0".to_vec(),
+            },
+            Step::WriteAll {
+                path: "/cg/pids/corral/r/tasks".into(),
+                contents: b"0".to_vec(),
+            },
+            Step::CloseFromExcept {
+                first: 4,
+                keep: vec![7, 9],
+            },
+            Step::WriteProcFile {
+                path: "/proc/self/setgroups".into(),
+                contents: "deny".into(),
+            },
+            Step::WriteProcFile {
+                path: "/proc/self/uid_map".into(),
+                contents: "1000 1000 1\n".into(),
+            },
+            Step::WriteProcFile {
+                path: "/proc/self/gid_map".into(),
+                contents: "1001 1001 1\n".into(),
+            },
+            Step::WriteProcFile {
+                path: "/proc/sys/user/max_user_namespaces".into(),
+                contents: "0".into(),
+            },
+            Step::SetDumpable(false),
+            // After the join: the namespace's root is the sandbox's group.
+            Step::Unshare(ns::CLONE_NEWCGROUP),
+            Step::BlockSignals,
+        ]
+    );
+}
+
+#[test]
+fn cloned_init_as_root_drops_the_saved_host_root_right_after_its_maps() {
+    let mut plan = plan();
+    plan.identity.drop_from_root = true;
+    let mut k = fake();
+    cloned_init_steps(&mut k, &plan, Vec::new(), &[5]).unwrap();
+    assert_eq!(
+        k.steps[..6],
+        [
+            Step::CloseFromExcept {
+                first: 4,
+                keep: vec![5],
+            },
+            // corral's uid change for the clone left it non-dumpable.
+            Step::SetDumpable(true),
+            Step::WriteProcFile {
+                path: "/proc/self/setgroups".into(),
+                contents: "deny".into(),
+            },
+            Step::WriteProcFile {
+                path: "/proc/self/uid_map".into(),
+                contents: "1000 1000 1\n".into(),
+            },
+            Step::WriteProcFile {
+                path: "/proc/self/gid_map".into(),
+                contents: "1001 1001 1\n".into(),
+            },
+            // Every id the sandbox identity, the saved uid 0 included.
+            Step::SetIds {
+                uid: 1000,
+                gid: 1001,
+            },
+        ]
+    );
+    assert_eq!(
+        k.steps[6..],
+        [
+            Step::WriteProcFile {
+                path: "/proc/sys/user/max_user_namespaces".into(),
+                contents: "0".into(),
+            },
+            Step::SetDumpable(false),
+            Step::Unshare(ns::CLONE_NEWCGROUP),
+            Step::BlockSignals,
+        ]
+    );
+    // setgroups(2) is denied by now; corral emptied the groups itself.
+    assert!(!k.steps.iter().any(|s| matches!(s, Step::BecomeUser { .. })));
+}
+
+#[test]
+fn any_failing_cloned_init_step_stops_everything_after_it() {
+    let mut plan = plan();
+    plan.identity.drop_from_root = true;
+    let tried = assert_each_failure_stops_everything_after_it(
+        fake,
+        |k| cloned_init_steps(k, &plan, vec![tasks("/cg/memory/corral/r/tasks")], &[]),
+        |_| false,
+        |s| match s {
+            Step::SetIds { .. } | Step::SetDumpable(true) => FailureKind::Identity,
+            Step::SetDumpable(false) => FailureKind::Privileges,
+            Step::WriteProcFile { .. } => FailureKind::UserNamespace,
+            Step::Unshare(_) => FailureKind::Namespace,
+            _ => FailureKind::Setup,
+        },
+    );
+    assert_eq!(tried, 11);
+}
+
+#[test]
+fn cloned_init_gets_every_namespace_of_the_helper_but_the_cgroup_one() {
+    let mut plan = plan();
+    let all = ns::CLONE_NEWUSER
+        | ns::CLONE_NEWNS
+        | ns::CLONE_NEWPID
+        | ns::CLONE_NEWIPC
+        | ns::CLONE_NEWUTS
+        | ns::CLONE_NEWNET;
+    assert_eq!(cloned_init_namespaces(&plan), all);
+    plan.network = NetworkMode::Host;
+    assert_eq!(cloned_init_namespaces(&plan), all & !ns::CLONE_NEWNET);
 }
 
 #[test]
