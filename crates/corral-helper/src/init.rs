@@ -166,6 +166,9 @@ pub(super) fn start_program(
         landlock_full: plan.security.landlock.require_full,
         filters,
     };
+    // Read here, once: the program's process and init itself (when it
+    // hardens) drop every capability up to it.
+    process::last_capability();
     match process::fork_in_single_threaded_helper() {
         Err(e) => ctrl.fail(FailureKind::Setup, format!("fork of the program: {e}")),
         Ok(Fork::Child) => {

@@ -412,15 +412,22 @@ pub fn set_no_new_privs() -> SysResult<()> {
 /// namespace). Returns whether the set is empty afterwards.
 pub fn drop_bounding_set() -> SysResult<bool> {
     let last = last_capability();
+    let mut each_dropped = true;
     for cap in 0..=last {
         match prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong) {
             // EINVAL: the kernel does not know this cap; EPERM: no
             // CAP_SETPCAP (an unprivileged process without a user
             // namespace), checked below.
             Ok(()) => {}
-            Err(e) if e.0 == libc::EINVAL || e.0 == libc::EPERM => {}
+            Err(e) if e.0 == libc::EINVAL || e.0 == libc::EPERM => each_dropped = false,
             Err(e) => return Err(e),
         }
+    }
+    // Every capability the kernel knows was dropped (and the set holds no
+    // other): empty, without reading each one back. The program's process
+    // runs this between its fork and `execve`.
+    if each_dropped {
+        return Ok(true);
     }
     // SAFETY: PR_CAPBSET_READ takes integer arguments only.
     let any_left = (0..=last).any(
@@ -475,12 +482,17 @@ pub fn drop_all_capabilities() -> SysResult<bool> {
 
 /// The highest capability number this kernel knows
 /// (`/proc/sys/kernel/cap_last_cap`), or 63 when it cannot be read.
-/// Dropping unknown numbers is harmless (EINVAL is ignored).
+/// Dropping unknown numbers is harmless (EINVAL is ignored). Read once per
+/// process and kept: a process that asks before it forks (init, before
+/// the program's fork) spares its children the file's five system calls.
 pub fn last_capability() -> u32 {
-    std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
-        .ok()
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or(63)
+    static LAST: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *LAST.get_or_init(|| {
+        std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(63)
+    })
 }
 
 /// Sets a resource limit's soft and hard values.
