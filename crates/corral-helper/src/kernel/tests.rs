@@ -1122,40 +1122,34 @@ fn helper_steps_create_the_user_namespace_first_then_the_others() {
     assert_eq!(
         k.steps,
         [
-            Step::CloseFrom(4),
-            Step::Mark("prepare idmapped binds"),
-            Step::ParentDeathSignal(libc::SIGKILL),
-            Step::Getppid,
-            Step::Unshare(ns::CLONE_NEWUSER),
-            Step::WriteProcFile {
-                path: "/proc/self/setgroups".into(),
-                contents: "deny".into(),
-            },
-            Step::WriteProcFile {
-                path: "/proc/self/uid_map".into(),
-                contents: "1000 1000 1\n".into(),
-            },
-            Step::WriteProcFile {
-                path: "/proc/self/gid_map".into(),
-                contents: "1001 1001 1\n".into(),
-            },
-            // No nested user namespace, before any other namespace exists.
-            Step::WriteProcFile {
-                path: "/proc/sys/user/max_user_namespaces".into(),
-                contents: "0".into(),
-            },
-            // The maps written, nothing may read this process's memory.
-            Step::SetDumpable(false),
-            Step::Unshare(
-                ns::CLONE_NEWNS
-                    | ns::CLONE_NEWPID
-                    | ns::CLONE_NEWIPC
-                    | ns::CLONE_NEWUTS
-                    | ns::CLONE_NEWNET
-                    | ns::CLONE_NEWCGROUP
-            ),
-            Step::BlockSignals,
+            vec![
+                Step::CloseFrom(4),
+                Step::Mark("prepare idmapped binds"),
+                Step::ParentDeathSignal(libc::SIGKILL),
+                Step::Getppid,
+                Step::Unshare(ns::CLONE_NEWUSER),
+            ],
+            id_maps(),
+            vec![
+                // No nested user namespace, before any other namespace exists.
+                Step::WriteProcFile {
+                    path: "/proc/sys/user/max_user_namespaces".into(),
+                    contents: "0".into(),
+                },
+                // The maps written, nothing may read this process's memory.
+                Step::SetDumpable(false),
+                Step::Unshare(
+                    ns::CLONE_NEWNS
+                        | ns::CLONE_NEWPID
+                        | ns::CLONE_NEWIPC
+                        | ns::CLONE_NEWUTS
+                        | ns::CLONE_NEWNET
+                        | ns::CLONE_NEWCGROUP
+                ),
+                Step::BlockSignals,
+            ],
         ]
+        .concat()
     );
 }
 
@@ -1285,6 +1279,25 @@ fn helper_failing_pdeathsig_stops_quietly() {
 
 // init cloned by corral into the namespaces.
 
+/// setgroups deny and the plan's one-id maps, as the helper and a cloned
+/// init write them for themselves.
+fn id_maps() -> Vec<Step> {
+    vec![
+        Step::WriteProcFile {
+            path: "/proc/self/setgroups".into(),
+            contents: "deny".into(),
+        },
+        Step::WriteProcFile {
+            path: "/proc/self/uid_map".into(),
+            contents: "1000 1000 1\n".into(),
+        },
+        Step::WriteProcFile {
+            path: "/proc/self/gid_map".into(),
+            contents: "1001 1001 1\n".into(),
+        },
+    ]
+}
+
 fn tasks(path: &str) -> FakeFd {
     FakeFd(path.into())
 }
@@ -1301,40 +1314,34 @@ fn cloned_init_joins_its_group_first_and_unshares_the_cgroup_namespace_after_it(
     assert_eq!(
         k.steps,
         [
-            // Contained before anything else, each hierarchy once.
-            Step::WriteAll {
-                path: "/cg/memory/corral/r/tasks".into(),
-                contents: b"0".to_vec(),
-            },
-            Step::WriteAll {
-                path: "/cg/pids/corral/r/tasks".into(),
-                contents: b"0".to_vec(),
-            },
-            Step::CloseFromExcept {
-                first: 4,
-                keep: vec![7, 9],
-            },
-            Step::WriteProcFile {
-                path: "/proc/self/setgroups".into(),
-                contents: "deny".into(),
-            },
-            Step::WriteProcFile {
-                path: "/proc/self/uid_map".into(),
-                contents: "1000 1000 1\n".into(),
-            },
-            Step::WriteProcFile {
-                path: "/proc/self/gid_map".into(),
-                contents: "1001 1001 1\n".into(),
-            },
-            Step::WriteProcFile {
-                path: "/proc/sys/user/max_user_namespaces".into(),
-                contents: "0".into(),
-            },
-            Step::SetDumpable(false),
-            // After the join: the namespace's root is the sandbox's group.
-            Step::Unshare(ns::CLONE_NEWCGROUP),
-            Step::BlockSignals,
+            vec![
+                // Contained before anything else, each hierarchy once.
+                Step::WriteAll {
+                    path: "/cg/memory/corral/r/tasks".into(),
+                    contents: b"0".to_vec(),
+                },
+                Step::WriteAll {
+                    path: "/cg/pids/corral/r/tasks".into(),
+                    contents: b"0".to_vec(),
+                },
+                Step::CloseFromExcept {
+                    first: 4,
+                    keep: vec![7, 9],
+                },
+            ],
+            id_maps(),
+            vec![
+                Step::WriteProcFile {
+                    path: "/proc/sys/user/max_user_namespaces".into(),
+                    contents: "0".into(),
+                },
+                Step::SetDumpable(false),
+                // After the join: the namespace's root is the sandbox's group.
+                Step::Unshare(ns::CLONE_NEWCGROUP),
+                Step::BlockSignals,
+            ],
         ]
+        .concat()
     );
 }
 
@@ -1347,30 +1354,24 @@ fn cloned_init_as_root_drops_the_saved_host_root_right_after_its_maps() {
     assert_eq!(
         k.steps[..6],
         [
-            Step::CloseFromExcept {
-                first: 4,
-                keep: vec![5],
-            },
-            // corral's uid change for the clone left it non-dumpable.
-            Step::SetDumpable(true),
-            Step::WriteProcFile {
-                path: "/proc/self/setgroups".into(),
-                contents: "deny".into(),
-            },
-            Step::WriteProcFile {
-                path: "/proc/self/uid_map".into(),
-                contents: "1000 1000 1\n".into(),
-            },
-            Step::WriteProcFile {
-                path: "/proc/self/gid_map".into(),
-                contents: "1001 1001 1\n".into(),
-            },
-            // Every id the sandbox identity, the saved uid 0 included.
-            Step::SetIds {
-                uid: 1000,
-                gid: 1001,
-            },
+            vec![
+                Step::CloseFromExcept {
+                    first: 4,
+                    keep: vec![5],
+                },
+                // corral's uid change for the clone left it non-dumpable.
+                Step::SetDumpable(true),
+            ],
+            id_maps(),
+            vec![
+                // Every id the sandbox identity, the saved uid 0 included.
+                Step::SetIds {
+                    uid: 1000,
+                    gid: 1001,
+                },
+            ],
         ]
+        .concat()
     );
     assert_eq!(
         k.steps[6..],
