@@ -357,3 +357,26 @@ fn hostname_and_die_with_parent_flags_are_checked() {
     );
     assert!(!text(&out.stdout).contains("ran"));
 }
+
+/// `--die-with-parent` holds once the sandbox runs: when corral's parent
+/// dies, corral goes, and its sandbox with it. As root corral changes its
+/// own effective uid around the clone of init, which clears a
+/// parent-death signal (prctl(2)); it must arm it again.
+#[test]
+fn die_with_parent_holds_once_the_sandbox_runs() {
+    let token = format!("corral-die-with-parent-{}", std::process::id());
+    let script = format!("sleep 30; true # {token}");
+    // bash starts corral in the background and waits: the parent to kill.
+    let mut parent = corral_run_via_bash("\"$@\" & wait", &[])
+        .args(["--die-with-parent", "--", "sh", "-c", &script])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("bash");
+    wait_until(10, "the sandboxed shell", || process_running("sh", &token));
+    parent.kill().unwrap();
+    parent.wait().unwrap();
+    wait_until(5, "corral and its sandbox to follow their parent", || {
+        !process_running("", &token)
+    });
+}

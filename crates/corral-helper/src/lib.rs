@@ -263,8 +263,7 @@ pub(crate) fn cloned_init_steps<K: Kernel>(
         })?;
     }
     // 1. Nothing inherited beyond stdio, the control socket and `keep`
-    //    reaches the sandbox (close_range(2)); the lifeline's write end,
-    //    inherited from corral, goes here too.
+    //    reaches the sandbox (close_range(2)).
     k.close_from_except(4, keep)
         .map_err(|e| (FailureKind::Setup, format!("close_range: {e}")))?;
     let id = plan.identity;
@@ -278,15 +277,19 @@ pub(crate) fn cloned_init_steps<K: Kernel>(
             )
         })?;
     }
-    // 3. The maps, written by this process for itself, as the helper does.
+    // 3. The maps, written by this process for itself, as the helper does;
+    //    then non-dumpable at once, the maps being the one reason to be
+    //    dumpable (see `make_non_dumpable`).
     write_id_maps(k, id.uid, id.gid).map_err(|e| {
         (
             FailureKind::UserNamespace,
             format!("writing uid/gid maps: {e}"),
         )
     })?;
+    make_non_dumpable(k)?;
     // 4. The saved uid corral kept is host root: unmapped here, so it can
-    //    never be named, and dropped now all the same (setresuid(2)).
+    //    never be named, and dropped now all the same (setresuid(2)). Only
+    //    the saved ids change, which leaves this process non-dumpable.
     if id.drop_from_root {
         k.set_ids(id.uid, id.gid).map_err(|e| {
             (
@@ -295,9 +298,8 @@ pub(crate) fn cloned_init_steps<K: Kernel>(
             )
         })?;
     }
-    // 5. No nested user namespace, and nothing may read this process's
-    //    memory (the helper's steps 4b and 4c).
-    seal_user_namespace(k)?;
+    // 5. No nested user namespace (the helper's step 4b).
+    refuse_nested_user_namespaces(k)?;
     // 6. The cgroup namespace after the join, so its root is the
     //    sandbox's group.
     k.unshare(ns::CLONE_NEWCGROUP)
@@ -331,9 +333,8 @@ fn namespaces(plan: &SandboxPlan) -> i32 {
         | ns::CLONE_NEWCGROUP
 }
 
-/// Ends the set-up of a user namespace: no user namespace below it, then
-/// non-dumpable.
-fn seal_user_namespace<K: Kernel>(k: &mut K) -> Result<(), StepError> {
+/// No user namespace below the sandbox's.
+fn refuse_nested_user_namespaces<K: Kernel>(k: &mut K) -> Result<(), StepError> {
     // No user namespace below this one: a second layer behind seccomp's
     // refusal of CLONE_NEWUSER (as bubblewrap's --disable-userns), so a
     // filter gap cannot reopen the kernel's largest unprivileged attack
@@ -349,7 +350,11 @@ fn seal_user_namespace<K: Kernel>(k: &mut K) -> Result<(), StepError> {
                  corral needs it to refuse nested user namespaces"
             ),
         )
-    })?;
+    })
+}
+
+/// `PR_SET_DUMPABLE` 0, once the id maps are written.
+fn make_non_dumpable<K: Kernel>(k: &mut K) -> Result<(), StepError> {
     // Non-dumpable again, now that the maps are written (the one reason to
     // be dumpable): this process holds the plan (the run's environment,
     // its secrets), and a dumpable process can be ptraced, and its memory
@@ -532,7 +537,8 @@ pub(crate) fn helper_steps<K: Kernel, P>(
         )
     })?;
     // 4b, 4c. No user namespace below this one, non-dumpable.
-    seal_user_namespace(k)?;
+    refuse_nested_user_namespaces(k)?;
+    make_non_dumpable(k)?;
     // 5. Every other namespace, owned by the new user namespace.
     let flags = namespaces(plan);
     k.unshare(flags).map_err(|e| {

@@ -360,7 +360,7 @@ pub(crate) fn launch_settling(
             contained = !join.is_empty();
             let clonable = plan.reduced.is_none() && (containment.is_none() || contained);
             let cloned = if clonable {
-                clone_init(plan, opts, &join, [&out_w, &err_w, &theirs])?
+                clone_init(plan, opts, &join, [&out_w, &err_w, &theirs])
             } else {
                 None
             };
@@ -446,8 +446,9 @@ pub(crate) fn launch_settling(
             // No pid namespace: the helper, a subreaper, kills the tree.
             let _ = process::kill(helper_pid, corral_helper::kill_tree_signal());
         } else {
-            // Killing the helper kills init (PDEATHSIG), and the kernel
-            // then kills every process of the pid namespace.
+            // Killing the helper kills init (PDEATHSIG), or this is init
+            // (cloned by corral); the kernel then kills every process of
+            // the pid namespace.
             let _ = process::kill(helper_pid, libc::SIGKILL);
         }
         // The cgroup catches anything that raced out of either.
@@ -585,7 +586,9 @@ pub(crate) fn launch_settling(
     let failure = match (failure, killed_on_purpose, message) {
         (None, false, None) => Some((
             FailureKind::Setup,
-            format!("the sandbox helper ended without reporting a result ({helper_status:?})"),
+            format!(
+                "the sandbox's helper or init ended without reporting a result ({helper_status:?})"
+            ),
         )),
         (f, _, _) => f,
     };
@@ -662,9 +665,10 @@ fn place_child_fds(
 /// (`join`, cgroup v1). As root, corral acts as the sandbox identity for
 /// the clone, keeping only its saved uid 0, so the new user namespace is
 /// owned by that identity as the helper's is; it takes its ids back right
-/// after. Returns init's pid and the write end of its lifeline.
+/// after (should that fail, corral stops: it must not go on with another
+/// user's ids). Returns init's pid and the write end of its lifeline.
 ///
-/// `Ok(None)` when anything fails before init exists, the clone included:
+/// `None` when anything fails before init exists, the clone included:
 /// the forked helper then makes the same sandbox step by step, and its
 /// failure says precisely what is missing (the user namespace is tried on
 /// its own first). Never a weaker sandbox: the same steps, in another
@@ -674,7 +678,7 @@ fn clone_init(
     opts: &LaunchOptions,
     join: &[std::path::PathBuf],
     fds: [&OwnedFd; 3],
-) -> Result<Option<(i32, OwnedFd)>, LaunchError> {
+) -> Option<(i32, OwnedFd)> {
     // Made after the pipes and the control socket, so none of these is at
     // 0-3, where the child puts its stdio and control socket.
     let Ok(join) = join
@@ -687,19 +691,28 @@ fn clone_init(
         })
         .collect::<std::io::Result<Vec<_>>>()
     else {
-        return Ok(None);
+        return None;
     };
     let Ok(prepared) = corral_helper::prepare_idmapped(plan) else {
-        return Ok(None);
+        return None;
     };
     let Ok((lifeline_r, lifeline_w)) = fd::pipe() else {
-        return Ok(None);
+        return None;
     };
+    // What init keeps must be out of the way of the child's dup2s onto
+    // 0-3 (`close_from_except` keeps nothing below 4).
+    let kept = join
+        .iter()
+        .chain(prepared.iter().map(|(_, tree)| tree))
+        .chain([&lifeline_r]);
+    if kept.map(|f| f.as_raw_fd()).any(|n| n < 4) {
+        return None;
+    }
     let id = plan.identity;
     let held = if id.drop_from_root {
         match process::act_as_keeping_root(id.uid, id.gid) {
             Ok(held) => Some(held),
-            Err(_) => return Ok(None),
+            Err(_) => return None,
         }
     } else {
         None
@@ -708,9 +721,8 @@ fn clone_init(
     let init_pid = match process::fork_into_namespaces_in_single_threaded_process(namespaces) {
         Ok(process::Fork::Child) => guard_forked_child(|| {
             drop(lifeline_w);
-            // Die with corral; once init's steps have changed its ids
-            // (which clears this), init::run arms it again and checks the
-            // lifeline.
+            // Die with corral from here on; init::run arms it again and
+            // checks the lifeline.
             let placed = place_child_fds(opts, fds)
                 .and_then(|_| process::set_parent_death_signal(libc::SIGKILL));
             if placed.is_err() {
@@ -726,9 +738,16 @@ fn clone_init(
             let _ = process::kill(pid, libc::SIGKILL);
             let _ = process::wait4(pid);
         }
-        return Err(spawn_err("taking corral's own ids back after cloning init")(e.into()));
+        // corral may be left acting as the sandbox identity, without its
+        // groups: nothing more may run in it (cleaning up, writing the
+        // audit) with those ids. The run's group, if any, is swept by the
+        // next corral that makes one.
+        eprintln!(
+            "corral: cannot take its own ids back after cloning the sandbox's init: {e}; stopping"
+        );
+        process::exit_now(EXIT_CORRAL_ERROR);
     }
-    Ok(init_pid.map(|pid| (pid, lifeline_w)))
+    init_pid.map(|pid| (pid, lifeline_w))
 }
 
 /// How long after corral kills a sandbox (timeout, output ceiling,

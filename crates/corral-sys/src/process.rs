@@ -282,6 +282,10 @@ pub struct RootIds {
     uids: [u32; 3],
     gids: [u32; 3],
     groups: Vec<libc::gid_t>,
+    /// The parent-death signal (`PR_GET_PDEATHSIG`, 0 for none), which
+    /// every change of the effective uid clears (prctl(2)), and the parent
+    /// it was armed for.
+    death_signal: (i32, i32),
 }
 
 /// Makes a root process act as `uid`/`gid` for a moment: no supplementary
@@ -291,7 +295,9 @@ pub struct RootIds {
 /// changes on capabilities"), which is what lets [`RootIds::restore`] take
 /// everything back. A child cloned meanwhile starts with these ids, and a
 /// user namespace it is cloned into is owned by `uid`. `EPERM` unless the
-/// effective uid is 0; on failure nothing is left changed.
+/// effective uid is 0; on failure nothing is left changed. The
+/// parent-death signal (`corral run --die-with-parent`), which the uid
+/// change clears, is armed again by [`RootIds::restore`].
 pub fn act_as_keeping_root(uid: u32, gid: u32) -> SysResult<RootIds> {
     let mut uids = [0u32; 3];
     let mut gids = [0u32; 3];
@@ -308,7 +314,16 @@ pub fn act_as_keeping_root(uid: u32, gid: u32) -> SysResult<RootIds> {
     // SAFETY: the list has room for `n` entries, and `n` is passed.
     let n = cvt(unsafe { libc::getgroups(n, groups.as_mut_ptr()) })?;
     groups.truncate(usize::try_from(n).unwrap_or(0));
-    let held = RootIds { uids, gids, groups };
+    let mut signal: libc::c_int = 0;
+    // SAFETY: PR_GET_PDEATHSIG stores an int through the pointer, which
+    // points to a live c_int.
+    cvt(unsafe { libc::prctl(libc::PR_GET_PDEATHSIG, &mut signal as *mut libc::c_int) })?;
+    let held = RootIds {
+        uids,
+        gids,
+        groups,
+        death_signal: (signal, getppid()),
+    };
     let switched = (|| {
         // SAFETY: a null list with size 0 clears the supplementary groups.
         cvt(unsafe { libc::setgroups(0, std::ptr::null()) })?;
@@ -330,7 +345,10 @@ pub fn act_as_keeping_root(uid: u32, gid: u32) -> SysResult<RootIds> {
 impl RootIds {
     /// Takes the ids set aside back: uids first (allowed, the saved uid is
     /// 0), which restores the effective capabilities, then gids and
-    /// supplementary groups (with `CAP_SETGID` again).
+    /// supplementary groups (with `CAP_SETGID` again). Then the
+    /// parent-death signal, if one was armed; should the parent have died
+    /// while it was cleared, the signal is sent now, as the kernel would
+    /// have sent it.
     pub fn restore(self) -> SysResult<()> {
         let [ru, eu, su] = self.uids;
         let [rg, eg, sg] = self.gids;
@@ -340,6 +358,13 @@ impl RootIds {
         cvt(unsafe { libc::setresgid(rg, eg, sg) })?;
         // SAFETY: the list holds `len` entries.
         cvt(unsafe { libc::setgroups(self.groups.len(), self.groups.as_ptr()) })?;
+        let (signal, parent) = self.death_signal;
+        if signal != 0 {
+            set_parent_death_signal(signal)?;
+            if getppid() != parent {
+                kill(getpid(), signal)?;
+            }
+        }
         Ok(())
     }
 }

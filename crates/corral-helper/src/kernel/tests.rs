@@ -1331,11 +1331,12 @@ fn cloned_init_joins_its_group_first_and_unshares_the_cgroup_namespace_after_it(
             ],
             id_maps(),
             vec![
+                // Dumpable no longer than the maps need.
+                Step::SetDumpable(false),
                 Step::WriteProcFile {
                     path: "/proc/sys/user/max_user_namespaces".into(),
                     contents: "0".into(),
                 },
-                Step::SetDumpable(false),
                 // After the join: the namespace's root is the sandbox's group.
                 Step::Unshare(ns::CLONE_NEWCGROUP),
                 Step::BlockSignals,
@@ -1352,7 +1353,7 @@ fn cloned_init_as_root_drops_the_saved_host_root_right_after_its_maps() {
     let mut k = fake();
     cloned_init_steps(&mut k, &plan, Vec::new(), &[5]).unwrap();
     assert_eq!(
-        k.steps[..6],
+        k.steps[..7],
         [
             vec![
                 Step::CloseFromExcept {
@@ -1364,6 +1365,8 @@ fn cloned_init_as_root_drops_the_saved_host_root_right_after_its_maps() {
             ],
             id_maps(),
             vec![
+                // Dumpable only while the maps are written.
+                Step::SetDumpable(false),
                 // Every id the sandbox identity, the saved uid 0 included.
                 Step::SetIds {
                     uid: 1000,
@@ -1374,13 +1377,12 @@ fn cloned_init_as_root_drops_the_saved_host_root_right_after_its_maps() {
         .concat()
     );
     assert_eq!(
-        k.steps[6..],
+        k.steps[7..],
         [
             Step::WriteProcFile {
                 path: "/proc/sys/user/max_user_namespaces".into(),
                 contents: "0".into(),
             },
-            Step::SetDumpable(false),
             Step::Unshare(ns::CLONE_NEWCGROUP),
             Step::BlockSignals,
         ]
