@@ -39,9 +39,10 @@
 //!  │    → unshare(mnt,pid,ipc,uts,net,cgroup)
 //!  │    └─ init (PID 1 of the new pid namespace), from PDEATHSIG on
 //!  └─ or, from the single-threaded CLI: init cloned into every namespace
-//!       but the cgroup one (`init_cloned`): [v1: join its group] → uid/gid
-//!       maps → [root: every id the sandbox uid] → max_user_namespaces 0
-//!       → non-dumpable → unshare(cgroup)
+//!       but the cgroup one (`init_cloned`): [v1: join its group] → close
+//!       fds → [root: dumpable] → uid/gid maps → non-dumpable → [root:
+//!       every id the sandbox uid] → max_user_namespaces 0 → unshare(cgroup)
+//!       → block signals
 //!       → PDEATHSIG → build the root filesystem → pivot_root →
 //!         hostname, loopback → non-dumpable
 //!       └─ program: reset signals → setsid → PDEATHSIG → drop every
@@ -194,12 +195,7 @@ pub fn main_forked(plan: SandboxPlan, join: &[std::path::PathBuf]) -> ! {
     if let Err(msg) = join_cgroup(join) {
         ctrl.fail(FailureKind::Setup, msg);
     }
-    if let Err(e) = process::wipe_args_and_env(b"corral-sandbox") {
-        ctrl.fail(
-            FailureKind::Setup,
-            format!("wiping the inherited argv/environment: {e}"),
-        );
-    }
+    wipe_inherited_args_and_env(&mut ctrl);
     run(plan, ctrl)
 }
 
@@ -226,12 +222,7 @@ pub fn init_cloned(
     if let Err((kind, msg)) = cloned_init_steps(&mut Sys, &plan, join, &keep) {
         ctrl.fail(kind, msg);
     }
-    if let Err(e) = process::wipe_args_and_env(b"corral-sandbox") {
-        ctrl.fail(
-            FailureKind::Setup,
-            format!("wiping the inherited argv/environment: {e}"),
-        );
-    }
+    wipe_inherited_args_and_env(&mut ctrl);
     init::run(plan, ctrl, lifeline, prepared)
 }
 
@@ -363,6 +354,18 @@ fn make_non_dumpable<K: Kernel>(k: &mut K) -> Result<(), StepError> {
     // mode checking"). init inherits it.
     k.set_dumpable(false)
         .map_err(|e| (FailureKind::Privileges, format!("PR_SET_DUMPABLE: {e}")))
+}
+
+/// Overwrites the argv and environment strings this process inherited
+/// from corral (forked, not executed), so `/proc/1/cmdline` of the sandbox
+/// shows `corral-sandbox` and nothing of the caller. Fails closed.
+fn wipe_inherited_args_and_env(ctrl: &mut Control) {
+    if let Err(e) = process::wipe_args_and_env(b"corral-sandbox") {
+        ctrl.fail(
+            FailureKind::Setup,
+            format!("wiping the inherited argv/environment: {e}"),
+        );
+    }
 }
 
 /// Moves this process (which has one thread) into every group of `join`

@@ -257,11 +257,7 @@ pub fn getegid() -> u32 {
 pub fn become_user(uid: u32, gid: u32) -> SysResult<()> {
     // SAFETY: a null list with size 0 clears the supplementary groups.
     cvt(unsafe { libc::setgroups(0, std::ptr::null()) })?;
-    // SAFETY: plain integer arguments.
-    cvt(unsafe { libc::setresgid(gid, gid, gid) })?;
-    // SAFETY: plain integer arguments.
-    cvt(unsafe { libc::setresuid(uid, uid, uid) })?;
-    Ok(())
+    set_ids(uid, gid)
 }
 
 /// Sets real, effective and saved ids to `uid`/`gid` and leaves the
