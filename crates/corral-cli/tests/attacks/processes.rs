@@ -192,12 +192,17 @@ for pid in map(int, sys.argv[1:]):
 }
 
 /// corral's own processes of the sandbox under `corral`, top down, once
-/// its program, `sh` with `token` in its command line, runs: init (which corral clones itself where it
-/// can) and, when there is one, the helper above it. Both show the wiped
-/// argv `corral-sandbox`.
+/// its program, `sh` with `token` in its command line, runs: init (which
+/// corral clones itself where it can) and, when there is one, the helper
+/// above it. Both show the wiped argv `corral-sandbox`, as does the
+/// program's process until its `execve`: the chain is read only once the
+/// program runs, or it could end in the program's process.
 fn sandbox_chain(corral: i32, token: &str) -> Vec<i32> {
     let mut pids = Vec::new();
     wait_until(10, "init, and the helper if there is one", || {
+        if !process_running("sh", token) {
+            return false;
+        }
         pids.clear();
         let mut next = children_of(corral);
         while let [pid] = next[..] {
@@ -208,7 +213,7 @@ fn sandbox_chain(corral: i32, token: &str) -> Vec<i32> {
             pids.push(pid);
             next = children_of(pid);
         }
-        !pids.is_empty() && process_running("sh", token)
+        !pids.is_empty()
     });
     pids
 }
