@@ -19,7 +19,7 @@ RUNS=${RUNS:-5}
 PY=/usr/bin/python3
 command -v hyperfine >/dev/null || { echo "bench/deploy.sh: needs hyperfine (apt-get install hyperfine)" >&2; exit 2; }
 cargo build --release -q -p corral
-BIN=$PWD/${CARGO_TARGET_DIR:-target}/release/corral
+BIN=$PWD/${CARGO_TARGET_DIR:-target}/$(rustc --print host-tuple)/release/corral
 . bench/registry.sh
 registry_workdir deploy
 

@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
 GIB=${GIB:-2}
 cargo build --release -q -p corral
-BIN=target/release/corral
+BIN=target/$(rustc --print host-tuple)/release/corral
 TMP=$(mktemp -d /tmp/corral-output.XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
 cat > "$TMP/cfg.toml" <<TOML

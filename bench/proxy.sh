@@ -15,6 +15,6 @@ GIB=${GIB:-2}
 ROUNDS=${ROUNDS:-5}
 CONNS=${CONNS:-2000}
 cargo build --release -q -p corral-proxy --example bench
-BIN=${CARGO_TARGET_DIR:-target}/release/examples/bench
+BIN=${CARGO_TARGET_DIR:-target}/$(rustc --print host-tuple)/release/examples/bench
 echo "proxy benchmark: $(nproc) cores, kernel $(uname -r), $(date -u '+%F %H:%M UTC'), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?'), load $(cut -d' ' -f1-3 /proc/loadavg)"
 "$BIN" --gib "$GIB" --rounds "$ROUNDS" --conns "$CONNS"

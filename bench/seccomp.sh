@@ -8,7 +8,7 @@
 # The programs are the ones this build prebuilt (build.rs writes them to
 # $OUT_DIR/seccomp_programs.rs). Pass the same file of another build as
 # OTHER.rs (build that commit, then `ls -t
-# target/release/build/corral-launcher-*/out/seccomp_programs.rs`) to
+# target/*/release/build/corral-launcher-*/out/seccomp_programs.rs`) to
 # measure both side by side, interleaved, in one run.
 #
 # The kernel's cost is in converting and JIT-compiling each program and in
@@ -22,7 +22,7 @@ cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
 RUNS=${RUNS:-300}
 cargo build --release -q -p corral
-TARGET=${CARGO_TARGET_DIR:-target}
+TARGET=${CARGO_TARGET_DIR:-target}/$(rustc --print host-tuple)
 CURRENT=$(ls -t "$TARGET"/release/build/corral-launcher-*/out/seccomp_programs.rs | head -1)
 OTHER=${1:-}
 WORK=$(mktemp -d /tmp/corral-seccomp.XXXXXX)

@@ -39,7 +39,7 @@ if [ -n "${CORRAL_BIN:-}" ]; then
     BIN=$CORRAL_BIN
 else
     cargo build --release -q -p corral
-    BIN=$PWD/target/release/corral
+    BIN=$PWD/target/$(rustc --print host-tuple)/release/corral
 fi
 TMP=$(mktemp -d /tmp/corral-serve-bench.XXXXXX)
 chmod 711 "$TMP"   # sandboxes (uid 65534 under root) pass through to their workspace

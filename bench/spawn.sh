@@ -32,7 +32,7 @@ PY=/usr/bin/python3
 # sandbox never passes it, so the bare runs go without it too.
 unset NODE_EXTRA_CA_CERTS
 cargo build --release -q -p corral
-BIN=$PWD/${CARGO_TARGET_DIR:-target}/release/corral
+BIN=$PWD/${CARGO_TARGET_DIR:-target}/$(rustc --print host-tuple)/release/corral
 . bench/registry.sh
 registry_workdir spawn
 SERVER_JS='#!/usr/bin/env node

@@ -65,7 +65,7 @@ fi
 
 log "cargo build --release -p corral"
 (cd "$ROOT" && cargo build --release -p corral >&2)
-CORRAL=${CARGO_TARGET_DIR:-$ROOT/target}/release/corral
+CORRAL=${CARGO_TARGET_DIR:-$ROOT/target}/$(rustc --print host-tuple)/release/corral
 [[ -x $CORRAL ]] || die "no corral binary at $CORRAL"
 
 # ---------------------------------------------------------------------------

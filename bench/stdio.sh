@@ -20,7 +20,7 @@ MIB=${MIB:-1024}
 ROUNDS=${ROUNDS:-5}
 PY=/usr/bin/python3
 cargo build --release -q -p corral
-BIN=$PWD/${CARGO_TARGET_DIR:-target}/release/corral
+BIN=$PWD/${CARGO_TARGET_DIR:-target}/$(rustc --print host-tuple)/release/corral
 TMP=$(mktemp -d /tmp/corral-stdio.XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
 chmod 755 "$TMP"

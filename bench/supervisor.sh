@@ -29,7 +29,7 @@ CLIENTS=${CLIENTS:-4}
 SDK=${SDK:-/opt/corral-test-venv}
 [ -x "$SDK/bin/python" ] || { echo "needs the MCP SDK venv at $SDK (scripts/test.sh installs it)" >&2; exit 2; }
 cargo build --release -q -p corral
-BIN=$PWD/${CARGO_TARGET_DIR:-target}/release/corral
+BIN=$PWD/${CARGO_TARGET_DIR:-target}/$(rustc --print host-tuple)/release/corral
 # Not under /tmp: a server's tree is mounted at its own path.
 TREE=$(mktemp -d /var/tmp/corral-bench-sv.XXXXXX)
 PID=

@@ -17,7 +17,7 @@ export CARGO_TERM_COLOR=never
 
 # --- 1. packages the tests use inside and around sandboxes ---------------
 need=()
-for pkg in python3 python3-pip python3-venv nodejs curl gcc libc6-dev util-linux passwd iproute2 procps; do
+for pkg in python3 python3-pip python3-venv nodejs curl gcc libc6-dev util-linux passwd iproute2 procps strace; do
     dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if [ "${#need[@]}" -gt 0 ]; then
@@ -97,13 +97,19 @@ id "$user" >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbi
 stage=$(mktemp -d /tmp/corral-unpriv.XXXXXX)
 trap 'rm -rf "$stage" "$log"' EXIT
 chmod 755 "$stage"
+# The test binaries and corral itself, wherever cargo put them (under
+# target/<host tuple>/: see .cargo/config.toml).
 cargo test --workspace --no-run --message-format=json --quiet 2>/dev/null \
     | python3 -c 'import sys, json
 for line in sys.stdin:
     m = json.loads(line)
-    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
-        print(m["executable"])' > "$stage/tests.list"
-cp target/debug/corral "$stage/corral"
+    if m.get("reason") == "compiler-artifact" and m.get("executable"):
+        if m["profile"]["test"]:
+            print(m["executable"])
+        elif m["target"]["name"] == "corral" and "bin" in m["target"]["kind"]:
+            print(m["executable"], file=sys.stderr)' > "$stage/tests.list" 2> "$stage/corral.path"
+[ -s "$stage/corral.path" ] || { echo "scripts/test.sh: cargo did not name the corral binary" >&2; exit 1; }
+cp "$(cat "$stage/corral.path")" "$stage/corral"
 while read -r exe; do cp "$exe" "$stage/"; done < "$stage/tests.list"
 chmod -R a+rX "$stage"
 echo "== tests as $user (uid $(id -u "$user"))"

@@ -13,10 +13,12 @@
 //! leaves `libgcc_s` out; the static archive brings no CPU-detection
 //! constructor of its own.
 //!
-//! Only for a native linux-gnu build whose C compiler finds
-//! `libgcc_eh.a` (`cc -print-file-name=libgcc_eh.a` answers an absolute
-//! path). Anywhere else nothing changes and the standard library's
-//! `-lgcc_s` stays.
+//! Only for a native, dynamically linked linux-gnu build whose C compiler
+//! finds `libgcc_eh.a` (`cc -print-file-name=libgcc_eh.a` answers an
+//! absolute path). The project's own build is static (`.cargo/config.toml`)
+//! and has no `libgcc_s` anyway; this covers builds that override its
+//! flags (`RUSTFLAGS` replaces them). Anywhere else nothing changes and the
+//! standard library's `-lgcc_s` stays.
 
 use std::env;
 use std::path::Path;
@@ -26,7 +28,11 @@ fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-env-changed=CC");
     let target = env::var("TARGET").unwrap_or_default();
-    if env::var("HOST").ok().as_deref() != Some(target.as_str()) || !target.ends_with("-linux-gnu")
+    let static_crt = env::var("CARGO_CFG_TARGET_FEATURE")
+        .is_ok_and(|features| features.split(',').any(|f| f == "crt-static"));
+    if env::var("HOST").ok().as_deref() != Some(target.as_str())
+        || !target.ends_with("-linux-gnu")
+        || static_crt
     {
         return;
     }

@@ -79,6 +79,25 @@ fn blocked_variables_are_stripped_with_a_warning_event() {
     assert_eq!(v["events"][0]["code"], "env.blocked");
 }
 
+/// corral itself is a static program (`.cargo/config.toml`): no dynamic
+/// loader reads its environment, so loader variables set for corral
+/// (not for the sandbox, above) load nothing into it. A dynamically
+/// linked corral would print the loader's debug output and its refusal
+/// of the missing preload here.
+#[test]
+fn loader_variables_load_nothing_into_corral_itself() {
+    let out = corral()
+        .env("LD_PRELOAD", "/nonexistent/corral-preload.so")
+        .env("LD_LIBRARY_PATH", "/nonexistent")
+        .env("LD_DEBUG", "libs")
+        .arg("--version")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert!(text(&out.stdout).starts_with("corral "), "{out:?}");
+    assert_eq!(text(&out.stderr), "", "the dynamic loader ran");
+}
+
 #[test]
 fn pid_one_is_corrals_init_and_reveals_nothing() {
     // corral's own argv carries a marker (the events file name); PID 1 is a

@@ -108,6 +108,94 @@ fn curl_and_urllib_reach_an_allowed_domain_through_the_proxy() {
     assert!(allowed[0]["fields"]["bytes_down"].as_u64().unwrap() > 0);
 }
 
+/// The proxy looks names up with the C library's `files` and `dns` only,
+/// whatever the host's nsswitch.conf names: corral is a static glibc
+/// program, and any other source would be loaded with `dlopen` (a second
+/// C library in the process). Here, in a mount namespace of the test's
+/// own, nsswitch.conf puts a source glibc does not have built in first
+/// and /etc/hosts names the upstream. The name must still resolve
+/// (through `files`), and strace must see no attempt to open an NSS
+/// module: without the proxy's fixed sources glibc tries
+/// `libnss_corralnone.so.2` on every lookup.
+#[test]
+fn the_proxy_resolves_through_files_and_dns_and_never_loads_an_nss_module() {
+    let up = hello_server();
+    let dir = tempfile::tempdir().unwrap();
+    let nsswitch = dir.path().join("nsswitch.conf");
+    std::fs::write(
+        &nsswitch,
+        "hosts: corralnone [SUCCESS=return] mymachines files dns\n",
+    )
+    .unwrap();
+    let hosts = dir.path().join("hosts");
+    std::fs::write(&hosts, "127.0.0.1 localhost\n127.0.0.1 via-files.test\n").unwrap();
+    let trace = dir.path().join("strace.log");
+    let url = format!("http://via-files.test:{}/hello.txt", up.port);
+    // As root, a mount namespace of its own is enough. As a user: root of
+    // a user namespace for the mounts (mount(8) wants uid 0), then the
+    // user itself again in one nested below it, so that corral runs
+    // unprivileged, as the rest of this pass does.
+    let script = "mount --bind \"$1\" /etc/nsswitch.conf && mount --bind \"$2\" /etc/hosts \
+                  && shift 3 && exec \"$@\"";
+    let mut cmd = Command::new("unshare");
+    if is_root() {
+        cmd.args(["--mount", "--", "sh", "-c", script]);
+    } else {
+        cmd.args([
+            "--user",
+            "--map-root-user",
+            "--mount",
+            "--",
+            "sh",
+            "-c",
+            script,
+        ]);
+    }
+    cmd.arg(&trace).arg(&nsswitch).arg(&hosts).arg("--");
+    if !is_root() {
+        let (uid, gid) = (
+            text(&Command::new("id").arg("-u").output().unwrap().stdout),
+            text(&Command::new("id").arg("-g").output().unwrap().stdout),
+        );
+        cmd.args(["unshare", "--user"])
+            .arg(format!("--map-user={}", uid.trim()))
+            .arg(format!("--map-group={}", gid.trim()))
+            .arg("--");
+    }
+    cmd.args(["strace", "-f", "-qq", "-e", "trace=open,openat", "-o"])
+        .arg(&trace)
+        .arg(corral_bin())
+        .arg("run");
+    if !is_root() {
+        cmd.arg("--allow-unenforced-limits");
+    }
+    let out = cmd
+        .args(["--json", "--allow-domain"])
+        .arg(format!("via-files.test:{}", up.port))
+        .args(["--allow-cidr", "127.0.0.1/32", "--", "sh", "-c"])
+        .arg(format!("curl -sS {url}"))
+        .env_clear()
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "not JSON ({e}): stdout={} stderr={}",
+            text(&out.stdout),
+            text(&out.stderr)
+        )
+    });
+    assert_eq!(v["stdout"], "hello from upstream\n", "{v}");
+    let opened = std::fs::read_to_string(&trace).unwrap();
+    assert!(
+        opened.contains("/etc/hosts"),
+        "strace saw no lookup at all: {opened}"
+    );
+    let modules: Vec<&str> = opened.lines().filter(|l| l.contains("libnss_")).collect();
+    assert!(modules.is_empty(), "NSS modules opened: {modules:#?}");
+}
+
 #[test]
 fn host_mode_shares_the_host_network_loudly_and_can_resolve() {
     let up = hello_server();

@@ -128,6 +128,7 @@ async fn resolve(name: &str, port: u16, stop: &Stop) -> Result<Vec<IpAddr>, Refu
             format!("resolving {name} failed: {why}"),
         )
     };
+    crate::host_sources::ensure_builtin_sources().map_err(failed)?;
     let found = match stop
         .guard(timeout(RESOLVE_TIMEOUT, lookup_host((name, port))))
         .await

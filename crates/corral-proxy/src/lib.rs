@@ -24,6 +24,7 @@ mod decision;
 mod dial;
 mod display;
 mod event;
+mod host_sources;
 mod http;
 mod http_session;
 mod io;

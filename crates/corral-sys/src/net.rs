@@ -27,3 +27,45 @@ pub fn loopback_up() -> SysResult<()> {
     cvt(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS, &req) })?;
     Ok(())
 }
+
+/// Makes the C library's host-name lookups (`getaddrinfo`) consult only
+/// `sources`, a `hosts:` line of nsswitch.conf(5) such as `files dns`,
+/// instead of the line in `/etc/nsswitch.conf`. Fails with `EINVAL` if
+/// the C library refuses the line, and with `ENOSYS` where the C library
+/// has no name-service switch to configure (not glibc).
+///
+/// Why: corral is a static glibc binary (`.cargo/config.toml`). glibc
+/// builds its `files` and `dns` sources in, but loads any other source
+/// named in nsswitch.conf (`mdns4_minimal`, `resolve`, `myhostname`, …)
+/// with `dlopen`, which in a static program maps a second, shared C
+/// library into the process. With the sources fixed here it never does;
+/// glibc then also stops re-reading nsswitch.conf for this database.
+///
+/// Call it before the process's first host lookup, which it must not
+/// race: glibc documents no locking for it.
+pub fn use_host_sources(sources: &std::ffi::CStr) -> SysResult<()> {
+    #[cfg(target_env = "gnu")]
+    {
+        unsafe extern "C" {
+            /// glibc's `<nss.h>`: "Change the service used for the
+            /// database DBNAME to SERVICE_LINE."
+            fn __nss_configure_lookup(
+                dbname: *const libc::c_char,
+                service_line: *const libc::c_char,
+            ) -> libc::c_int;
+        }
+        // SAFETY: both arguments are NUL-terminated strings that outlive
+        // the call; glibc copies what it keeps.
+        let rc = unsafe { __nss_configure_lookup(c"hosts".as_ptr(), sources.as_ptr()) };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(Errno(libc::EINVAL))
+        }
+    }
+    #[cfg(not(target_env = "gnu"))]
+    {
+        let _ = sources;
+        Err(Errno(libc::ENOSYS))
+    }
+}
