@@ -98,6 +98,37 @@ fn loader_variables_load_nothing_into_corral_itself() {
     assert_eq!(text(&out.stderr), "", "the dynamic loader ran");
 }
 
+/// The static corral takes its random bytes (run ids, workspace and
+/// session names) from getrandom(2). The `getrandom` crate's default would
+/// look the C library's function up at run time, find no dynamic symbol
+/// table in a static program, and fall back to /dev/random and
+/// /dev/urandom (`.cargo/config.toml` picks `linux_getrandom`).
+#[test]
+fn corral_reads_randomness_with_getrandom_not_a_device() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("strace.log");
+    let mut cmd = std::process::Command::new("strace");
+    cmd.args(["-qq", "-e", "trace=getrandom,open,openat", "-o"])
+        .arg(&trace)
+        .arg(corral_bin())
+        .arg("run");
+    if !is_root() {
+        cmd.arg("--allow-unenforced-limits");
+    }
+    let out = cmd
+        .args(["--", "sh", "-c", "true"])
+        .env_clear()
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let calls = std::fs::read_to_string(&trace).unwrap();
+    assert!(calls.contains("getrandom("), "{calls}");
+    assert!(!calls.contains("/dev/random"), "{calls}");
+    assert!(!calls.contains("/dev/urandom"), "{calls}");
+}
+
 #[test]
 fn pid_one_is_corrals_init_and_reveals_nothing() {
     // corral's own argv carries a marker (the events file name); PID 1 is a
