@@ -72,9 +72,9 @@ pub struct SandboxCgroup {
     pub(crate) enforced: CgroupEnforced,
     pub(crate) backend: Backend,
     pub(crate) done: bool,
-    /// The statistics files, opened when the group was made (see
-    /// [`SandboxCgroup::open_stat_files`]).
-    pub(crate) stat_files: Vec<(PathBuf, std::fs::File)>,
+    /// The statistics files, once [`SandboxCgroup::open_stat_files`]
+    /// opened them.
+    pub(crate) stat_files: std::sync::OnceLock<Vec<(PathBuf, std::fs::File)>>,
 }
 
 /// The files [`SandboxCgroup::stats`] reads, where the host has them.
@@ -229,7 +229,8 @@ impl SandboxCgroup {
 
     /// Usage figures: peak memory, OOM kill, cpu time, peak process count.
     pub fn stats(&self) -> CgroupStats {
-        let read = |path: &Path| match self.stat_files.iter().find(|(p, _)| p == path) {
+        let opened = self.stat_files.get().map(Vec::as_slice).unwrap_or_default();
+        let read = |path: &Path| match opened.iter().find(|(p, _)| p == path) {
             Some((_, file)) => read_from_start(file).ok(),
             None => read_opt(&self.backend, path),
         };
@@ -240,21 +241,24 @@ impl SandboxCgroup {
         }
     }
 
-    /// Opens the files [`SandboxCgroup::stats`] reads, now rather than
-    /// once the run has ended: a service reads them on the way to its
-    /// answer, where each open (a walk through the cgroup filesystem)
-    /// costs about 15 us, and makes its groups ahead of its requests. A
-    /// file that cannot be opened is read by path later.
-    pub(crate) fn open_stat_files(&mut self) {
-        let files = if self.v2 {
-            v2::stat_files(&self.dirs)
-        } else {
-            v1::stat_files(&self.dirs)
-        };
-        self.stat_files = files
-            .all()
-            .filter_map(|p| Some((p.clone(), self.backend.open_read(p)?)))
-            .collect();
+    /// Opens the files [`SandboxCgroup::stats`] reads, once; `stats` opens
+    /// by path what is not open by then. Each open is a walk through the
+    /// cgroup filesystem (~15 us), so a caller opens them where nobody
+    /// waits: a service when it makes its groups ahead of its requests,
+    /// `corral run` while init builds the sandbox's root on the other
+    /// CPU. A file that cannot be opened is read by path later.
+    pub fn open_stat_files(&self) {
+        self.stat_files.get_or_init(|| {
+            let files = if self.v2 {
+                v2::stat_files(&self.dirs)
+            } else {
+                v1::stat_files(&self.dirs)
+            };
+            files
+                .all()
+                .filter_map(|p| Some((p.clone(), self.backend.open_read(p)?)))
+                .collect()
+        });
     }
 
     /// What was enforced: version and the controllers with limits written.

@@ -481,14 +481,12 @@ impl CgroupHost {
     pub fn create(&self, name: &str, limits: &CgroupLimits) -> Result<SandboxCgroup, CgroupError> {
         validate_name(name)?;
         self.can_enforce(limits)?;
-        let mut group = match &self.version {
+        match &self.version {
             Version::V2 { mount, controllers } => {
                 v2::create(&self.backend, mount, controllers, name, limits)
             }
             Version::V1 { mounts } => v1::create(&self.backend, mounts, name, limits),
-        }?;
-        group.open_stat_files();
-        Ok(group)
+        }
     }
 
     /// The group directories of `name`, wherever they exist.
@@ -516,7 +514,7 @@ impl CgroupHost {
             enforced: CgroupEnforced::none(self.version.label()),
             backend: self.backend.clone(),
             done: false,
-            stat_files: Vec::new(),
+            stat_files: std::sync::OnceLock::new(),
         })
     }
 

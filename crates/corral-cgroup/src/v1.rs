@@ -85,7 +85,7 @@ pub(super) fn create(
         enforced: CgroupEnforced::none("v1"),
         backend: backend.clone(),
         done: false,
-        stat_files: Vec::new(),
+        stat_files: std::sync::OnceLock::new(),
     };
     let mut enforced = CgroupEnforced::none("v1");
     for (mount, controllers) in hierarchies(mounts) {
@@ -774,9 +774,17 @@ mod tests {
         }
         assert_eq!(inside, paths.len(), "{own}");
         assert_eq!(cg.pids(), vec![child.pid()]);
-        // The files `stats` reads were opened with the group (a service
-        // reads them on its answer's path), and it reads them there.
-        let opened: Vec<&PathBuf> = cg.stat_files.iter().map(|(p, _)| p).collect();
+        // Nothing is opened before it is asked for; then the files `stats`
+        // reads are open, and it reads them there.
+        assert!(cg.stat_files.get().is_none());
+        cg.open_stat_files();
+        let opened: Vec<&PathBuf> = cg
+            .stat_files
+            .get()
+            .unwrap()
+            .iter()
+            .map(|(p, _)| p)
+            .collect();
         let files = stat_files(&cg.dirs);
         assert_eq!(opened, files.all().collect::<Vec<_>>());
         assert!(opened.len() >= 4, "{opened:?}");

@@ -95,7 +95,7 @@ pub(super) fn create(
         enforced: CgroupEnforced::none("v2"),
         backend: backend.clone(),
         done: false,
-        stat_files: Vec::new(),
+        stat_files: std::sync::OnceLock::new(),
     };
     let mut enforced = CgroupEnforced::none("v2");
     // An OOM kill, whatever limit caused it, ends the whole sandbox rather

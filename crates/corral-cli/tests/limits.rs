@@ -484,6 +484,69 @@ fn no_cgroups_are_left_behind() {
     }
 }
 
+/// What the run's cgroup needs only after the sandbox started (the sweep
+/// of stale groups, opening the statistics files read at the end) is done
+/// after corral cloned init, while init builds the root on the other CPU,
+/// not before: strace shows the parent's `clone` ahead of both. The
+/// group itself, its limits and the `tasks` files init joins through come
+/// before it.
+#[test]
+fn cgroup_work_that_can_wait_comes_after_the_sandbox_started() {
+    if !is_root() {
+        eprintln!("unprivileged pass: no cgroups are created (see unenforceable_limits_fail_closed_unless_accepted)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("strace.log");
+    let out = std::process::Command::new("strace")
+        .args([
+            "-qq",
+            "-e",
+            "trace=clone,clone3,mkdir,openat,getdents64",
+            "-o",
+        ])
+        .arg(&trace)
+        .arg(corral_bin())
+        .args(["run", "--", "sh", "-c", "true"])
+        .env_clear()
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let calls = std::fs::read_to_string(&trace).unwrap();
+    let lines: Vec<&str> = calls.lines().collect();
+    let at = |what: &dyn Fn(&str) -> bool, name: &str| {
+        lines
+            .iter()
+            .position(|l| what(l))
+            .unwrap_or_else(|| panic!("no {name} in:\n{calls}"))
+    };
+    let clone = at(&|l| l.starts_with("clone"), "clone");
+    let made = at(
+        &|l| l.starts_with("mkdir(\"/sys/fs/cgroup/") && l.ends_with("= 0"),
+        "group mkdir",
+    );
+    let tasks = at(&|l| l.contains("/tasks\""), "tasks open");
+    let stats = at(
+        &|l| l.contains("pids.events\"") || l.contains("memory.oom_control\""),
+        "statistics open",
+    );
+    // The sweep lists corral's base directory in each hierarchy.
+    let sweep = at(
+        &|l| l.contains("/corral\", O_RDONLY") && l.contains("O_DIRECTORY"),
+        "sweep",
+    );
+    assert!(
+        made < clone && tasks < clone,
+        "the group comes first:\n{calls}"
+    );
+    assert!(
+        clone < stats && clone < sweep,
+        "waited for by the sandbox:\n{calls}"
+    );
+}
+
 #[test]
 fn cgroups_of_a_killed_corral_are_swept_by_the_next_run() {
     if !is_root() {

@@ -27,6 +27,8 @@ pub struct RunCgroupStats {
 pub struct RunCgroup {
     cgroup: Option<SandboxCgroup>,
     not_enforced: Vec<String>,
+    /// The host the group was made on, for [`RunCgroup::settle`]'s sweep.
+    host: Option<CgroupHost>,
 }
 
 /// The cgroup limits of a run cannot be enforced on this host, and the
@@ -77,8 +79,9 @@ fn names(limits: &CgroupLimits) -> Vec<String> {
 }
 
 impl RunCgroup {
-    /// Creates the cgroup for `limits`. The first call in a process also
-    /// removes groups left behind by a corral that was killed.
+    /// Creates the cgroup for `limits`: only what the sandbox needs before
+    /// it starts (the directories and the limits); see
+    /// [`RunCgroup::settle`] for the rest.
     pub fn for_limits(limits: &Limits) -> Result<RunCgroup, LimitsUnenforceable> {
         let want = cgroup_limits(limits);
         let asked = names(&want);
@@ -86,29 +89,30 @@ impl RunCgroup {
             return Ok(RunCgroup {
                 cgroup: None,
                 not_enforced: Vec::new(),
+                host: None,
             });
         }
         let attempt = (|| {
             let host = CgroupHost::detect().map_err(|e| e.to_string())?;
             host.can_enforce(&want).map_err(|e| e.to_string())?;
-            SWEEP.call_once(|| {
-                host.sweep_stale();
-            });
             let name = format!(
                 "{}-{}",
                 corral_sys::process::getpid(),
                 COUNTER.fetch_add(1, Ordering::Relaxed)
             );
-            host.create(&name, &want).map_err(|e| e.to_string())
+            let cgroup = host.create(&name, &want).map_err(|e| e.to_string())?;
+            Ok::<_, String>((cgroup, host))
         })();
         match attempt {
-            Ok(cgroup) => Ok(RunCgroup {
+            Ok((cgroup, host)) => Ok(RunCgroup {
                 cgroup: Some(cgroup),
                 not_enforced: Vec::new(),
+                host: Some(host),
             }),
             Err(_) if limits.allow_unenforced => Ok(RunCgroup {
                 cgroup: None,
                 not_enforced: asked,
+                host: None,
             }),
             Err(why) => Err(LimitsUnenforceable { limits: asked, why }),
         }
@@ -117,8 +121,27 @@ impl RunCgroup {
     /// The hook `launch` uses, if there is a cgroup.
     pub fn as_containment(&self) -> Option<&dyn crate::launch::Containment> {
         self.cgroup
-            .as_ref()
-            .map(|c| c as &dyn crate::launch::Containment)
+            .is_some()
+            .then_some(self as &dyn crate::launch::Containment)
+    }
+
+    /// What the group needs, but not before its sandbox starts, each done
+    /// once: removing the groups a killed corral left behind (the first
+    /// time in a process) and opening the statistics files read at the
+    /// end. `launch` calls it right after it started the sandbox, while
+    /// init builds the root on the other CPU, which keeps about 0.1 ms of
+    /// cgroup file system walks off `corral run`'s latency
+    /// (docs/PERFORMANCE.md); a service calls it when it makes a group
+    /// ahead of its requests.
+    pub fn settle(&self) {
+        if let Some(host) = &self.host {
+            SWEEP.call_once(|| {
+                host.sweep_stale();
+            });
+        }
+        if let Some(cgroup) = &self.cgroup {
+            cgroup.open_stat_files();
+        }
     }
 
     /// The cgroup part of the result's `enforced` field.
@@ -161,16 +184,29 @@ impl RunCgroup {
     }
 }
 
-impl crate::launch::Containment for SandboxCgroup {
+/// Only handed out by [`RunCgroup::as_containment`] when there is a group.
+impl crate::launch::Containment for RunCgroup {
     fn add_process(&self, pid: i32) -> std::io::Result<()> {
-        SandboxCgroup::add_process(self, pid).map_err(std::io::Error::other)
+        match &self.cgroup {
+            Some(cg) => cg.add_process(pid).map_err(std::io::Error::other),
+            None => Err(std::io::Error::other("the run has no cgroup")),
+        }
     }
 
     fn self_join_files(&self) -> Vec<std::path::PathBuf> {
-        SandboxCgroup::self_join_files(self)
+        self.cgroup
+            .as_ref()
+            .map(SandboxCgroup::self_join_files)
+            .unwrap_or_default()
     }
 
     fn kill_all(&self) {
-        SandboxCgroup::kill_all(self)
+        if let Some(cg) = &self.cgroup {
+            cg.kill_all();
+        }
+    }
+
+    fn while_starting(&self) {
+        self.settle();
     }
 }

@@ -125,6 +125,11 @@ pub trait Containment {
     }
     /// Kills every process inside.
     fn kill_all(&self);
+    /// Work that can wait until the sandbox has started (for a run's
+    /// cgroup, [`crate::RunCgroup::settle`]). `launch` calls it once,
+    /// right after it started the helper or init, so that it overlaps
+    /// with their set-up instead of delaying it.
+    fn while_starting(&self) {}
 }
 
 /// corral's egress proxy for network mode `allow`. The sandbox creates its
@@ -439,6 +444,9 @@ pub(crate) fn launch_settling(
     drop(err_w);
     if let Err(e) = sent {
         return abort(spawn_err("send plan")(e));
+    }
+    if let Some(c) = containment {
+        c.while_starting();
     }
     let reduced = plan.reduced.is_some();
     let kill = || {

@@ -96,6 +96,8 @@ impl PreparedSandbox {
         }
         plan.hold = true;
         let group = RunCgroup::for_limits(&profile.limits)?;
+        // Ahead of the request, like the rest of a prepared sandbox.
+        group.settle();
         let start = |what| move |source| PrepareError::Start { what, source };
         let helper = ReadyHelper::spawn().map_err(start("spawn"))?;
         // From here on a failure lets the helper go (dropping it closes its
