@@ -105,6 +105,7 @@ fn loader_variables_load_nothing_into_corral_itself() {
 /// /dev/urandom (`.cargo/config.toml` picks `linux_getrandom`).
 #[test]
 fn corral_reads_randomness_with_getrandom_not_a_device() {
+    require_tool("strace");
     let dir = tempfile::tempdir().unwrap();
     let trace = dir.path().join("strace.log");
     let mut cmd = std::process::Command::new("strace");

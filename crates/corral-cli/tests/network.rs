@@ -119,6 +119,8 @@ fn curl_and_urllib_reach_an_allowed_domain_through_the_proxy() {
 /// `libnss_corralnone.so.2` on every lookup.
 #[test]
 fn the_proxy_resolves_through_files_and_dns_and_never_loads_an_nss_module() {
+    require_tool("strace");
+    require_tool("unshare");
     let up = hello_server();
     let dir = tempfile::tempdir().unwrap();
     let nsswitch = dir.path().join("nsswitch.conf");

@@ -27,8 +27,6 @@ pub struct RunCgroupStats {
 pub struct RunCgroup {
     cgroup: Option<SandboxCgroup>,
     not_enforced: Vec<String>,
-    /// The host the group was made on, for [`RunCgroup::settle`]'s sweep.
-    host: Option<CgroupHost>,
 }
 
 /// The cgroup limits of a run cannot be enforced on this host, and the
@@ -79,9 +77,11 @@ fn names(limits: &CgroupLimits) -> Vec<String> {
 }
 
 impl RunCgroup {
-    /// Creates the cgroup for `limits`: only what the sandbox needs before
-    /// it starts (the directories and the limits); see
-    /// [`RunCgroup::settle`] for the rest.
+    /// Creates the cgroup for `limits`: what the sandbox needs before it
+    /// starts (the directories and the limits; see [`RunCgroup::settle`]
+    /// for the rest). The first call in a process also removes groups left
+    /// behind by a corral that was killed: before the sandbox starts, since
+    /// killing a stale group's processes may wait up to a second.
     pub fn for_limits(limits: &Limits) -> Result<RunCgroup, LimitsUnenforceable> {
         let want = cgroup_limits(limits);
         let asked = names(&want);
@@ -89,30 +89,29 @@ impl RunCgroup {
             return Ok(RunCgroup {
                 cgroup: None,
                 not_enforced: Vec::new(),
-                host: None,
             });
         }
         let attempt = (|| {
             let host = CgroupHost::detect().map_err(|e| e.to_string())?;
             host.can_enforce(&want).map_err(|e| e.to_string())?;
+            SWEEP.call_once(|| {
+                host.sweep_stale();
+            });
             let name = format!(
                 "{}-{}",
                 corral_sys::process::getpid(),
                 COUNTER.fetch_add(1, Ordering::Relaxed)
             );
-            let cgroup = host.create(&name, &want).map_err(|e| e.to_string())?;
-            Ok::<_, String>((cgroup, host))
+            host.create(&name, &want).map_err(|e| e.to_string())
         })();
         match attempt {
-            Ok((cgroup, host)) => Ok(RunCgroup {
+            Ok(cgroup) => Ok(RunCgroup {
                 cgroup: Some(cgroup),
                 not_enforced: Vec::new(),
-                host: Some(host),
             }),
             Err(_) if limits.allow_unenforced => Ok(RunCgroup {
                 cgroup: None,
                 not_enforced: asked,
-                host: None,
             }),
             Err(why) => Err(LimitsUnenforceable { limits: asked, why }),
         }
@@ -125,20 +124,13 @@ impl RunCgroup {
             .then_some(self as &dyn crate::launch::Containment)
     }
 
-    /// What the group needs, but not before its sandbox starts, each done
-    /// once: removing the groups a killed corral left behind (the first
-    /// time in a process) and opening the statistics files read at the
-    /// end. `launch` calls it right after it started the sandbox, while
-    /// init builds the root on the other CPU, which keeps about 0.1 ms of
-    /// cgroup file system walks off `corral run`'s latency
-    /// (docs/PERFORMANCE.md); a service calls it when it makes a group
-    /// ahead of its requests.
+    /// What the group needs, but not before its sandbox starts: opening
+    /// the statistics files read at the end (once). `launch` calls it
+    /// right after it started the sandbox, while init builds the root on
+    /// the other CPU, which keeps four cgroup file system walks off
+    /// `corral run`'s latency (docs/PERFORMANCE.md); a service calls it
+    /// when it makes a group ahead of its requests.
     pub fn settle(&self) {
-        if let Some(host) = &self.host {
-            SWEEP.call_once(|| {
-                host.sweep_stale();
-            });
-        }
         if let Some(cgroup) = &self.cgroup {
             cgroup.open_stat_files();
         }

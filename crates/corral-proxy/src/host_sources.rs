@@ -1,6 +1,6 @@
 //! Which sources the C library consults when the proxy looks a name up:
-//! the `files` and `dns` of the host's `/etc/nsswitch.conf`, in its order,
-//! and nothing else.
+//! the `files` and `dns` of the host's `/etc/nsswitch.conf`, in its order
+//! and with their actions, and nothing else.
 //!
 //! corral is a static glibc program (`.cargo/config.toml`). glibc has
 //! `files` (`/etc/hosts`) and `dns` (`/etc/resolv.conf`) built in, and
@@ -8,11 +8,17 @@
 //! `resolve`, `myhostname`, `mymachines`, LDAP, …) with `dlopen`: in a
 //! static program that maps a second, shared C library into corral (the
 //! linker's warning for `getaddrinfo` in static programs says as much).
-//! So the proxy fixes the line to its
-//! built-in sources before its first lookup. What the other sources
-//! would answer is, for an egress proxy, almost always refused anyway:
-//! mDNS names, the machine's own names and container names are local or
-//! private addresses, which the proxy's screening denies.
+//! So the proxy fixes the line to its built-in sources before its first
+//! lookup. systemd's `resolve` becomes `dns` (where it is used,
+//! resolv.conf normally names its stub, 127.0.0.53); what the other
+//! sources would answer is, for an egress proxy, almost always refused
+//! anyway: mDNS names, the machine's own names and container names are
+//! local or private addresses, which the proxy's screening denies.
+//!
+//! The proxy is the only user of the C library's name service in corral
+//! (no `getpw*`, `getgr*` or other `getaddrinfo`): a new one would have to
+//! come after [`ensure_builtin_sources`], which glibc documents no locking
+//! for.
 
 use std::ffi::CString;
 use std::sync::OnceLock;
@@ -20,28 +26,59 @@ use std::sync::OnceLock;
 /// The host's name-service configuration.
 const NSSWITCH: &str = "/etc/nsswitch.conf";
 
-/// What glibc uses when nsswitch.conf has no `hosts:` line, and what the
-/// proxy uses when the line names neither built-in source.
-const DEFAULT_SOURCES: &str = "files dns";
+/// glibc's own `hosts` line when nsswitch.conf (or its `hosts:` line) is
+/// missing, and what the proxy uses when the line names no source it can
+/// keep.
+const DEFAULT_SOURCES: &str = "dns [!UNAVAIL=return] files";
 
-/// The `hosts:` sources of nsswitch.conf(5) text that glibc has built in,
-/// in their order, as one line (`files dns`, `dns files`, …). Everything
-/// else on the line (other sources, `[NOTFOUND=return]` actions) is
-/// dropped: an action belongs to the source before it, which may be gone.
-pub(crate) fn builtin_sources(nsswitch: &str) -> String {
-    let mut kept: Vec<&str> = Vec::new();
-    for line in nsswitch.lines() {
-        let line = line.split('#').next().unwrap_or_default();
-        let Some(rest) = line.trim_start().strip_prefix("hosts:") else {
-            continue;
+/// The words of an nsswitch.conf(5) service line: sources, and actions in
+/// brackets (which may hold spaces: `[NOTFOUND=return TRYAGAIN=continue]`).
+fn words(line: &str) -> Vec<&str> {
+    let mut words = Vec::new();
+    let mut rest = line.trim_start();
+    while !rest.is_empty() {
+        let end = if rest.starts_with('[') {
+            rest.find(']').map_or(rest.len(), |i| i + 1)
+        } else {
+            rest.find(|c: char| c.is_whitespace() || c == '[')
+                .unwrap_or(rest.len())
         };
-        for word in rest.split_whitespace() {
-            if (word == "files" || word == "dns") && !kept.contains(&word) {
+        words.push(&rest[..end]);
+        rest = rest[end..].trim_start();
+    }
+    words
+}
+
+/// The `hosts:` line of nsswitch.conf(5) text cut down to the sources
+/// glibc has built in: `files` and `dns` (`resolve` counts as `dns`), in
+/// their order, each with the actions that follow it; other sources and
+/// their actions are dropped. glibc reads the last `hosts:` line; without
+/// one, or when nothing is left of it, its default.
+pub(crate) fn builtin_sources(nsswitch: &str) -> String {
+    let mut line = None;
+    for text in nsswitch.lines() {
+        let text = text.split('#').next().unwrap_or_default();
+        if let Some(rest) = text.trim_start().strip_prefix("hosts:") {
+            line = Some(rest);
+        }
+    }
+    let Some(line) = line else {
+        return DEFAULT_SOURCES.to_string();
+    };
+    let mut kept: Vec<&str> = Vec::new();
+    let mut keeping = false;
+    for word in words(line) {
+        if word.starts_with('[') {
+            if keeping {
                 kept.push(word);
             }
+            continue;
         }
-        // The first `hosts:` line is the one glibc's lookups find.
-        break;
+        let source = if word == "resolve" { "dns" } else { word };
+        keeping = matches!(source, "files" | "dns") && !kept.contains(&source);
+        if keeping {
+            kept.push(source);
+        }
     }
     if kept.is_empty() {
         DEFAULT_SOURCES.to_string()
@@ -73,28 +110,46 @@ mod tests {
     use super::*;
 
     #[test]
-    fn keeps_the_built_in_sources_in_the_hosts_order() {
+    fn keeps_the_built_in_sources_in_the_hosts_order_with_their_actions() {
         let debian = "passwd: files\nhosts:          files mdns4_minimal [NOTFOUND=return] dns myhostname\nnetworks: files\n";
         assert_eq!(builtin_sources(debian), "files dns");
+        // Fedora and Arch: systemd-resolved's module stands for DNS.
         let resolved = "hosts: mymachines resolve [!UNAVAIL=return] files myhostname dns";
-        assert_eq!(builtin_sources(resolved), "files dns");
+        assert_eq!(builtin_sources(resolved), "dns [!UNAVAIL=return] files");
         assert_eq!(
-            builtin_sources("hosts: dns [!UNAVAIL=return] files"),
-            "dns files"
+            builtin_sources("hosts: files [NOTFOUND=return] dns"),
+            "files [NOTFOUND=return] dns"
+        );
+        assert_eq!(
+            builtin_sources("hosts: dns[NOTFOUND=return TRYAGAIN=continue] files"),
+            "dns [NOTFOUND=return TRYAGAIN=continue] files"
         );
         assert_eq!(builtin_sources("hosts: dns"), "dns");
+        assert_eq!(builtin_sources("hosts: files resolve"), "files dns");
     }
 
     #[test]
-    fn falls_back_to_files_then_dns() {
-        assert_eq!(builtin_sources(""), "files dns");
-        assert_eq!(builtin_sources("passwd: files\n"), "files dns");
-        assert_eq!(builtin_sources("hosts: ldap myhostname"), "files dns");
-        // A commented line is not a line; the first real one counts.
-        assert_eq!(builtin_sources("#hosts: dns\n"), "files dns");
-        assert_eq!(builtin_sources("hosts: files # dns\nhosts: dns\n"), "files");
+    fn falls_back_to_glibcs_default() {
+        assert_eq!(builtin_sources(""), DEFAULT_SOURCES);
+        assert_eq!(builtin_sources("passwd: files\n"), DEFAULT_SOURCES);
+        assert_eq!(builtin_sources("hosts: ldap myhostname"), DEFAULT_SOURCES);
+        // A commented line is not a line; the last real one counts.
+        assert_eq!(builtin_sources("#hosts: dns\n"), DEFAULT_SOURCES);
+        assert_eq!(builtin_sources("hosts: dns\nhosts: files # dns\n"), "files");
         // `hostsfoo:` is another database.
-        assert_eq!(builtin_sources("hostsfoo: dns"), "files dns");
+        assert_eq!(builtin_sources("hostsfoo: dns"), DEFAULT_SOURCES);
+    }
+
+    #[test]
+    fn a_line_of_kept_sources_comes_back_unchanged() {
+        for line in [
+            "files dns",
+            DEFAULT_SOURCES,
+            "files [NOTFOUND=return] dns",
+            "dns [NOTFOUND=return TRYAGAIN=continue] files",
+        ] {
+            assert_eq!(builtin_sources(&format!("hosts: {line}")), line);
+        }
     }
 
     #[test]

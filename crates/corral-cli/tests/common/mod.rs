@@ -112,6 +112,19 @@ pub fn sh(script: &str) -> (i32, String, String) {
     )
 }
 
+/// Fails the test with what to install when `tool` (strace, unshare) is
+/// not on PATH: scripts/test.sh installs them; a bare `cargo test` on
+/// another machine may lack them.
+pub fn require_tool(tool: &str) {
+    let found = std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(tool).is_file()));
+    assert!(
+        found,
+        "this test needs `{tool}` on PATH (Debian: apt-get install {}; scripts/test.sh installs it)",
+        if tool == "unshare" { "util-linux" } else { tool }
+    );
+}
+
 pub fn is_root() -> bool {
     // SAFETY-free: geteuid via /proc to keep tests free of unsafe.
     std::fs::read_to_string("/proc/self/status")
