@@ -22,26 +22,21 @@ RUNS=${RUNS:-200}
 TMP=$(mktemp -d /tmp/corral-startup-ab.XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
 # The profile bench/startup.sh measures: `code` with `true` allowed.
-cat >"$TMP/bench.toml" <<'EOF'
-[profile.bench]
-extends = "code"
-[profile.bench.commands]
-allow = ["true", "python3"]
-EOF
+PROFILE_TOML=$(cd "$(dirname "$0")" && pwd)/startup-profile.toml
 flags=()
 [ "$(id -u)" -eq 0 ] || flags+=(--allow-unenforced-limits)
 for bin in "$@"; do
-    "$bin" run --config "$TMP/bench.toml" --profile bench "${flags[@]}" -- true ||
+    "$bin" run --config "$PROFILE_TOML" --profile bench "${flags[@]}" -- true ||
         { echo "$0: $bin cannot run the benchmark's sandbox" >&2; exit 1; }
 done
 printf '%-40s %12s %10s %8s\n' binary "elapsed ms" "CPU ms" faults
 for ((round = 1; round <= PAIRS; round++)); do
     for bin in "$@"; do
         perf stat -r "$RUNS" -x, -e task-clock,page-faults -o "$TMP/stat" -- \
-            "$bin" run --config "$TMP/bench.toml" --profile bench "${flags[@]}" -- true >/dev/null
+            "$bin" run --config "$PROFILE_TOML" --profile bench "${flags[@]}" -- true >/dev/null
         # perf's -x output has no elapsed time: a second, plain run for it.
         perf stat -r "$RUNS" -o "$TMP/elapsed" -- \
-            "$bin" run --config "$TMP/bench.toml" --profile bench "${flags[@]}" -- true >/dev/null
+            "$bin" run --config "$PROFILE_TOML" --profile bench "${flags[@]}" -- true >/dev/null
         awk -F, -v bin="$bin" -v el="$(awk '/elapsed/ { print $1 * 1000 }' "$TMP/elapsed")" '
             /task-clock/ { cpu = $1 }
             /page-faults/ { faults = $1 }

@@ -81,12 +81,7 @@ for p in "$OUT" "$WS" "$CORRAL"; do
 done
 
 CFG=$OUT/bench.toml
-cat >"$CFG" <<'EOF'
-[profile.bench]
-extends = "code"
-[profile.bench.commands]
-allow = ["true", "python3"]
-EOF
+cp "$ROOT/bench/startup-profile.toml" "$CFG"
 "$CORRAL" check "$CFG" >&2
 
 UNSHARE="unshare --user --map-root-user --pid --fork --mount --ipc --uts --net"

@@ -41,24 +41,18 @@ echo "== release build without an order"
 CORRAL_LINK_ORDER=off cargo build --release -q -p corral
 BIN=${CARGO_TARGET_DIR:-target}/$(rustc --print host-tuple)/release/corral
 cp "$BIN" "$TMP/corral"
-cat >"$TMP/bench.toml" <<'EOF'
-[profile.bench]
-extends = "code"
-[profile.bench.commands]
-allow = ["true", "python3"]
-EOF
 flags=()
 [ "$(id -u)" -eq 0 ] || flags+=(--allow-unenforced-limits)
 launches() {
     for ((i = 0; i < $1; i++)); do
-        "$TMP/corral" run --config "$TMP/bench.toml" --profile bench "${flags[@]}" -- true
+        "$TMP/corral" run --config bench/startup-profile.toml --profile bench "${flags[@]}" -- true
     done
 }
 export -f launches
 export TMP
 echo "== one launch under callgrind"
 valgrind --tool=callgrind --demangle=no --callgrind-out-file="$TMP/callgrind.out" \
-    "$TMP/corral" run --config "$TMP/bench.toml" --profile bench "${flags[@]}" -- true \
+    "$TMP/corral" run --config bench/startup-profile.toml --profile bench "${flags[@]}" -- true \
     >/dev/null 2>"$TMP/callgrind.log" || true
 echo "== $RUNS launches under perf"
 perf record -q -F 25000 -e cpu-clock -o "$TMP/cpu.data" -- \

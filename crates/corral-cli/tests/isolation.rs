@@ -110,13 +110,8 @@ fn corral_reads_randomness_with_getrandom_not_a_device() {
     let trace = dir.path().join("strace.log");
     let mut cmd = std::process::Command::new("strace");
     cmd.args(["-qq", "-e", "trace=getrandom,open,openat", "-o"])
-        .arg(&trace)
-        .arg(corral_bin())
-        .arg("run");
-    if !is_root() {
-        cmd.arg("--allow-unenforced-limits");
-    }
-    let out = cmd
+        .arg(&trace);
+    let out = then_corral_run(&mut cmd)
         .args(["--", "sh", "-c", "true"])
         .env_clear()
         .env("PATH", "/usr/local/bin:/usr/bin:/bin")

@@ -165,13 +165,8 @@ fn the_proxy_resolves_through_files_and_dns_and_never_loads_an_nss_module() {
             .arg("--");
     }
     cmd.args(["strace", "-f", "-qq", "-e", "trace=open,openat", "-o"])
-        .arg(&trace)
-        .arg(corral_bin())
-        .arg("run");
-    if !is_root() {
-        cmd.arg("--allow-unenforced-limits");
-    }
-    let out = cmd
+        .arg(&trace);
+    let out = then_corral_run(&mut cmd)
         .args(["--json", "--allow-domain"])
         .arg(format!("via-files.test:{}", up.port))
         .args(["--allow-cidr", "127.0.0.1/32", "--", "sh", "-c"])

@@ -63,6 +63,15 @@ pub fn corral_run_via_bash(script: &str, script_args: &[&OsStr]) -> Command {
     c
 }
 
+/// Appends `corral run` (see [`add_run`]) to a command that starts corral
+/// under another program (strace, unshare); the caller adds the rest. The
+/// command's environment is left to the caller.
+pub fn then_corral_run(cmd: &mut Command) -> &mut Command {
+    cmd.arg(corral_bin());
+    add_run(cmd);
+    cmd
+}
+
 /// Runs `corral run [flags] -- argv` and returns the output.
 pub fn run(flags: &[&str], argv: &[&str]) -> Output {
     let mut c = corral_run();
