@@ -121,9 +121,7 @@ fn linker_takes(args: &[String]) -> bool {
 /// NSS modules loadable. It still works, so this warns rather than fails.
 fn warn_if_dynamic() {
     let target = env::var("TARGET").unwrap_or_default();
-    let static_crt = env::var("CARGO_CFG_TARGET_FEATURE")
-        .is_ok_and(|features| features.split(',').any(|f| f == "crt-static"));
-    if target.ends_with("-linux-gnu") && !static_crt {
+    if target.ends_with("-linux-gnu") && !static_crt() {
         println!(
             "cargo:warning=corral is being linked dynamically (crt-static is not among the target \
              features: RUSTFLAGS replaces .cargo/config.toml's flags). It works, but starts slower \
@@ -138,11 +136,9 @@ fn warn_if_dynamic() {
 fn static_unwinder() {
     println!("cargo:rerun-if-env-changed=CC");
     let target = env::var("TARGET").unwrap_or_default();
-    let static_crt = env::var("CARGO_CFG_TARGET_FEATURE")
-        .is_ok_and(|features| features.split(',').any(|f| f == "crt-static"));
     if env::var("HOST").ok().as_deref() != Some(target.as_str())
         || !target.ends_with("-linux-gnu")
-        || static_crt
+        || static_crt()
     {
         return;
     }
@@ -158,4 +154,10 @@ fn static_unwinder() {
     if out.status.success() && path.is_absolute() && path.is_file() {
         println!("cargo:rustc-link-lib=static:-bundle=gcc_eh");
     }
+}
+
+/// Whether the C runtime is linked statically (`crt-static`).
+fn static_crt() -> bool {
+    env::var("CARGO_CFG_TARGET_FEATURE")
+        .is_ok_and(|features| features.split(',').any(|f| f == "crt-static"))
 }

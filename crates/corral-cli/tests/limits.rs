@@ -499,16 +499,11 @@ fn cgroup_work_that_can_wait_comes_after_the_sandbox_started() {
     require_tool("strace");
     let dir = tempfile::tempdir().unwrap();
     let trace = dir.path().join("strace.log");
-    let out = std::process::Command::new("strace")
-        .args([
-            "-qq",
-            "-e",
-            "trace=clone,clone3,mkdir,openat,getdents64",
-            "-o",
-        ])
-        .arg(&trace)
-        .arg(corral_bin())
-        .args(["run", "--", "sh", "-c", "true"])
+    let mut cmd = std::process::Command::new("strace");
+    cmd.args(["-qq", "-e", "trace=clone,clone3,mkdir,openat", "-o"])
+        .arg(&trace);
+    let out = then_corral_run(&mut cmd)
+        .args(["--", "sh", "-c", "true"])
         .env_clear()
         .env("PATH", "/usr/local/bin:/usr/bin:/bin")
         .stdin(Stdio::null())

@@ -9,8 +9,8 @@
 //! static program that maps a second, shared C library into corral (the
 //! linker's warning for `getaddrinfo` in static programs says as much).
 //! So the proxy fixes the line to its built-in sources before its first
-//! lookup. systemd's `resolve` becomes `dns` (where it is used,
-//! resolv.conf normally names its stub, 127.0.0.53); what the other
+//! lookup. systemd's `resolve` becomes `dns`, without its actions (where
+//! it is used, resolv.conf normally names its stub, 127.0.0.53); what the other
 //! sources would answer is, for an egress proxy, almost always refused
 //! anyway: mDNS names, the machine's own names and container names are
 //! local or private addresses, which the proxy's screening denies.
@@ -50,10 +50,13 @@ fn words(line: &str) -> Vec<&str> {
 }
 
 /// The `hosts:` line of nsswitch.conf(5) text cut down to the sources
-/// glibc has built in: `files` and `dns` (`resolve` counts as `dns`), in
-/// their order, each with the actions that follow it; other sources and
-/// their actions are dropped. glibc reads the last `hosts:` line; without
-/// one, or when nothing is left of it, its default.
+/// glibc has built in: `files` and `dns`, in their order, each with the
+/// actions that follow it; other sources and their actions are dropped.
+/// `resolve` counts as `dns` but without its actions: its usual
+/// `[!UNAVAIL=return]` relies on systemd-resolved answering from
+/// /etc/hosts itself, and would keep a later `files` from ever being
+/// asked. glibc reads the last `hosts:` line; without one, or when
+/// nothing is left of it, its default.
 pub(crate) fn builtin_sources(nsswitch: &str) -> String {
     let mut line = None;
     for text in nsswitch.lines() {
@@ -75,10 +78,11 @@ pub(crate) fn builtin_sources(nsswitch: &str) -> String {
             continue;
         }
         let source = if word == "resolve" { "dns" } else { word };
-        keeping = matches!(source, "files" | "dns") && !kept.contains(&source);
-        if keeping {
+        let keep = matches!(source, "files" | "dns") && !kept.contains(&source);
+        if keep {
             kept.push(source);
         }
+        keeping = keep && word != "resolve";
     }
     if kept.is_empty() {
         DEFAULT_SOURCES.to_string()
@@ -115,7 +119,7 @@ mod tests {
         assert_eq!(builtin_sources(debian), "files dns");
         // Fedora and Arch: systemd-resolved's module stands for DNS.
         let resolved = "hosts: mymachines resolve [!UNAVAIL=return] files myhostname dns";
-        assert_eq!(builtin_sources(resolved), "dns [!UNAVAIL=return] files");
+        assert_eq!(builtin_sources(resolved), "dns files");
         assert_eq!(
             builtin_sources("hosts: files [NOTFOUND=return] dns"),
             "files [NOTFOUND=return] dns"
