@@ -28,20 +28,23 @@ OTHER=${1:-}
 WORK=$(mktemp -d /tmp/corral-seccomp.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
 
-# The generated Rust table -> a C header: p0..p6 and their lengths, in the
-# order of `Program::ALL` (main default, main default + AF_UNIX, main
-# strict, main strict + AF_UNIX, clone3, init, reduced).
+# The generated Rust table -> a C header: p0..pN and their lengths, in the
+# order of `Program::ALL`: main default, main default + AF_UNIX, main
+# strict, main strict + AF_UNIX, init, reduced (six programs); builds
+# before the clone3 answer moved into the main programs had a seventh,
+# clone3, after the four main ones.
 header() {
     /usr/bin/python3 - "$1" <<'EOF'
 import re, sys
 programs = [re.findall(r'\((\d+), (\d+), (\d+), (0x[0-9a-f]+)\)', line)
             for line in open(sys.argv[1]) if line.strip().startswith('&[')]
-if len(programs) != 7:
-    sys.exit(f"{sys.argv[1]}: {len(programs)} programs, expected 7 (a cross build prebuilds none)")
+n = len(programs)
+if n not in (6, 7):
+    sys.exit(f"{sys.argv[1]}: {n} programs, expected 6 or 7 (a cross build prebuilds none)")
 for i, p in enumerate(programs):
     print(f"static struct sock_filter p{i}[] = {{{','.join('{%s,%s,%s,%s}' % x for x in p)}}};")
-print(f"static struct sock_filter *progs[] = {{{','.join(f'p{i}' for i in range(7))}}};")
-print(f"static unsigned short lens[] = {{{','.join(f'sizeof p{i} / sizeof *p{i}' for i in range(7))}}};")
+print(f"static struct sock_filter *progs[] = {{{','.join(f'p{i}' for i in range(n))}}};")
+print(f"static unsigned short lens[] = {{{','.join(f'sizeof p{i} / sizeof *p{i}' for i in range(n))}}};")
 EOF
 }
 
@@ -101,6 +104,7 @@ EOF
 build() { # NAME PROGRAMS.rs
     header "$2" >"$WORK/programs.h"
     cc -O2 -I"$WORK" -o "$WORK/install-$1" "$WORK/install.c"
+    grep -c '^static struct sock_filter p' "$WORK/programs.h" >"$WORK/count-$1"
     echo "$1: $2 ($(/usr/bin/python3 -c 'import re,sys; print(" ".join(str(len(re.findall(r"\(\d+, \d+, \d+, 0x", l))) for l in open(sys.argv[1]) if l.strip().startswith("&[")))' "$2") instructions)"
 }
 builds=(current)
@@ -110,16 +114,21 @@ if [[ -n $OTHER ]]; then
     builds=(other current)
 fi
 
-# Each kind of run installs these programs, in this order (seccomp.rs).
-KINDS=("default:4 0" "default+unix:4 1" "strict:4 2" "reduced default:4 6 0" "init:5")
+# Each kind of run installs these programs, in this order (seccomp.rs),
+# by the layout of the build's table (six programs, or seven with clone3).
+declare -A KINDS6=([default]="0" [default+unix]="1" [strict]="2" [reduced default]="5 0" [init]="4")
+declare -A KINDS7=([default]="4 0" [default+unix]="4 1" [strict]="4 2" [reduced default]="4 6 0" [init]="5")
 printf '\n%-18s' "filters (µs)"
 for b in "${builds[@]}"; do printf '%10s' "$b"; done
 echo
-for kind in "${KINDS[@]}"; do
-    name=${kind%%:*}
-    read -ra progs <<<"${kind#*:}"
+for name in default default+unix strict "reduced default" init; do
     printf '%-18s' "$name"
     for b in "${builds[@]}"; do
+        if [[ $(cat "$WORK/count-$b") == 7 ]]; then
+            read -ra progs <<<"${KINDS7[$name]}"
+        else
+            read -ra progs <<<"${KINDS6[$name]}"
+        fi
         printf '%10s' "$("$WORK/install-$b" "$RUNS" "${progs[@]}")"
     done
     echo

@@ -125,6 +125,90 @@ fn corral_reads_randomness_with_getrandom_not_a_device() {
     assert!(!calls.contains("/dev/urandom"), "{calls}");
 }
 
+/// The program's process shares init's memory until its `execve`
+/// (`clone(CLONE_VM | CLONE_VFORK)`): no page tables copied, no
+/// copy-on-write faults, nothing torn down at `execve`. Its own
+/// descriptors, credentials, limits and filters stay its own (see
+/// `no_layer_of_the_program_reaches_init` for what init keeps).
+#[test]
+fn the_program_starts_sharing_inits_memory_until_it_executes() {
+    require_tool("strace");
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("strace.log");
+    let mut cmd = std::process::Command::new("strace");
+    cmd.args([
+        "-f",
+        "-qq",
+        "-e",
+        "trace=clone,clone3,fork,vfork,execve",
+        "-o",
+    ])
+    .arg(&trace);
+    let out = then_corral_run(&mut cmd)
+        .args(["--", "sh", "-c", "exit 3"])
+        .env_clear()
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    let calls = std::fs::read_to_string(&trace).unwrap();
+    // The first execve is corral's own; the next one, from another pid,
+    // the program's (`sh -c 'exit 3'` runs no other program). strace may
+    // split it into "<unfinished ...>" and "resumed" lines, and as an
+    // ordinary user it cannot read the non-dumpable process's arguments.
+    let pid = |l: &str| l.split_whitespace().next().unwrap_or_default().to_string();
+    let corral = calls.lines().next().map(pid).unwrap_or_default();
+    let is_program = |l: &str| l.contains("execve(") && pid(l) != corral;
+    assert!(
+        calls.lines().any(is_program),
+        "no execve of the program in:\n{calls}"
+    );
+    // strace names a child by its pid outside the sandbox; the clone that
+    // made it returns the pid inside (init's pid namespace), so find it by
+    // its place: the last process creation before the program's execve.
+    let before: Vec<&str> = calls
+        .lines()
+        .take_while(|l| !is_program(l))
+        .filter(|l| l.contains("clone(") || l.contains("clone3(") || l.contains("fork("))
+        .collect();
+    let made = before
+        .last()
+        .unwrap_or_else(|| panic!("no clone before the program in:\n{calls}"));
+    assert!(
+        made.contains("CLONE_VM") && made.contains("CLONE_VFORK"),
+        "the program's process is made sharing init's memory: {made}\n{calls}"
+    );
+    assert!(
+        !made.contains("CLONE_FILES")
+            && !made.contains("CLONE_SIGHAND")
+            && !made.contains("CLONE_THREAD"),
+        "but nothing else: {made}"
+    );
+}
+
+/// What the program's process puts in force before its `execve` is its
+/// own, although it shares init's memory until then: init (PID 1) ends
+/// with its own reaper filter only, not the program's too, and the
+/// program with exactly one filter (the `clone3` answer lives in the
+/// profile's filter).
+#[test]
+fn the_programs_filter_stays_the_programs() {
+    let script = "def status(pid):\n\
+        \x20   fields = dict(l.split(':', 1) for l in open(f'/proc/{pid}/status'))\n\
+        \x20   return fields['Seccomp'].strip(), fields['Seccomp_filters'].strip(), fields['NoNewPrivs'].strip()\n\
+        print('program', *status('self'))\n\
+        print('init', *status(1))\n";
+    let out = corral_run()
+        .args(["--", "python3", "-c", script])
+        .output()
+        .unwrap();
+    let s = text(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    assert!(s.contains("program 2 1 1\n"), "{s}");
+    assert!(s.contains("init 2 1 1\n"), "{s}");
+}
+
 #[test]
 fn pid_one_is_corrals_init_and_reveals_nothing() {
     // corral's own argv carries a marker (the events file name); PID 1 is a

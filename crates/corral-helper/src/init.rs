@@ -18,7 +18,7 @@ use crate::{EXIT_CORRAL_ERROR, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND};
 /// forwards signals and, when the program ends, kills whatever it left
 /// behind and reports its status.
 pub(super) fn run(
-    plan: SandboxPlan,
+    plan: &SandboxPlan,
     mut ctrl: Control,
     lifeline: OwnedFd,
     prepared: Vec<(usize, OwnedFd)>,
@@ -31,18 +31,19 @@ pub(super) fn run(
         process::exit_now(crate::EXIT_CORRAL_ERROR);
     }
     drop(lifeline);
-    if let Err((kind, msg)) = setup(&mut Sys, &plan, prepared, &mut ctrl) {
+    if let Err((kind, msg)) = setup(&mut Sys, plan, prepared, &mut ctrl) {
         ctrl.fail(kind, msg);
     }
     // Both belong to the sandbox, not to the run: a held sandbox has them
     // before its program comes.
-    let (ruleset, filters) = program_security(&plan, &mut ctrl);
+    let (ruleset, filters) = program_security(plan, &mut ctrl);
     // A held sandbox (built ahead) forks its program's process now, which
     // takes every step that does not depend on the run and then waits for
     // the program part (see `program_steps`).
-    let (program, mut ctrl) = start_program(&plan, ruleset, &filters, ctrl);
+    let (program, mut ctrl) = start_program(plan, ruleset, &filters, ctrl);
+    // The plan stays in memory until init exits: freeing it would only
+    // write to pages init shares copy-on-write with corral.
     let reaper_filters = plan.security.init_filters.to_bpf();
-    drop(plan);
     fd::stdio_to_devnull();
     if let Err((kind, msg)) = harden_reaper(&mut Sys, &reaper_filters) {
         // Leaving kills the pid namespace, the program with it.
@@ -169,13 +170,39 @@ pub(super) fn start_program(
     // Read here, once: the program's process and init itself (when it
     // hardens) drop every capability up to it.
     process::last_capability();
-    match process::fork_in_single_threaded_helper() {
-        Err(e) => ctrl.fail(FailureKind::Setup, format!("fork of the program: {e}")),
-        Ok(Fork::Child) => {
-            let failure = program_steps(&mut Sys, &last, ruleset, ready, &mut ctrl);
-            ctrl.exit_with(failure)
-        }
-        Ok(Fork::Parent(pid)) => (pid, ctrl),
+    if plan.hold {
+        // Waits for its run: init must go on meanwhile, so a fork.
+        return match process::fork_in_single_threaded_helper() {
+            Err(e) => ctrl.fail(FailureKind::Setup, format!("fork of the program: {e}")),
+            Ok(Fork::Child) => {
+                let failure = program_steps(&mut Sys, &last, ruleset, ready, &mut ctrl);
+                ctrl.exit_with(failure)
+            }
+            Ok(Fork::Parent(pid)) => (pid, ctrl),
+        };
+    }
+    // The program's process goes straight on to execve: it shares init's
+    // memory until then, init waiting (no page tables copied, no
+    // copy-on-write faults on either side, nothing torn down at execve;
+    // see `spawn_sharing_memory_in_single_threaded_process`). The program
+    // part is moved to it, and init never touches it again; the ruleset
+    // it duplicates into its own descriptor table, so init's copy closes
+    // here. Nothing it frees is init's.
+    let spawned = process::spawn_sharing_memory_in_single_threaded_process(|| {
+        let failure = match ruleset.try_clone() {
+            Ok(own) => program_steps(&mut Sys, &last, own, ready, &mut ctrl),
+            Err(e) => Failure {
+                kind: FailureKind::Security,
+                message: crate::landlock::err("duplicating the ruleset", e),
+                status: EXIT_CORRAL_ERROR,
+            },
+        };
+        ctrl.exit_with(failure)
+    });
+    drop(ruleset);
+    match spawned {
+        Ok(pid) => (pid, ctrl),
+        Err(e) => ctrl.fail(FailureKind::Setup, format!("start of the program: {e}")),
     }
 }
 

@@ -208,7 +208,7 @@ pub fn main_forked(plan: SandboxPlan, join: &[std::path::PathBuf]) -> ! {
 /// lives, `prepared` the idmapped trees corral cloned while root. Never
 /// returns.
 pub fn init_cloned(
-    plan: SandboxPlan,
+    plan: &SandboxPlan,
     join: Vec<OwnedFd>,
     lifeline: OwnedFd,
     prepared: Vec<(usize, OwnedFd)>,
@@ -219,7 +219,7 @@ pub fn init_cloned(
     let mut ctrl = Control(File::from(ctrl));
     let mut keep: Vec<RawFd> = vec![lifeline.as_raw_fd()];
     keep.extend(prepared.iter().map(|(_, tree)| tree.as_raw_fd()));
-    if let Err((kind, msg)) = cloned_init_steps(&mut Sys, &plan, join, &keep) {
+    if let Err((kind, msg)) = cloned_init_steps(&mut Sys, plan, join, &keep) {
         ctrl.fail(kind, msg);
     }
     wipe_inherited_args_and_env(&mut ctrl);
@@ -452,7 +452,7 @@ fn run(plan: SandboxPlan, mut ctrl: Control) -> ! {
         ),
         Ok(Fork::Child) => {
             drop(lifeline_write);
-            init::run(plan, ctrl, lifeline_read, prepared)
+            init::run(&plan, ctrl, lifeline_read, prepared)
         }
         Ok(Fork::Parent(init_pid)) => {
             drop(prepared);

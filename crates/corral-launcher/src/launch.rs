@@ -736,7 +736,7 @@ fn clone_init(
             if placed.is_err() {
                 process::exit_now(EXIT_CORRAL_ERROR);
             }
-            corral_helper::init_cloned(plan.clone(), join, lifeline_r, prepared)
+            corral_helper::init_cloned(plan, join, lifeline_r, prepared)
         }),
         Ok(process::Fork::Parent(pid)) => Some(pid),
         Err(_) => None,

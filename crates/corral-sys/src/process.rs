@@ -106,6 +106,137 @@ fn raw_fork(flags: i32) -> SysResult<Fork> {
     })
 }
 
+/// Bytes of stack the child of [`spawn_sharing_memory_in_single_threaded_process`]
+/// gets (one guard page more below it). Only the pages it touches are
+/// ever allocated.
+const SHARED_CHILD_STACK_BYTES: usize = 256 * 1024;
+
+/// Starts `child` in a new process that shares this process's memory until
+/// it calls `execve` or exits, and returns its pid once it has: the
+/// calling process is suspended meanwhile (`clone(CLONE_VM | CLONE_VFORK)`,
+/// what `posix_spawn` and `vfork(2)` do). Refused unless the calling
+/// process has exactly one thread. The child has its own descriptor table,
+/// signal handlers, credentials, seccomp filters and resource limits (none
+/// of `CLONE_FILES`, `CLONE_SIGHAND`, `CLONE_THREAD` or `CLONE_FS`), on its
+/// own stack with a guard page; its exit signal is `SIGCHLD`.
+///
+/// Why: a `fork` copies the page tables of every written page, marks them
+/// copy-on-write on both sides (each later write by either process then
+/// faults and copies a page), and the child's `execve` tears that copy
+/// down again. Sharing skips all three, which is what a process that only
+/// prepares itself and calls `execve` needs.
+///
+/// What `child` must respect: it runs on memory the suspended caller
+/// resumes with, as a thread that runs to completion would. So whatever
+/// it frees must be its own (moved into it); it must not unwind into the
+/// caller (a panic ends it with status 125, see [`exit_now`]); and it must
+/// not rely on the C library's idea of its pid or thread (glibc's `raise`
+/// asks the kernel). If `clone` fails, `child` is dropped here, unrun.
+pub fn spawn_sharing_memory_in_single_threaded_process<F>(child: F) -> SysResult<i32>
+where
+    F: FnOnce() -> std::convert::Infallible,
+{
+    only_thread()?;
+    spawn_sharing_memory(child)
+}
+
+/// [`spawn_sharing_memory_in_single_threaded_process`] without the check
+/// for other threads (the tests run in a multi-threaded harness).
+fn spawn_sharing_memory<F>(child: F) -> SysResult<i32>
+where
+    F: FnOnce() -> std::convert::Infallible,
+{
+    /// The child's first frame: takes `child` out of the caller's slot
+    /// and runs it, never to return.
+    extern "C" fn entry<F>(slot: *mut libc::c_void) -> libc::c_int
+    where
+        F: FnOnce() -> std::convert::Infallible,
+    {
+        // SAFETY: `slot` points at the caller's `ManuallyDrop<F>`, alive
+        // (the caller is suspended inside `clone`) and read exactly once:
+        // the caller never drops or reads it after a successful clone.
+        let child = unsafe { std::ptr::read(slot.cast::<F>()) };
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(child));
+        exit_now(125)
+    }
+    let stack = ChildStack::map(SHARED_CHILD_STACK_BYTES)?;
+    let mut slot = std::mem::ManuallyDrop::new(child);
+    let arg: *mut F = &mut *slot;
+    // SAFETY: `entry::<F>` matches the pointer it is given (`arg`, see
+    // there); `stack.top()` is the 16-byte aligned end of a writable
+    // mapping that outlives the child's use of it (CLONE_VFORK: clone
+    // returns only once the child has called execve or exited, and the
+    // mapping is unmapped after that). Without CLONE_SETTLS the child
+    // runs with this thread's TLS, which nothing else uses meanwhile: the
+    // process has no other thread (checked by the caller) and this one is
+    // suspended.
+    let pid = unsafe {
+        libc::clone(
+            entry::<F>,
+            stack.top(),
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            arg.cast(),
+        )
+    };
+    if pid == -1 {
+        let err = Errno::last();
+        // Never ran: ours to drop.
+        drop(std::mem::ManuallyDrop::into_inner(slot));
+        return Err(err);
+    }
+    Ok(pid)
+}
+
+/// An anonymous mapping used as a child's stack, with a guard page at its
+/// low end (stacks grow down) so an overflow faults instead of writing
+/// into whatever lies below. Unmapped on drop.
+struct ChildStack {
+    base: *mut libc::c_void,
+    len: usize,
+}
+
+impl ChildStack {
+    fn map(bytes: usize) -> SysResult<ChildStack> {
+        // SAFETY: sysconf has no preconditions.
+        let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) })
+            .map_err(|_| Errno(libc::EINVAL))?;
+        let len = bytes.div_ceil(page) * page + page;
+        // SAFETY: a new private anonymous mapping at an address the kernel
+        // picks; no existing memory is touched.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(Errno::last());
+        }
+        let stack = ChildStack { base, len };
+        // SAFETY: the first page of the mapping made above.
+        cvt(unsafe { libc::mprotect(base, page, libc::PROT_NONE) })?;
+        Ok(stack)
+    }
+
+    /// The stack's start for `clone`: its high end.
+    fn top(&self) -> *mut libc::c_void {
+        // Page-aligned, so 16-byte aligned as the ABI wants.
+        self.base.wrapping_byte_add(self.len)
+    }
+}
+
+impl Drop for ChildStack {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `map`, no longer used by anyone: the
+        // child that ran on it has called execve or exited.
+        unsafe { libc::munmap(self.base, self.len) };
+    }
+}
+
 /// See the other architectures' version.
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
 pub fn fork_sibling_in_single_threaded_process() -> SysResult<Fork> {
@@ -654,4 +785,69 @@ pub fn wipe_args_and_env(argv0_replacement: &[u8]) -> std::io::Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn a_child_sharing_memory_has_run_when_its_spawn_returns() {
+        let mut written = 0u32;
+        let pid = spawn_sharing_memory(|| {
+            written = 7;
+            exit_now(3)
+        })
+        .unwrap();
+        // Shared memory, and the parent resumed only after the child's
+        // exit: the write is there without any wait.
+        assert_eq!(written, 7);
+        assert_eq!(wait4(pid).unwrap().0, WaitStatus::Exited(3));
+    }
+
+    #[test]
+    fn a_child_sharing_memory_can_exec() {
+        let exec = crate::exec::ExecArgs::new(
+            "/bin/sh",
+            &["sh".into(), "-c".into(), "exit 4".into()],
+            &[],
+        )
+        .unwrap();
+        let pid = spawn_sharing_memory(|| {
+            let err = exec.exec();
+            exit_now(100 + err.0)
+        })
+        .unwrap();
+        assert_eq!(wait4(pid).unwrap().0, WaitStatus::Exited(4));
+    }
+
+    #[test]
+    fn a_child_sharing_memory_that_panics_ends_alone_with_125() {
+        let pid = spawn_sharing_memory(|| panic!("in the child")).unwrap();
+        assert_eq!(wait4(pid).unwrap().0, WaitStatus::Exited(125));
+    }
+
+    #[test]
+    fn sharing_memory_is_refused_with_other_threads_and_the_child_is_dropped_unrun() {
+        let (stop, wait) = std::sync::mpsc::channel::<()>();
+        let other = std::thread::spawn(move || wait.recv());
+        let dropped = std::rc::Rc::new(std::cell::Cell::new(false));
+        struct Flag(std::rc::Rc<std::cell::Cell<bool>>);
+        impl Drop for Flag {
+            fn drop(&mut self) {
+                self.0.set(true);
+            }
+        }
+        let flag = Flag(std::rc::Rc::clone(&dropped));
+        let res = spawn_sharing_memory_in_single_threaded_process(move || {
+            let _flag = flag;
+            exit_now(0)
+        });
+        assert_eq!(res.unwrap_err(), Errno(libc::EDEADLK));
+        assert!(dropped.get(), "the closure is dropped");
+        stop.send(()).unwrap();
+        other.join().unwrap().unwrap();
+    }
 }

@@ -32,15 +32,14 @@ pub(crate) struct Bpf {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Program {
     /// The profile's main filter: the default deny-list or (`strict`) the
-    /// allowlist, with or without `AF_UNIX` sockets.
+    /// allowlist, with or without `AF_UNIX` sockets; either answers
+    /// `clone3` with ENOSYS ([`CLONE3_ENOSYS`]).
     Main {
         /// The strict allowlist instead of the default deny-list.
         strict: bool,
         /// `security.unix_sockets`.
         unix_sockets: bool,
     },
-    /// `clone3` answered with ENOSYS.
-    Clone3,
     /// What init may still do once the program runs ([`INIT_ALLOWED`]).
     Init,
     /// Reduced mode's extra filter: no socket(2), no SysV IPC.
@@ -51,7 +50,7 @@ impl Program {
     /// Every program, in the order the prebuilt table holds them (read
     /// by build.rs and the tests).
     #[cfg_attr(not(test), allow(dead_code))]
-    pub(crate) const ALL: [Program; 7] = [
+    pub(crate) const ALL: [Program; 6] = [
         Program::Main {
             strict: false,
             unix_sockets: false,
@@ -68,7 +67,6 @@ impl Program {
             strict: true,
             unix_sockets: true,
         },
-        Program::Clone3,
         Program::Init,
         Program::Reduced,
     ];
@@ -80,12 +78,21 @@ impl Program {
                 strict,
                 unix_sockets,
             } => usize::from(strict) * 2 + usize::from(unix_sockets),
-            Program::Clone3 => 4,
-            Program::Init => 5,
-            Program::Reduced => 6,
+            Program::Init => 4,
+            Program::Reduced => 5,
         }
     }
 }
+
+/// `clone3` keeps its flags in memory, out of a filter's reach: the main
+/// programs answer it with ENOSYS, whatever their rules say, so the C
+/// library falls back to `clone`, whose flags they inspect. (It was a
+/// filter of its own; one filter fewer is one fewer to build at each
+/// start and to run at each system call.)
+pub(crate) const CLONE3_ENOSYS: (i64, u32) = (
+    libc::SYS_clone3,
+    0x0005_0000 | libc::ENOSYS as u32, // SECCOMP_RET_ERRNO | ENOSYS
+);
 
 /// Builds `program` with seccompiler, the x32 guard added.
 pub(crate) fn build(program: Program) -> Result<Vec<Bpf>, String> {
@@ -94,21 +101,26 @@ pub(crate) fn build(program: Program) -> Result<Vec<Bpf>, String> {
         Program::Main {
             strict: false,
             unix_sockets,
-        } => compile_one(default_rules(unix_sockets)?, SeccompAction::Allow, eperm),
+        } => compile_one(
+            default_rules(unix_sockets)?,
+            SeccompAction::Allow,
+            eperm,
+            Some(CLONE3_ENOSYS),
+        ),
         Program::Main {
             strict: true,
             unix_sockets,
-        } => compile_one(strict_rules(unix_sockets)?, eperm, SeccompAction::Allow),
-        Program::Clone3 => compile_one(
-            BTreeMap::from([(libc::SYS_clone3, vec![])]),
+        } => compile_one(
+            strict_rules(unix_sockets)?,
+            eperm,
             SeccompAction::Allow,
-            SeccompAction::Errno(libc::ENOSYS as u32),
+            Some(CLONE3_ENOSYS),
         ),
         Program::Init => {
             let rules = INIT_ALLOWED.iter().map(|(_, nr)| (*nr, vec![])).collect();
-            compile_one(rules, eperm, SeccompAction::Allow)
+            compile_one(rules, eperm, SeccompAction::Allow, None)
         }
-        Program::Reduced => compile_one(reduced_rules(), SeccompAction::Allow, eperm),
+        Program::Reduced => compile_one(reduced_rules(), SeccompAction::Allow, eperm, None),
     }
 }
 
@@ -494,14 +506,21 @@ fn arch() -> Result<TargetArch, String> {
 /// interrupts off: about 0.14 ms per program start for the default
 /// deny-list. A search tree decides any number in about ten instructions.
 /// What each number gets is unchanged: the tests run both layouts through
-/// a BPF interpreter over every number and argument edge.
+/// a BPF interpreter over every number and argument edge. `fixed` is one
+/// number answered with an action of its own whatever `rules` say.
 fn compile_one(
-    rules: BTreeMap<i64, Vec<SeccompRule>>,
+    mut rules: BTreeMap<i64, Vec<SeccompRule>>,
     mismatch: SeccompAction,
     matched: SeccompAction,
+    fixed: Option<(i64, u32)>,
 ) -> Result<Vec<Bpf>, String> {
     let mut leaves = BTreeMap::new();
     let mut with_arguments = BTreeMap::new();
+    if let Some((nr, action)) = fixed {
+        rules.remove(&nr);
+        let number = u32::try_from(nr).map_err(|_| format!("syscall number {nr} out of range"))?;
+        leaves.insert(number, Leaf::Return(action));
+    }
     for (nr, chain) in rules {
         let number = u32::try_from(nr).map_err(|_| format!("syscall number {nr} out of range"))?;
         if chain.is_empty() {
@@ -577,11 +596,6 @@ pub(crate) fn build_linear(program: Program) -> Result<Vec<Bpf>, String> {
             strict: true,
             unix_sockets,
         } => (strict_rules(unix_sockets)?, eperm, SeccompAction::Allow),
-        Program::Clone3 => (
-            BTreeMap::from([(libc::SYS_clone3, vec![])]),
-            SeccompAction::Allow,
-            SeccompAction::Errno(libc::ENOSYS as u32),
-        ),
         Program::Init => (
             INIT_ALLOWED.iter().map(|(_, nr)| (*nr, vec![])).collect(),
             eperm,
@@ -619,6 +633,8 @@ enum Leaf {
     Matched,
     /// Rules on the arguments: on to seccompiler's chains.
     Arguments,
+    /// An action of its own.
+    Return(u32),
 }
 
 /// The two actions a leaf can return.
@@ -688,6 +704,7 @@ fn search_tree(ranges: &[(u32, Leaf)], exits: &Exits) -> (Vec<Bpf>, Vec<usize>) 
             Leaf::Mismatch => (vec![ret(exits.mismatch)], vec![]),
             Leaf::Matched => (vec![ret(exits.matched)], vec![]),
             Leaf::Arguments => (vec![jump(0)], vec![0]),
+            Leaf::Return(action) => (vec![ret(*action)], vec![]),
         };
     }
     let mid = ranges.len() / 2;
