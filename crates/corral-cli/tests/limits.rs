@@ -500,8 +500,15 @@ fn cgroup_work_that_can_wait_comes_after_the_sandbox_started() {
     let dir = tempfile::tempdir().unwrap();
     let trace = dir.path().join("strace.log");
     let mut cmd = std::process::Command::new("strace");
-    cmd.args(["-qq", "-e", "trace=clone,clone3,mkdir,openat", "-o"])
-        .arg(&trace);
+    cmd.args([
+        "-f",
+        "-y",
+        "-qq",
+        "-e",
+        "trace=clone,clone3,mkdir,openat,write,execve",
+        "-o",
+    ])
+    .arg(&trace);
     let out = then_corral_run(&mut cmd)
         .args(["--", "sh", "-c", "true"])
         .env_clear()
@@ -512,29 +519,94 @@ fn cgroup_work_that_can_wait_comes_after_the_sandbox_started() {
     assert!(out.status.success(), "{out:?}");
     let calls = std::fs::read_to_string(&trace).unwrap();
     let lines: Vec<&str> = calls.lines().collect();
+    let pid = |l: &str| l.split_whitespace().next().unwrap_or_default().to_string();
+    let corral = pid(lines[0]);
     let at = |what: &dyn Fn(&str) -> bool, name: &str| {
         lines
             .iter()
             .position(|l| what(l))
             .unwrap_or_else(|| panic!("no {name} in:\n{calls}"))
     };
-    let clone = at(&|l| l.starts_with("clone"), "clone");
+    let clone = at(
+        &|l| pid(l) == corral && l.contains(" clone("),
+        "clone of init",
+    );
     let made = at(
-        &|l| l.starts_with("mkdir(\"/sys/fs/cgroup/") && l.ends_with("= 0"),
+        &|l| l.contains("mkdir(\"/sys/fs/cgroup/") && l.contains("corral/"),
         "group mkdir",
     );
-    // Only cgroup v1 has them (init joins by itself there).
-    let tasks = lines.iter().position(|l| l.contains("/tasks\""));
     let stats = at(
         &|l| l.contains("pids.events\"") || l.contains("memory.oom_control\""),
         "statistics open",
     );
-    assert!(made < clone, "the group comes first:\n{calls}");
-    assert!(
-        tasks.is_none_or(|t| t < clone),
-        "the tasks files come first:\n{calls}"
+    // The program: the first execve of another process than corral.
+    let program = at(
+        &|l| pid(l) != corral && l.contains("execve("),
+        "the program's execve",
     );
     assert!(clone < stats, "waited for by the sandbox:\n{calls}");
+    // cgroup v1 (init joins itself): the group is made while init builds
+    // the root, and init writes `0` to each `tasks` file, which corral
+    // opened, before the program exists. On v2 the group comes first.
+    if std::path::Path::new("/sys/fs/cgroup/memory/tasks").exists() {
+        assert!(
+            clone < made,
+            "the group is made after init exists:\n{calls}"
+        );
+        let tasks = at(&|l| l.contains("/tasks\""), "tasks open");
+        assert!(made < tasks && pid(lines[tasks]) == corral, "{calls}");
+        // init's write of "0" to a `tasks` file (strace -y names the
+        // descriptor's file).
+        let joined = at(
+            &|l| pid(l) != corral && l.contains("write(") && l.contains("/tasks>, \"0\""),
+            "init's join",
+        );
+        assert!(
+            tasks < joined && joined < program,
+            "init joins before the program starts:\n{calls}"
+        );
+    } else {
+        assert!(made < clone, "the group comes first:\n{calls}");
+    }
+}
+
+/// On cgroup v1 `corral run` makes the run's group while init builds the
+/// root. A group that cannot be made then (here: its name taken) stops
+/// the run before its program exists, whatever the profile accepts: the
+/// sandbox has started, so there is no running on without the limits.
+#[test]
+fn a_group_that_cannot_be_made_after_the_start_stops_the_run_before_its_program() {
+    if !is_root() {
+        eprintln!("unprivileged pass: no cgroups are created (see unenforceable_limits_fail_closed_unless_accepted)");
+        return;
+    }
+    if !std::path::Path::new("/sys/fs/cgroup/pids/tasks").exists() {
+        eprintln!("SKIP: cgroup v1 only (on v2 the group is made before the start)");
+        return;
+    }
+    // The run's group is named after corral's pid and a counter: bash takes
+    // the name in the pids hierarchy, then becomes corral (same pid).
+    let child = corral_run_via_bash("mkdir /sys/fs/cgroup/pids/corral/$$-0 && exec \"$@\"", &[])
+        .args(["--allow-unenforced-limits", "--", "sh", "-c", "echo RAN"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let out = child.wait_with_output().unwrap();
+    let taken = std::path::PathBuf::from(format!("/sys/fs/cgroup/pids/corral/{pid}-0"));
+    let _ = std::fs::remove_dir(&taken);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{out:?}");
+    assert!(
+        !text(&out.stdout).contains("RAN"),
+        "the program ran: {out:?}"
+    );
+    assert!(stderr.contains("making the run's cgroup"), "{stderr}");
+    assert!(
+        !std::path::Path::new(&format!("/sys/fs/cgroup/memory/corral/{pid}-0")).exists(),
+        "the half-made group is removed"
+    );
 }
 
 #[test]

@@ -22,6 +22,7 @@ pub(super) fn run(
     mut ctrl: Control,
     lifeline: OwnedFd,
     prepared: Vec<(usize, OwnedFd)>,
+    join_later: bool,
 ) -> ! {
     // Die with the helper; it may have died before this was armed, which
     // the lifeline pipe tells us.
@@ -33,6 +34,13 @@ pub(super) fn run(
     drop(lifeline);
     if let Err((kind, msg)) = setup(&mut Sys, plan, prepared, &mut ctrl) {
         ctrl.fail(kind, msg);
+    }
+    // Into the group corral made meanwhile, before anything of the
+    // program exists (see `init_joins_late`).
+    if join_later {
+        if let Err((kind, msg)) = crate::init_joins_late(&mut Sys, &mut ctrl) {
+            ctrl.fail(kind, msg);
+        }
     }
     // Both belong to the sandbox, not to the run: a held sandbox has them
     // before its program comes.

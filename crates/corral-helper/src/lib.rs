@@ -68,7 +68,8 @@ pub use plan::{
     SandboxIdentity, SandboxPlan, SecurityPlan, HTTP_PROXY_PORT, SOCKS_PROXY_PORT,
 };
 pub use protocol::{
-    FailureKind, HelperMessage, GO_AHEAD, MAX_PLAN_BYTES, PLAN_MESSAGE, PROGRAM_MESSAGE,
+    FailureKind, HelperMessage, GO_AHEAD, JOIN_MESSAGE, MAX_PLAN_BYTES, PLAN_MESSAGE,
+    PROGRAM_MESSAGE,
 };
 
 /// The hidden subcommand that re-enters corral's binary as the sandbox
@@ -204,12 +205,14 @@ pub fn main_forked(plan: SandboxPlan, join: &[std::path::PathBuf]) -> ! {
 /// where it can: one process fewer than a helper that unshares them and
 /// forks init. stdio and the control socket are already at 0-3. `join`
 /// holds the cgroup v1 `tasks` files corral opened (empty without a
-/// cgroup), `lifeline` the read end of a pipe corral holds open while it
-/// lives, `prepared` the idmapped trees corral cloned while root. Never
-/// returns.
+/// cgroup, or when `join_later`: corral makes the group while init builds
+/// the root and sends them in a [`JOIN_MESSAGE`]), `lifeline` the read end
+/// of a pipe corral holds open while it lives, `prepared` the idmapped
+/// trees corral cloned while root. Never returns.
 pub fn init_cloned(
     plan: &SandboxPlan,
     join: Vec<OwnedFd>,
+    join_later: bool,
     lifeline: OwnedFd,
     prepared: Vec<(usize, OwnedFd)>,
 ) -> ! {
@@ -219,11 +222,11 @@ pub fn init_cloned(
     let mut ctrl = Control(File::from(ctrl));
     let mut keep: Vec<RawFd> = vec![lifeline.as_raw_fd()];
     keep.extend(prepared.iter().map(|(_, tree)| tree.as_raw_fd()));
-    if let Err((kind, msg)) = cloned_init_steps(&mut Sys, plan, join, &keep) {
+    if let Err((kind, msg)) = cloned_init_steps(&mut Sys, plan, join, join_later, &keep) {
         ctrl.fail(kind, msg);
     }
     wipe_inherited_args_and_env(&mut ctrl);
-    init::run(plan, ctrl, lifeline, prepared)
+    init::run(plan, ctrl, lifeline, prepared, join_later)
 }
 
 /// init's own first steps when corral cloned it into the namespaces, in
@@ -233,11 +236,14 @@ pub fn init_cloned(
 /// owner is the sandbox identity: corral, when root, acted as that
 /// identity for the clone and kept only its saved uid 0, to take its own
 /// ids back. `keep` is what init still needs beyond stdio and the control
-/// socket. Stops at the first failure.
+/// socket. With `join_later` (the group is made while init builds the
+/// root) the join and the cgroup namespace wait for [`init_joins_late`].
+/// Stops at the first failure.
 pub(crate) fn cloned_init_steps<K: Kernel>(
     k: &mut K,
     plan: &SandboxPlan,
     join: Vec<K::Fd>,
+    join_later: bool,
     keep: &[RawFd],
 ) -> Result<(), StepError> {
     // 0. Into the sandbox's cgroup before anything else: `0` written to a
@@ -292,12 +298,44 @@ pub(crate) fn cloned_init_steps<K: Kernel>(
     // 5. No nested user namespace (the helper's step 4b).
     refuse_nested_user_namespaces(k)?;
     // 6. The cgroup namespace after the join, so its root is the
-    //    sandbox's group.
-    k.unshare(ns::CLONE_NEWCGROUP)
-        .map_err(|e| (FailureKind::Namespace, format!("unshare(cgroup): {e}")))?;
+    //    sandbox's group (or both later, see `init_joins_late`).
+    if !join_later {
+        k.unshare(ns::CLONE_NEWCGROUP)
+            .map_err(|e| (FailureKind::Namespace, format!("unshare(cgroup): {e}")))?;
+    }
     // 7. Signals are taken synchronously from here on (sigwaitinfo).
     k.block_signals()
         .map_err(|e| (FailureKind::Setup, format!("blocking signals: {e}")))
+}
+
+/// init's join of a group corral made after cloning it (cgroup v1,
+/// `corral run`): once init has built the sandbox's root, which runs no
+/// code of the sandbox, and before it prepares and starts the program, it
+/// receives the group's `tasks` files ([`JOIN_MESSAGE`]), moves itself in
+/// through each (`0`: this thread, no RCU grace period, as in
+/// [`cloned_init_steps`] step 0), then unshares the cgroup namespace, whose
+/// root is therefore the sandbox's group. Everything the program and its
+/// descendants do is inside the group: they are forked after this.
+pub(crate) fn init_joins_late<K: Kernel>(k: &mut K, ctrl: &mut Control) -> Result<(), StepError> {
+    let tasks = k
+        .receive_join(ctrl)
+        .map_err(|msg| (FailureKind::Protocol, msg))?;
+    if tasks.is_empty() {
+        return Err((
+            FailureKind::Protocol,
+            "the cgroup join message came without its group's files".into(),
+        ));
+    }
+    for file in tasks {
+        k.write_all(file, b"0").map_err(|e| {
+            (
+                FailureKind::Setup,
+                format!("cannot contain the sandbox: moving init into its cgroup failed: {e}"),
+            )
+        })?;
+    }
+    k.unshare(ns::CLONE_NEWCGROUP)
+        .map_err(|e| (FailureKind::Namespace, format!("unshare(cgroup): {e}")))
 }
 
 /// The namespaces corral clones init into ([`init_cloned`]): every one the
@@ -452,7 +490,7 @@ fn run(plan: SandboxPlan, mut ctrl: Control) -> ! {
         ),
         Ok(Fork::Child) => {
             drop(lifeline_write);
-            init::run(&plan, ctrl, lifeline_read, prepared)
+            init::run(&plan, ctrl, lifeline_read, prepared, false)
         }
         Ok(Fork::Parent(init_pid)) => {
             drop(prepared);

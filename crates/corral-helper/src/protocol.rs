@@ -99,3 +99,11 @@ pub const PROGRAM_MESSAGE: &[u8] = b"program";
 /// What the parent sends a forked helper (which already has its plan) once
 /// it sits in its cgroup.
 pub const GO_AHEAD: &[u8] = b"go";
+
+/// What corral sends init it cloned before the sandbox's cgroup existed
+/// (cgroup v1, `corral run`): the group's `tasks` files, opened for
+/// writing by corral, are attached (`SCM_RIGHTS`), one per hierarchy.
+/// init moves itself in through them once it has built the sandbox's root
+/// and before it starts the program; end of file instead means corral is
+/// gone.
+pub const JOIN_MESSAGE: &[u8] = b"join";

@@ -2,12 +2,13 @@
 //! policy sets, or refuse to run (fail closed), or, when the policy accepts
 //! a weaker sandbox, run and say which limits were not enforced.
 
+use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Once;
+use std::sync::{Mutex, Once, OnceLock};
 
 use corral_policy::Limits;
 
-use corral_cgroup::{CgroupEnforced, CgroupHost, CgroupLimits, SandboxCgroup};
+use corral_cgroup::{CgroupEnforced, CgroupHost, CgroupLimits, SandboxCgroup, Version};
 
 /// What the cgroup measured, read after the sandbox ended.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -24,8 +25,12 @@ pub struct RunCgroupStats {
 
 /// The cgroup one run gets, or the record that it has none (no cgroup
 /// limits asked for, or limits the profile accepts as not enforced).
+/// Made when it is decided, or ([`RunCgroup::for_limits_made_after_start`])
+/// checked then and made once the sandbox has started.
 pub struct RunCgroup {
-    cgroup: Option<SandboxCgroup>,
+    cgroup: OnceLock<SandboxCgroup>,
+    /// Checked, not made yet: what to make.
+    pending: Mutex<Option<(CgroupHost, CgroupLimits)>>,
     not_enforced: Vec<String>,
 }
 
@@ -83,44 +88,88 @@ impl RunCgroup {
     /// behind by a corral that was killed: before the sandbox starts, since
     /// killing a stale group's processes may wait up to a second.
     pub fn for_limits(limits: &Limits) -> Result<RunCgroup, LimitsUnenforceable> {
+        RunCgroup::decide(limits, false)
+    }
+
+    /// Like [`RunCgroup::for_limits`], but on cgroup v1, where init joins
+    /// its group itself, only the checks run now (the host's hierarchies,
+    /// the controllers, the permissions: a refusal still comes before
+    /// anything starts); the sweep of stale groups, the directories and
+    /// the limits wait for [`crate::launch::Containment::make_for_init`],
+    /// which `launch` calls once it has cloned init and init builds the
+    /// sandbox's root on the other CPU. For `corral run`, where that
+    /// takes the cgroup file system's work off the start's latency
+    /// (docs/PERFORMANCE.md). Elsewhere (v2) the group is made now.
+    pub fn for_limits_made_after_start(limits: &Limits) -> Result<RunCgroup, LimitsUnenforceable> {
+        RunCgroup::decide(limits, true)
+    }
+
+    fn decide(limits: &Limits, later: bool) -> Result<RunCgroup, LimitsUnenforceable> {
         let want = cgroup_limits(limits);
         let asked = names(&want);
+        let mut run = RunCgroup {
+            cgroup: OnceLock::new(),
+            pending: Mutex::new(None),
+            not_enforced: Vec::new(),
+        };
         if asked.is_empty() {
-            return Ok(RunCgroup {
-                cgroup: None,
-                not_enforced: Vec::new(),
-            });
+            return Ok(run);
         }
         let attempt = (|| {
             let host = CgroupHost::detect().map_err(|e| e.to_string())?;
             host.can_enforce(&want).map_err(|e| e.to_string())?;
-            SWEEP.call_once(|| {
-                host.sweep_stale();
-            });
-            let name = format!(
-                "{}-{}",
-                corral_sys::process::getpid(),
-                COUNTER.fetch_add(1, Ordering::Relaxed)
-            );
-            host.create(&name, &want).map_err(|e| e.to_string())
+            if later && matches!(host.version(), Version::V1 { .. }) {
+                return Ok(Err((host, want)));
+            }
+            create(&host, &want).map(Ok)
         })();
         match attempt {
-            Ok(cgroup) => Ok(RunCgroup {
-                cgroup: Some(cgroup),
-                not_enforced: Vec::new(),
-            }),
-            Err(_) if limits.allow_unenforced => Ok(RunCgroup {
-                cgroup: None,
-                not_enforced: asked,
-            }),
+            Ok(Ok(cgroup)) => {
+                let _ = run.cgroup.set(cgroup);
+                Ok(run)
+            }
+            Ok(Err(pending)) => {
+                run.pending = Mutex::new(Some(pending));
+                Ok(run)
+            }
+            Err(_) if limits.allow_unenforced => {
+                run.not_enforced = asked;
+                Ok(run)
+            }
             Err(why) => Err(LimitsUnenforceable { limits: asked, why }),
         }
     }
 
-    /// The hook `launch` uses, if there is a cgroup.
+    /// Makes the group checked by [`RunCgroup::for_limits_made_after_start`]
+    /// (once; `Ok` when it exists already or there is none to make).
+    fn make_pending(&self) -> std::io::Result<()> {
+        let mut pending = self
+            .pending
+            .lock()
+            .map_err(|_| std::io::Error::other("the run's cgroup state is poisoned"))?;
+        if let Some((host, want)) = pending.take() {
+            // The sandbox has started: fail closed whatever the profile
+            // accepts (its init is killed, nothing of the program ran).
+            let cgroup = create(&host, &want).map_err(|why| {
+                std::io::Error::other(format!(
+                    "making the run's cgroup for the {} limits failed after the checks passed: {why}",
+                    names(&want).join(" and ")
+                ))
+            })?;
+            let _ = self.cgroup.set(cgroup);
+        }
+        Ok(())
+    }
+
+    /// Whether the group waits to be made (see
+    /// [`RunCgroup::for_limits_made_after_start`]).
+    fn is_pending(&self) -> bool {
+        self.pending.lock().map(|p| p.is_some()).unwrap_or(false)
+    }
+
+    /// The hook `launch` uses, if there is a cgroup (made or to make).
     pub fn as_containment(&self) -> Option<&dyn crate::launch::Containment> {
-        self.cgroup
-            .is_some()
+        (self.cgroup.get().is_some() || self.is_pending())
             .then_some(self as &dyn crate::launch::Containment)
     }
 
@@ -131,14 +180,14 @@ impl RunCgroup {
     /// `corral run`'s latency (docs/PERFORMANCE.md); a service calls it
     /// when it makes a group ahead of its requests.
     pub fn settle(&self) {
-        if let Some(cgroup) = &self.cgroup {
+        if let Some(cgroup) = self.cgroup.get() {
             cgroup.open_stat_files();
         }
     }
 
     /// The cgroup part of the result's `enforced` field.
     pub fn enforced(&self) -> Option<CgroupEnforced> {
-        self.cgroup.as_ref().map(SandboxCgroup::enforced)
+        self.cgroup.get().map(SandboxCgroup::enforced)
     }
 
     /// Limits asked for but not enforced.
@@ -156,7 +205,7 @@ impl RunCgroup {
     /// The group's statistics, final once every process of the program
     /// has ended (init and the helper may still be inside).
     pub fn stats(&self) -> RunCgroupStats {
-        let Some(cg) = &self.cgroup else {
+        let Some(cg) = self.cgroup.get() else {
             return RunCgroupStats::default();
         };
         let stats = cg.stats();
@@ -169,17 +218,34 @@ impl RunCgroup {
     }
 
     /// Removes the group, once no process is left in it.
-    pub fn remove(self) {
-        if let Some(cg) = self.cgroup {
+    pub fn remove(mut self) {
+        if let Some(cg) = self.cgroup.take() {
             let _ = cg.remove();
         }
     }
 }
 
+/// Makes a run's group for `want` on `host`, named after this process and
+/// a counter. The first call in a process also removes the groups a
+/// killed corral left behind (their processes killed first, which may
+/// wait up to a second): before the sandbox's program can start.
+fn create(host: &CgroupHost, want: &CgroupLimits) -> Result<SandboxCgroup, String> {
+    SWEEP.call_once(|| {
+        host.sweep_stale();
+    });
+    let name = format!(
+        "{}-{}",
+        corral_sys::process::getpid(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    );
+    host.create(&name, want).map_err(|e| e.to_string())
+}
+
 /// Only handed out by [`RunCgroup::as_containment`] when there is a group.
 impl crate::launch::Containment for RunCgroup {
     fn add_process(&self, pid: i32) -> std::io::Result<()> {
-        match &self.cgroup {
+        self.make_pending()?;
+        match self.cgroup.get() {
             Some(cg) => cg.add_process(pid).map_err(std::io::Error::other),
             None => Err(std::io::Error::other("the run has no cgroup")),
         }
@@ -187,13 +253,30 @@ impl crate::launch::Containment for RunCgroup {
 
     fn self_join_files(&self) -> Vec<std::path::PathBuf> {
         self.cgroup
-            .as_ref()
+            .get()
             .map(SandboxCgroup::self_join_files)
             .unwrap_or_default()
     }
 
+    fn made_after_start(&self) -> bool {
+        self.is_pending()
+    }
+
+    fn make_for_init(&self) -> std::io::Result<Vec<OwnedFd>> {
+        self.make_pending()?;
+        self.self_join_files()
+            .iter()
+            .map(|p| {
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(p)
+                    .map(OwnedFd::from)
+            })
+            .collect()
+    }
+
     fn kill_all(&self) {
-        if let Some(cg) = &self.cgroup {
+        if let Some(cg) = self.cgroup.get() {
             cg.kill_all();
         }
     }

@@ -344,16 +344,23 @@ fn execute_run(
         (HelperStart::Fork, None) => (None, None, None),
     };
     let containment = match waiting_group {
-        Some(group) => group,
-        None => RunCgroup::for_limits(&profile.limits).map_err(|e| {
-            refusal(
-                EXIT_CORRAL_ERROR,
-                LimitsUnenforceable::CODE,
-                e.to_string(),
-                events.clone(),
-            )
-        })?,
-    };
+        Some(group) => Ok(group),
+        // The CLI's own clone of init: on cgroup v1 the group is checked
+        // now and made while init builds the root (see
+        // `RunCgroup::for_limits_made_after_start`).
+        None if opts.helper == HelperStart::Fork => {
+            RunCgroup::for_limits_made_after_start(&profile.limits)
+        }
+        None => RunCgroup::for_limits(&profile.limits),
+    }
+    .map_err(|e| {
+        refusal(
+            EXIT_CORRAL_ERROR,
+            LimitsUnenforceable::CODE,
+            e.to_string(),
+            events.clone(),
+        )
+    })?;
     let launch_opts = LaunchOptions {
         output: opts.output,
         output_bytes: usize::try_from(profile.limits.output_bytes.bytes()).unwrap_or(usize::MAX),

@@ -24,7 +24,7 @@ use corral_sys::signal::SignalFd;
 use crate::pump::{Exit, Finished, Pump};
 use corral_helper::{
     FailureKind, LandlockOutcome, SandboxPlan, EXIT_CORRAL_ERROR, EXIT_NOT_EXECUTABLE,
-    EXIT_NOT_FOUND, GO_AHEAD, HELPER_SUBCOMMAND, PLAN_MESSAGE, PROGRAM_MESSAGE,
+    EXIT_NOT_FOUND, GO_AHEAD, HELPER_SUBCOMMAND, JOIN_MESSAGE, PLAN_MESSAGE, PROGRAM_MESSAGE,
 };
 
 use crate::reexec::ReadyHelper;
@@ -122,6 +122,19 @@ pub trait Containment {
     /// [`Containment::add_process`] is used).
     fn self_join_files(&self) -> Vec<std::path::PathBuf> {
         Vec::new()
+    }
+    /// Whether the group is still to be made (cgroup v1 only, see
+    /// `RunCgroup::for_limits_made_after_start`): `launch` then clones init
+    /// before it exists and calls [`Containment::make_for_init`] while init
+    /// builds the sandbox's root; init joins before its program starts.
+    fn made_after_start(&self) -> bool {
+        false
+    }
+    /// Makes the group if it is still to be made, and opens the files init
+    /// writes `0` to in order to move itself in (as
+    /// [`Containment::self_join_files`]).
+    fn make_for_init(&self) -> std::io::Result<Vec<OwnedFd>> {
+        Ok(Vec::new())
     }
     /// Kills every process inside.
     fn kill_all(&self);
@@ -341,6 +354,8 @@ pub(crate) fn launch_settling(
     // Held open while corral lives when it cloned init itself: init checks
     // it once its parent-death signal is armed.
     let mut init_lifeline = None;
+    // The group init joins once it is made, after init was cloned.
+    let mut joins_later: Option<&dyn Containment> = None;
     let (helper_pid, ours) = match opts.helper {
         HelperStart::ReExec => {
             let helper = match started {
@@ -361,23 +376,47 @@ pub(crate) fn launch_settling(
             // moving it by pid waits for. It does so right after the
             // go-ahead, before any other step (helper step 0). init cloned
             // into the namespaces does the same, first thing.
-            let join = containment.map(|c| c.self_join_files()).unwrap_or_default();
-            contained = !join.is_empty();
+            // Where the group is made only once init exists, init joins
+            // after it built the root, through descriptors sent then.
+            let later = containment.filter(|c| c.made_after_start());
+            let join = match later {
+                Some(_) => Vec::new(),
+                None => containment.map(|c| c.self_join_files()).unwrap_or_default(),
+            };
+            contained = later.is_some() || !join.is_empty();
             let clonable = plan.reduced.is_none() && (containment.is_none() || contained);
             let cloned = if clonable {
-                clone_init(plan, opts, &join, [&out_w, &err_w, &theirs])
+                clone_init(
+                    plan,
+                    opts,
+                    &join,
+                    later.is_some(),
+                    [&out_w, &err_w, &theirs],
+                )
             } else {
                 None
             };
             match cloned {
                 Some((pid, lifeline)) => {
                     init_lifeline = Some(lifeline);
+                    joins_later = later;
                     (pid, ours)
                 }
-                None => (
-                    fork_helper(plan, opts, &join, [&out_w, &err_w, &theirs])?,
-                    ours,
-                ),
+                None => {
+                    // The forked helper joins first thing: the group must
+                    // exist before it.
+                    let join = match later {
+                        Some(c) => {
+                            c.make_for_init().map_err(LaunchError::Contain)?;
+                            c.self_join_files()
+                        }
+                        None => join,
+                    };
+                    (
+                        fork_helper(plan, opts, &join, [&out_w, &err_w, &theirs])?,
+                        ours,
+                    )
+                }
             }
         }
     };
@@ -433,8 +472,20 @@ pub(crate) fn launch_settling(
                 Err(e) => return abort(spawn_err("encode plan")(e.into())),
             }
         }
-        // init cloned by corral waits for nothing.
-        HelperStart::Fork if init_lifeline.is_some() => Ok(()),
+        // init cloned by corral waits for nothing but, when its group is
+        // made now, the descriptors to join it through; it builds the
+        // sandbox's root meanwhile.
+        HelperStart::Fork if init_lifeline.is_some() => match joins_later {
+            None => Ok(()),
+            Some(c) => match c.make_for_init() {
+                Ok(tasks) => {
+                    let tasks: Vec<std::os::fd::RawFd> =
+                        tasks.iter().map(AsRawFd::as_raw_fd).collect();
+                    fd::send_with_fds(ctrl_fd, JOIN_MESSAGE, &tasks).map_err(std::io::Error::from)
+                }
+                Err(e) => return abort(LaunchError::Contain(e)),
+            },
+        },
         HelperStart::Fork => {
             fd::send_with_fds(ctrl_fd, GO_AHEAD, &[]).map_err(std::io::Error::from)
         }
@@ -670,7 +721,9 @@ fn place_child_fds(
 /// its PID 1: one process fewer than a forked helper that unshares them
 /// and forks init (see [`corral_helper::init_cloned`] for init's side).
 /// For a sandbox with namespaces whose cgroup, if any, init joins itself
-/// (`join`, cgroup v1). As root, corral acts as the sandbox identity for
+/// (cgroup v1): through `join`, first thing, or, when `join_later`,
+/// through the descriptors of a [`JOIN_MESSAGE`] once it has built the
+/// sandbox's root. As root, corral acts as the sandbox identity for
 /// the clone, keeping only its saved uid 0, so the new user namespace is
 /// owned by that identity as the helper's is; it takes its ids back right
 /// after (should that fail, corral stops: it must not go on with another
@@ -685,6 +738,7 @@ fn clone_init(
     plan: &SandboxPlan,
     opts: &LaunchOptions,
     join: &[std::path::PathBuf],
+    join_later: bool,
     fds: [&OwnedFd; 3],
 ) -> Option<(i32, OwnedFd)> {
     // Made after the pipes and the control socket, so none of these is at
@@ -736,7 +790,7 @@ fn clone_init(
             if placed.is_err() {
                 process::exit_now(EXIT_CORRAL_ERROR);
             }
-            corral_helper::init_cloned(plan, join, lifeline_r, prepared)
+            corral_helper::init_cloned(plan, join, join_later, lifeline_r, prepared)
         }),
         Ok(process::Fork::Parent(pid)) => Some(pid),
         Err(_) => None,

@@ -1310,7 +1310,7 @@ fn cloned_init_joins_its_group_first_and_unshares_the_cgroup_namespace_after_it(
         tasks("/cg/memory/corral/r/tasks"),
         tasks("/cg/pids/corral/r/tasks"),
     ];
-    cloned_init_steps(&mut k, &plan, join, &[7, 9]).unwrap();
+    cloned_init_steps(&mut k, &plan, join, false, &[7, 9]).unwrap();
     assert_eq!(
         k.steps,
         [
@@ -1347,11 +1347,59 @@ fn cloned_init_joins_its_group_first_and_unshares_the_cgroup_namespace_after_it(
 }
 
 #[test]
+fn cloned_init_whose_group_comes_later_joins_after_its_root_and_before_anything_else() {
+    let plan = plan();
+    let mut k = fake();
+    cloned_init_steps(&mut k, &plan, Vec::new(), true, &[7]).unwrap();
+    // Neither the join nor the cgroup namespace yet: the group does not
+    // exist while corral clones init.
+    assert!(!k.steps.iter().any(|s| matches!(s, Step::WriteAll { .. })));
+    assert!(!k.steps.contains(&Step::Unshare(ns::CLONE_NEWCGROUP)));
+    assert_eq!(k.steps.last(), Some(&Step::BlockSignals));
+    // Then, once the root stands: the files corral sends, each written,
+    // and only then the cgroup namespace, rooted at the sandbox's group.
+    let mut k = fake();
+    k.join = vec![
+        tasks("/cg/memory/corral/r/tasks"),
+        tasks("/cg/pids/corral/r/tasks"),
+    ];
+    let (mut ctrl, _peer) = control();
+    crate::init_joins_late(&mut k, &mut ctrl).unwrap();
+    assert_eq!(
+        k.steps,
+        [
+            Step::ReceiveJoin,
+            Step::WriteAll {
+                path: "/cg/memory/corral/r/tasks".into(),
+                contents: b"0".to_vec(),
+            },
+            Step::WriteAll {
+                path: "/cg/pids/corral/r/tasks".into(),
+                contents: b"0".to_vec(),
+            },
+            Step::Unshare(ns::CLONE_NEWCGROUP),
+        ]
+    );
+    // A message without files is not a join: init stops.
+    let mut k = fake();
+    let err = crate::init_joins_late(&mut k, &mut ctrl).unwrap_err();
+    assert_eq!(err.0, FailureKind::Protocol);
+    assert!(!k.steps.contains(&Step::Unshare(ns::CLONE_NEWCGROUP)));
+    // A failed join stops before the namespace.
+    let mut k = fake();
+    k.join = vec![tasks("/cg/memory/corral/r/tasks")];
+    k.fail(libc::EACCES, |s| matches!(s, Step::WriteAll { .. }));
+    let err = crate::init_joins_late(&mut k, &mut ctrl).unwrap_err();
+    assert_eq!(err.0, FailureKind::Setup);
+    assert!(!k.steps.contains(&Step::Unshare(ns::CLONE_NEWCGROUP)));
+}
+
+#[test]
 fn cloned_init_as_root_drops_the_saved_host_root_right_after_its_maps() {
     let mut plan = plan();
     plan.identity.drop_from_root = true;
     let mut k = fake();
-    cloned_init_steps(&mut k, &plan, Vec::new(), &[5]).unwrap();
+    cloned_init_steps(&mut k, &plan, Vec::new(), false, &[5]).unwrap();
     assert_eq!(
         k.steps[..7],
         [
@@ -1397,7 +1445,15 @@ fn any_failing_cloned_init_step_stops_everything_after_it() {
     plan.identity.drop_from_root = true;
     let tried = assert_each_failure_stops_everything_after_it(
         fake,
-        |k| cloned_init_steps(k, &plan, vec![tasks("/cg/memory/corral/r/tasks")], &[]),
+        |k| {
+            cloned_init_steps(
+                k,
+                &plan,
+                vec![tasks("/cg/memory/corral/r/tasks")],
+                false,
+                &[],
+            )
+        },
         |_| false,
         |s| match s {
             Step::SetIds { .. } | Step::SetDumpable(true) => FailureKind::Identity,
