@@ -586,12 +586,15 @@ fn a_group_that_cannot_be_made_after_the_start_stops_the_run_before_its_program(
     }
     // The run's group is named after corral's pid and a counter: bash takes
     // the name in the pids hierarchy, then becomes corral (same pid).
-    let child = corral_run_via_bash("mkdir /sys/fs/cgroup/pids/corral/$$-0 && exec \"$@\"", &[])
-        .args(["--allow-unenforced-limits", "--", "sh", "-c", "echo RAN"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = corral_run_via_bash(
+        "mkdir -p /sys/fs/cgroup/pids/corral/$$-0 && exec \"$@\"",
+        &[],
+    )
+    .args(["--allow-unenforced-limits", "--", "sh", "-c", "echo RAN"])
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
     let pid = child.id();
     let out = child.wait_with_output().unwrap();
     let taken = std::path::PathBuf::from(format!("/sys/fs/cgroup/pids/corral/{pid}-0"));

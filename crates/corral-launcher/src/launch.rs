@@ -481,7 +481,12 @@ pub(crate) fn launch_settling(
                 Ok(tasks) => {
                     let tasks: Vec<std::os::fd::RawFd> =
                         tasks.iter().map(AsRawFd::as_raw_fd).collect();
-                    fd::send_with_fds(ctrl_fd, JOIN_MESSAGE, &tasks).map_err(std::io::Error::from)
+                    match fd::send_with_fds(ctrl_fd, JOIN_MESSAGE, &tasks) {
+                        // init failed meanwhile and left: its report waits
+                        // on the socket, and the pump reads it.
+                        Err(e) if e.0 == libc::EPIPE || e.0 == libc::ECONNRESET => Ok(()),
+                        sent => sent.map_err(std::io::Error::from),
+                    }
                 }
                 Err(e) => return abort(LaunchError::Contain(e)),
             },

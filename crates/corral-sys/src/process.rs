@@ -126,12 +126,19 @@ const SHARED_CHILD_STACK_BYTES: usize = 256 * 1024;
 /// down again. Sharing skips all three, which is what a process that only
 /// prepares itself and calls `execve` needs.
 ///
-/// What `child` must respect: it runs on memory the suspended caller
-/// resumes with, as a thread that runs to completion would. So whatever
-/// it frees must be its own (moved into it); it must not unwind into the
-/// caller (a panic ends it with status 125, see [`exit_now`]); and it must
-/// not rely on the C library's idea of its pid or thread (glibc's `raise`
-/// asks the kernel). If `clone` fails, `child` is dropped here, unrun.
+/// The contract `child` must keep (checked by review, not by the type
+/// system: corral keeps every `unsafe` in this crate, and its one caller,
+/// init, is in a crate that forbids it): it runs on memory the suspended
+/// caller resumes with, as a thread that runs to completion would. So
+/// - whatever it frees must be its own (moved into it);
+/// - it must start no thread: `execve` ends other threads before the
+///   caller resumes, but an exit does not wait for them;
+/// - it must not rely on the C library's idea of its pid or thread
+///   (glibc's `raise` asks the kernel).
+///
+/// A panic never unwinds into the caller: it ends the child with status
+/// 125 where panics unwind, and with SIGABRT under `panic = "abort"` (the
+/// release profile). If `clone` fails, `child` is dropped here, unrun.
 pub fn spawn_sharing_memory_in_single_threaded_process<F>(child: F) -> SysResult<i32>
 where
     F: FnOnce() -> std::convert::Infallible,
