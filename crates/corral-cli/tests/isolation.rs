@@ -105,21 +105,11 @@ fn loader_variables_load_nothing_into_corral_itself() {
 /// /dev/urandom (`.cargo/config.toml` picks `linux_getrandom`).
 #[test]
 fn corral_reads_randomness_with_getrandom_not_a_device() {
-    require_tool("strace");
-    let dir = tempfile::tempdir().unwrap();
-    let trace = dir.path().join("strace.log");
-    let mut cmd = std::process::Command::new("strace");
-    cmd.args(["-qq", "-e", "trace=getrandom,open,openat", "-o"])
-        .arg(&trace);
-    let out = then_corral_run(&mut cmd)
-        .args(["--", "sh", "-c", "true"])
-        .env_clear()
-        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
-        .stdin(std::process::Stdio::null())
-        .output()
-        .unwrap();
+    let (out, calls) = corral_run_under_strace(
+        &["-qq", "-e", "trace=getrandom,open,openat"],
+        &["sh", "-c", "true"],
+    );
     assert!(out.status.success(), "{out:?}");
-    let calls = std::fs::read_to_string(&trace).unwrap();
     assert!(calls.contains("getrandom("), "{calls}");
     assert!(!calls.contains("/dev/random"), "{calls}");
     assert!(!calls.contains("/dev/urandom"), "{calls}");
@@ -129,30 +119,14 @@ fn corral_reads_randomness_with_getrandom_not_a_device() {
 /// (`clone(CLONE_VM | CLONE_VFORK)`): no page tables copied, no
 /// copy-on-write faults, nothing torn down at `execve`. Its own
 /// descriptors, credentials, limits and filters stay its own (see
-/// `no_layer_of_the_program_reaches_init` for what init keeps).
+/// `the_programs_filter_stays_the_programs`).
 #[test]
 fn the_program_starts_sharing_inits_memory_until_it_executes() {
-    require_tool("strace");
-    let dir = tempfile::tempdir().unwrap();
-    let trace = dir.path().join("strace.log");
-    let mut cmd = std::process::Command::new("strace");
-    cmd.args([
-        "-f",
-        "-qq",
-        "-e",
-        "trace=clone,clone3,fork,vfork,execve",
-        "-o",
-    ])
-    .arg(&trace);
-    let out = then_corral_run(&mut cmd)
-        .args(["--", "sh", "-c", "exit 3"])
-        .env_clear()
-        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
-        .stdin(std::process::Stdio::null())
-        .output()
-        .unwrap();
+    let (out, calls) = corral_run_under_strace(
+        &["-f", "-qq", "-e", "trace=clone,clone3,fork,vfork,execve"],
+        &["sh", "-c", "exit 3"],
+    );
     assert_eq!(out.status.code(), Some(3), "{out:?}");
-    let calls = std::fs::read_to_string(&trace).unwrap();
     // The first execve is corral's own; the next one, from another pid,
     // the program's (`sh -c 'exit 3'` runs no other program). strace may
     // split it into "<unfinished ...>" and "resumed" lines, and as an

@@ -496,28 +496,17 @@ fn cgroup_work_that_can_wait_comes_after_the_sandbox_started() {
         eprintln!("unprivileged pass: no cgroups are created (see unenforceable_limits_fail_closed_unless_accepted)");
         return;
     }
-    require_tool("strace");
-    let dir = tempfile::tempdir().unwrap();
-    let trace = dir.path().join("strace.log");
-    let mut cmd = std::process::Command::new("strace");
-    cmd.args([
-        "-f",
-        "-y",
-        "-qq",
-        "-e",
-        "trace=clone,clone3,mkdir,openat,write,execve",
-        "-o",
-    ])
-    .arg(&trace);
-    let out = then_corral_run(&mut cmd)
-        .args(["--", "sh", "-c", "true"])
-        .env_clear()
-        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
+    let (out, calls) = corral_run_under_strace(
+        &[
+            "-f",
+            "-y",
+            "-qq",
+            "-e",
+            "trace=clone,clone3,mkdir,openat,write,execve",
+        ],
+        &["sh", "-c", "true"],
+    );
     assert!(out.status.success(), "{out:?}");
-    let calls = std::fs::read_to_string(&trace).unwrap();
     let lines: Vec<&str> = calls.lines().collect();
     let pid = |l: &str| l.split_whitespace().next().unwrap_or_default().to_string();
     let corral = pid(lines[0]);

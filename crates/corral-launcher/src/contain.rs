@@ -225,6 +225,20 @@ impl RunCgroup {
     }
 }
 
+/// Opens each of `paths` for writing (the `tasks` files init joins
+/// through: the kernel checks the opener's credentials, corral's).
+pub(crate) fn open_for_writing(paths: &[std::path::PathBuf]) -> std::io::Result<Vec<OwnedFd>> {
+    paths
+        .iter()
+        .map(|p| {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(p)
+                .map(OwnedFd::from)
+        })
+        .collect()
+}
+
 /// Makes a run's group for `want` on `host`, named after this process and
 /// a counter. The first call in a process also removes the groups a
 /// killed corral left behind (their processes killed first, which may
@@ -264,15 +278,7 @@ impl crate::launch::Containment for RunCgroup {
 
     fn make_for_init(&self) -> std::io::Result<Vec<OwnedFd>> {
         self.make_pending()?;
-        self.self_join_files()
-            .iter()
-            .map(|p| {
-                std::fs::OpenOptions::new()
-                    .write(true)
-                    .open(p)
-                    .map(OwnedFd::from)
-            })
-            .collect()
+        open_for_writing(&self.self_join_files())
     }
 
     fn kill_all(&self) {

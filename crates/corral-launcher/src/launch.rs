@@ -748,16 +748,7 @@ fn clone_init(
 ) -> Option<(i32, OwnedFd)> {
     // Made after the pipes and the control socket, so none of these is at
     // 0-3, where the child puts its stdio and control socket.
-    let Ok(join) = join
-        .iter()
-        .map(|p| {
-            std::fs::OpenOptions::new()
-                .write(true)
-                .open(p)
-                .map(OwnedFd::from)
-        })
-        .collect::<std::io::Result<Vec<_>>>()
-    else {
+    let Ok(join) = crate::contain::open_for_writing(join) else {
         return None;
     };
     let Ok(prepared) = corral_helper::prepare_idmapped(plan) else {

@@ -72,6 +72,27 @@ pub fn then_corral_run(cmd: &mut Command) -> &mut Command {
     cmd
 }
 
+/// Runs `corral run -- argv` under `strace` with `strace_args` (the
+/// trace goes to a file), stdin from /dev/null and a plain environment;
+/// returns corral's output and the trace.
+pub fn corral_run_under_strace(strace_args: &[&str], argv: &[&str]) -> (Output, String) {
+    require_tool("strace");
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let trace = dir.path().join("strace.log");
+    let mut cmd = Command::new("strace");
+    cmd.args(strace_args).arg("-o").arg(&trace);
+    let out = then_corral_run(&mut cmd)
+        .arg("--")
+        .args(argv)
+        .env_clear()
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .stdin(Stdio::null())
+        .output()
+        .expect("spawn strace");
+    let calls = std::fs::read_to_string(&trace).unwrap_or_default();
+    (out, calls)
+}
+
 /// Runs `corral run [flags] -- argv` and returns the output.
 pub fn run(flags: &[&str], argv: &[&str]) -> Output {
     let mut c = corral_run();

@@ -1302,6 +1302,14 @@ fn tasks(path: &str) -> FakeFd {
     FakeFd(path.into())
 }
 
+/// A join: `0` written to a `tasks` file (moves the writing thread in).
+fn moves_in(tasks: &str) -> Step {
+    Step::WriteAll {
+        path: tasks.into(),
+        contents: b"0".to_vec(),
+    }
+}
+
 #[test]
 fn cloned_init_joins_its_group_first_and_unshares_the_cgroup_namespace_after_it() {
     let plan = plan();
@@ -1316,14 +1324,8 @@ fn cloned_init_joins_its_group_first_and_unshares_the_cgroup_namespace_after_it(
         [
             vec![
                 // Contained before anything else, each hierarchy once.
-                Step::WriteAll {
-                    path: "/cg/memory/corral/r/tasks".into(),
-                    contents: b"0".to_vec(),
-                },
-                Step::WriteAll {
-                    path: "/cg/pids/corral/r/tasks".into(),
-                    contents: b"0".to_vec(),
-                },
+                moves_in("/cg/memory/corral/r/tasks"),
+                moves_in("/cg/pids/corral/r/tasks"),
                 Step::CloseFromExcept {
                     first: 4,
                     keep: vec![7, 9],
@@ -1369,14 +1371,8 @@ fn cloned_init_whose_group_comes_later_joins_after_its_root_and_before_anything_
         k.steps,
         [
             Step::ReceiveJoin,
-            Step::WriteAll {
-                path: "/cg/memory/corral/r/tasks".into(),
-                contents: b"0".to_vec(),
-            },
-            Step::WriteAll {
-                path: "/cg/pids/corral/r/tasks".into(),
-                contents: b"0".to_vec(),
-            },
+            moves_in("/cg/memory/corral/r/tasks"),
+            moves_in("/cg/pids/corral/r/tasks"),
             Step::Unshare(ns::CLONE_NEWCGROUP),
         ]
     );
