@@ -251,14 +251,7 @@ pub(crate) fn cloned_init_steps<K: Kernel>(
     //    a move by pid waits for (`SandboxCgroup::self_join_files`). The
     //    kernel checks the credentials of whoever opened the file (corral)
     //    and of this process (cgroups(7)); each file is closed once written.
-    for tasks in join {
-        k.write_all(tasks, b"0").map_err(|e| {
-            (
-                FailureKind::Setup,
-                format!("cannot contain the sandbox: moving init into its cgroup failed: {e}"),
-            )
-        })?;
-    }
+    move_into_group(k, join)?;
     // 1. Nothing inherited beyond stdio, the control socket and `keep`
     //    reaches the sandbox (close_range(2)).
     k.close_from_except(4, keep)
@@ -326,6 +319,14 @@ pub(crate) fn init_joins_late<K: Kernel>(k: &mut K, ctrl: &mut Control) -> Resul
             "the cgroup join message came without its group's files".into(),
         ));
     }
+    move_into_group(k, tasks)?;
+    k.unshare(ns::CLONE_NEWCGROUP)
+        .map_err(|e| (FailureKind::Namespace, format!("unshare(cgroup): {e}")))
+}
+
+/// init moves itself into its cgroup: `0` into each v1 `tasks` file
+/// (corral opened them), each closed once written.
+fn move_into_group<K: Kernel>(k: &mut K, tasks: Vec<K::Fd>) -> Result<(), StepError> {
     for file in tasks {
         k.write_all(file, b"0").map_err(|e| {
             (
@@ -334,8 +335,7 @@ pub(crate) fn init_joins_late<K: Kernel>(k: &mut K, ctrl: &mut Control) -> Resul
             )
         })?;
     }
-    k.unshare(ns::CLONE_NEWCGROUP)
-        .map_err(|e| (FailureKind::Namespace, format!("unshare(cgroup): {e}")))
+    Ok(())
 }
 
 /// The namespaces corral clones init into ([`init_cloned`]): every one the

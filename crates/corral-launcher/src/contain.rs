@@ -115,11 +115,12 @@ impl RunCgroup {
         if asked.is_empty() {
             return Ok(run);
         }
+        // The group made now, or the host it is to be made on later.
         let attempt = (|| {
             let host = CgroupHost::detect().map_err(|e| e.to_string())?;
             host.can_enforce(&want).map_err(|e| e.to_string())?;
             if later && matches!(host.version(), Version::V1 { .. }) {
-                return Ok(Err((host, want)));
+                return Ok(Err(host));
             }
             create(&host, &want).map(Ok)
         })();
@@ -128,8 +129,8 @@ impl RunCgroup {
                 let _ = run.cgroup.set(cgroup);
                 Ok(run)
             }
-            Ok(Err(pending)) => {
-                run.pending = Mutex::new(Some(pending));
+            Ok(Err(host)) => {
+                run.pending = Mutex::new(Some((host, want)));
                 Ok(run)
             }
             Err(_) if limits.allow_unenforced => {

@@ -363,7 +363,7 @@ fn prepare(template: Option<&Limits>) -> std::io::Result<Waiting> {
     let mut contained = false;
     let group = template.and_then(|limits| {
         let group = RunCgroup::for_limits(limits).ok()?;
-        // Off the request's path: the sweep and the statistics files.
+        // Off the request's path: the statistics files' opens.
         group.settle();
         let cgroup = group.as_containment()?;
         if cgroup.self_join_files().is_empty() {
