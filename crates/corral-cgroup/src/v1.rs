@@ -873,11 +873,20 @@ mod tests {
             .spawn()
             .unwrap();
         let mut sh = Guard(sh);
+        // In every hierarchy: `pids()` is their union, which the first
+        // write already fills.
+        let in_each = |pid: i32| {
+            cg.paths().iter().all(|p| {
+                std::fs::read_to_string(p.join("cgroup.procs"))
+                    .is_ok_and(|procs| procs.lines().any(|l| l == pid.to_string()))
+            })
+        };
         let deadline = Instant::now() + Duration::from_secs(5);
-        while cg.pids() != vec![sh.pid()] && Instant::now() < deadline {
+        while !in_each(sh.pid()) && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(5));
         }
-        assert_eq!(cg.pids(), vec![sh.pid()], "sh did not join every hierarchy");
+        assert!(in_each(sh.pid()), "sh did not join every hierarchy");
+        assert_eq!(cg.pids(), vec![sh.pid()]);
         let own = std::fs::read_to_string(format!("/proc/{}/cgroup", sh.pid())).unwrap();
         let wanted = format!("/{BASE_DIR}/{name}");
         for c in ["memory", "pids"] {
@@ -892,6 +901,75 @@ mod tests {
         cg.kill_all();
         assert_eq!(sh.wait_signal(5), Some(libc::SIGKILL));
         cg.remove().unwrap();
+        remove_bases(&bases);
+    }
+
+    #[test]
+    fn real_v1_a_member_leaves_for_the_parent_and_the_group_goes_while_it_lives() {
+        let _serial = REAL.lock().unwrap_or_else(|e| e.into_inner());
+        let Some((_host, bases, name, cg)) = real_v1_group(CgroupLimits {
+            memory_bytes: Some(64 << 20),
+            pids: Some(16),
+            cpu_millicores: None,
+        }) else {
+            return;
+        };
+        let leave = cg.self_leave_files();
+        let parents: Vec<PathBuf> = cg
+            .paths()
+            .iter()
+            .map(|p| p.parent().unwrap().join("tasks"))
+            .collect();
+        assert_eq!(leave, parents);
+        // sh (one thread) joins, says so, waits for a line, leaves, says
+        // so, and lives on until its stdin closes: as a sandbox's init
+        // joins, reports, is let out, and exits.
+        let join = cg.self_join_files();
+        let script = r#"n=$1; shift; i=0
+for f; do i=$((i+1)); if [ $i -le $n ]; then printf 0 > "$f" || exit 3; fi; done
+echo in; read _
+i=0; for f; do i=$((i+1)); if [ $i -gt $n ]; then printf 0 > "$f" || exit 4; fi; done
+echo out; read _ || exit 0"#;
+        let mut sh = Command::new("sh")
+            .arg("-c")
+            .arg(script)
+            .arg("sh")
+            .arg(join.len().to_string())
+            .args(&join)
+            .args(&leave)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = sh.stdin.take().unwrap();
+        let mut out = std::io::BufReader::new(sh.stdout.take().unwrap());
+        let mut sh = Guard(sh);
+        let mut line = String::new();
+        use std::io::{BufRead, Write};
+        out.read_line(&mut line).unwrap();
+        assert_eq!(line, "in\n");
+        assert_eq!(cg.pids(), vec![sh.pid()], "sh did not join every hierarchy");
+        stdin.write_all(b"\n").unwrap();
+        line.clear();
+        out.read_line(&mut line).unwrap();
+        assert_eq!(line, "out\n", "sh could not leave");
+        assert!(cg.pids().is_empty(), "sh is still in the group");
+        let own = std::fs::read_to_string(format!("/proc/{}/cgroup", sh.pid())).unwrap();
+        for c in ["memory", "pids"] {
+            assert!(
+                own.lines().any(|l| l.ends_with(&format!(":/{BASE_DIR}"))
+                    && l.split(':')
+                        .nth(1)
+                        .is_some_and(|cs| cs.split(',').any(|x| x == c))),
+                "not in the parent {c} group:\n{own}"
+            );
+        }
+        // The group goes at once, its former member alive.
+        let paths: Vec<PathBuf> = cg.paths().iter().map(|p| p.to_path_buf()).collect();
+        cg.remove().unwrap();
+        assert!(paths.iter().all(|p| !p.exists()), "{name} was not removed");
+        drop(stdin);
+        assert_eq!(sh.0.wait().unwrap().code(), Some(0));
         remove_bases(&bases);
     }
 

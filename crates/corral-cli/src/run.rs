@@ -507,6 +507,8 @@ pub fn run(args: RunArgs) -> i32 {
             if json {
                 print_json(&done.result);
             }
+            // The CLI exits next: init's teardown need not hold it.
+            done.remains.finish_before_exit();
             done.result.exit_code
         }
     }

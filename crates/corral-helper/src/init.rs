@@ -60,9 +60,20 @@ pub(super) fn run(
     // The program is gone: so is everything it left running (daemons,
     // double forks). kill(-1) from PID 1 reaches every process of this pid
     // namespace and nothing outside it.
-    reap(program, ctrl, &|| {
+    let mut ctrl = reap(program, ctrl, &|| {
         let _ = process::kill(-1, libc::SIGKILL);
-    })
+    });
+    // init that joined its group late leaves it when corral asks, so that
+    // corral need not wait for this exit (see `init_leaves`); a failure
+    // answers nothing, and corral waits.
+    if join_later {
+        let _ = crate::init_leaves(&mut Sys, &mut ctrl);
+    }
+    // What is left is init's exit, the namespaces' teardown. The report
+    // (or the answer) woke corral on this CPU, where it now ends the run:
+    // the teardown goes to another one instead of delaying it.
+    let _ = process::move_off_this_cpu();
+    process::exit_now(0)
 }
 
 /// Init's own steps, in order: the root filesystem, hostname, loopback,
@@ -433,7 +444,9 @@ fn hand_over_listeners<K: Kernel>(k: &mut K, ctrl: &mut Control) -> Result<(), S
 
 /// PID 1's loop. Signals arrive synchronously; SIGCHLD reaps every child
 /// (orphans are re-parented to us); others are forwarded to the program.
-pub(super) fn reap(program: i32, mut ctrl: Control, kill_leftovers: &dyn Fn()) -> ! {
+/// Returns once it has reported the program's end, every other process
+/// killed and reaped: the caller exits next.
+pub(super) fn reap(program: i32, mut ctrl: Control, kill_leftovers: &dyn Fn()) -> Control {
     let mut status: Option<WaitStatus> = None;
     // What every reaped process used, for the report.
     let mut usage = process::Usage::default();
@@ -475,7 +488,7 @@ pub(super) fn reap(program: i32, mut ctrl: Control, kill_leftovers: &dyn Fn()) -
                 cpu_us: usage.cpu_us,
                 max_rss_bytes: usage.max_rss_bytes,
             });
-            process::exit_now(0)
+            return ctrl;
         }
     }
 }

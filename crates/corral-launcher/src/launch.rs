@@ -23,8 +23,9 @@ use corral_sys::signal::SignalFd;
 
 use crate::pump::{Exit, Finished, Pump};
 use corral_helper::{
-    FailureKind, LandlockOutcome, SandboxPlan, EXIT_CORRAL_ERROR, EXIT_NOT_EXECUTABLE,
-    EXIT_NOT_FOUND, GO_AHEAD, HELPER_SUBCOMMAND, JOIN_MESSAGE, PLAN_MESSAGE, PROGRAM_MESSAGE,
+    FailureKind, HelperMessage, LandlockOutcome, SandboxPlan, EXIT_CORRAL_ERROR,
+    EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, GO_AHEAD, HELPER_SUBCOMMAND, JOIN_MESSAGE, LEAVE_MESSAGE,
+    PLAN_MESSAGE, PROGRAM_MESSAGE,
 };
 
 use crate::reexec::ReadyHelper;
@@ -135,6 +136,13 @@ pub trait Containment {
     /// [`Containment::self_join_files`]).
     fn make_for_init(&self) -> std::io::Result<Vec<OwnedFd>> {
         Ok(Vec::new())
+    }
+    /// The open files init that joined through
+    /// [`Containment::make_for_init`] writes `0` to in order to leave the
+    /// group for its parent once nothing else of the sandbox is left
+    /// (`SandboxCgroup::self_leave_files`); `None` when it cannot.
+    fn leave_files(&self) -> Option<Vec<OwnedFd>> {
+        None
     }
     /// Kills every process inside.
     fn kill_all(&self);
@@ -293,12 +301,24 @@ pub fn launch(
 #[must_use = "the helper must be reaped before what the sandbox used is removed"]
 pub(crate) struct Leftover {
     helper_pid: Option<i32>,
+    /// The control socket while init waits, after its report, to be let
+    /// out of the group it joined late (see [`Leftover::ask_init_to_leave`]).
+    /// Closed before any wait: init then exits at once.
+    ctrl: Option<File>,
 }
+
+/// How long corral waits for init's `left` answer; init answers within
+/// microseconds, so this only bounds a stalled or broken exchange, after
+/// which corral waits for init's exit as it always could.
+const LEAVE_ANSWER_MS: i32 = 1000;
 
 impl Leftover {
     /// Nothing left: the helper was reaped already.
     pub(crate) fn none() -> Leftover {
-        Leftover { helper_pid: None }
+        Leftover {
+            helper_pid: None,
+            ctrl: None,
+        }
     }
 
     /// Waits until the sandbox's last process, the helper, has ended.
@@ -306,7 +326,64 @@ impl Leftover {
         self.reap();
     }
 
+    /// Asks init, which waits for it after its report, to leave the group
+    /// it joined late through `tasks`, the open `tasks` files of the
+    /// group's parents (`LEAVE_MESSAGE`). Sent as soon as the result
+    /// stands, so that init leaves while corral builds the result;
+    /// [`Leftover::init_has_left`] reads the answer. Without the files, or
+    /// when the message cannot be sent, the socket is closed: init exits,
+    /// and is waited for.
+    fn ask_init_to_leave(&mut self, tasks: Option<Vec<OwnedFd>>) {
+        let sent = match (&self.ctrl, tasks) {
+            (Some(ctrl), Some(tasks)) => {
+                let raw: Vec<std::os::fd::RawFd> = tasks.iter().map(AsRawFd::as_raw_fd).collect();
+                fd::send_with_fds(ctrl.as_raw_fd(), LEAVE_MESSAGE, &raw).is_ok()
+            }
+            _ => false,
+        };
+        if !sent {
+            self.ctrl = None;
+        }
+    }
+
+    /// Whether init has answered that it left its group
+    /// ([`Leftover::ask_init_to_leave`]): nothing is in the group then,
+    /// and init is no longer waited for (it is still exiting; whoever
+    /// inherits corral's orphans reaps it). `false` when init was not
+    /// asked, or did not answer in time: the socket is closed then, and
+    /// [`Leftover::wait`] waits for init as before.
+    pub(crate) fn init_has_left(&mut self) -> bool {
+        let Some(ctrl) = self.ctrl.take() else {
+            return false;
+        };
+        let mut ready = [fd::PollFd::read(ctrl.as_raw_fd())];
+        if !matches!(fd::poll(&mut ready, LEAVE_ANSWER_MS), Ok(1)) {
+            return false;
+        }
+        let mut buf = [0u8; 64];
+        let left = matches!(
+            fd::recv_with_fds(ctrl.as_raw_fd(), &mut buf),
+            Ok((n, _)) if serde_json::from_slice::<HelperMessage>(&buf[..n])
+                .is_ok_and(|m| m == HelperMessage::Left)
+        );
+        if left {
+            self.helper_pid = None;
+        }
+        left
+    }
+
+    /// Gives the sandbox's last process up without waiting for it, for a
+    /// caller that exits right after and needs nothing of it gone (no
+    /// cgroup, or init has left it): its teardown of the namespaces runs
+    /// on, and whoever inherits corral's orphans reaps it.
+    pub(crate) fn abandon(mut self) {
+        self.helper_pid = None;
+        self.ctrl = None;
+    }
+
     fn reap(&mut self) {
+        // init that waits to be let out exits at the socket's end.
+        self.ctrl = None;
         if let Some(pid) = self.helper_pid.take() {
             let _ = process::wait4(pid);
         }
@@ -601,18 +678,28 @@ pub(crate) fn launch_settling(
         exited: message,
         failure,
         landlock,
+        ctrl,
     } = pump.finish();
     let (helper_status, usage, leftover) = match message.filter(|_| settled) {
         // Settled: the program and everything it started are dead and
-        // reaped; init leaves right after its report and the helper after
-        // reaping it (not killed: init would be orphaned to the host).
+        // reaped; init leaves right after its report (init that joined
+        // late once it is let out of its group, or the socket closes) and
+        // the helper after reaping it (not killed: init would be orphaned
+        // to the host).
         Some(exit) => {
-            let leftover = Leftover {
+            let mut leftover = Leftover {
                 helper_pid: Some(helper_pid),
+                ctrl,
             };
+            match joins_later {
+                Some(c) => leftover.ask_init_to_leave(c.leave_files()),
+                None => leftover.ctrl = None,
+            }
             (None, exit.usage, leftover)
         }
         None => {
+            // Whatever waits on it leaves at its end.
+            drop(ctrl);
             let (status, usage) =
                 process::wait4(helper_pid).map_err(|e| spawn_err("wait")(e.into()))?;
             (Some(status), usage, Leftover::none())
@@ -930,5 +1017,56 @@ mod tests {
             Err(e) => panic!("wrong error: {e}"),
             Ok(_) => panic!("a run started with an unrepresentable timeout"),
         }
+    }
+
+    /// init's side of the leave exchange, played on the other end of a
+    /// control socket: what it received (the message and how many files),
+    /// after it answered `answer` (or closed its end, `None`).
+    fn leave_exchange(tasks: usize, answer: Option<&[u8]>) -> (bool, Vec<u8>, usize, Leftover) {
+        let (ours, theirs) = fd::seqpacket_pair().unwrap();
+        let mut leftover = Leftover {
+            // Never waited for in these tests: the answer decides alone.
+            helper_pid: None,
+            ctrl: Some(File::from(ours)),
+        };
+        let files: Vec<OwnedFd> = (0..tasks)
+            .map(|_| OwnedFd::from(File::open("/dev/null").unwrap()))
+            .collect();
+        leftover.ask_init_to_leave((tasks > 0).then_some(files));
+        let mut buf = [0u8; 64];
+        let (n, fds) = fd::recv_with_fds(theirs.as_raw_fd(), &mut buf).unwrap_or_default();
+        match answer {
+            // Fails (EPIPE) once corral closed its end.
+            Some(a) => {
+                let _ = fd::send_with_fds(theirs.as_raw_fd(), a, &[]);
+            }
+            None => drop(theirs),
+        }
+        let left = leftover.init_has_left();
+        (left, buf[..n].to_vec(), fds.len(), leftover)
+    }
+
+    #[test]
+    fn init_is_let_out_of_its_group_only_on_its_answer() {
+        let (left, got, files, leftover) = leave_exchange(2, Some(br#"{"type":"left"}"#));
+        assert!(left);
+        assert_eq!((got.as_slice(), files), (LEAVE_MESSAGE, 2));
+        assert!(leftover.ctrl.is_none(), "the socket stays open");
+        // No answer (init could not move, or is gone), or another one:
+        // corral waits for init's exit as before.
+        let (left, _, _, leftover) = leave_exchange(2, None);
+        assert!(!left);
+        assert!(leftover.ctrl.is_none());
+        let (left, _, _, _) = leave_exchange(
+            2,
+            Some(br#"{"type":"exited","code":0,"signal":null,"cpu_us":0,"max_rss_bytes":0}"#),
+        );
+        assert!(!left);
+        // Without the parents' files nothing is sent and the socket is
+        // closed: init, which waits for `leave`, sees its end and exits.
+        let (left, got, _, leftover) = leave_exchange(0, Some(br#"{"type":"left"}"#));
+        assert!(!left);
+        assert!(got.is_empty(), "sent {got:?}");
+        assert!(leftover.ctrl.is_none());
     }
 }

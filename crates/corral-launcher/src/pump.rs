@@ -292,6 +292,8 @@ pub(crate) struct Finished {
     pub(crate) exited: Option<Exit>,
     pub(crate) failure: Option<(FailureKind, String)>,
     pub(crate) landlock: Option<LandlockOutcome>,
+    /// The control socket, if the sandbox had not closed it yet.
+    pub(crate) ctrl: Option<File>,
 }
 
 /// Reads the control socket and the output pipes until all are closed.
@@ -504,9 +506,18 @@ impl Pump {
                             max_rss_bytes,
                         },
                     });
+                    // A report after a failure does not settle the run:
+                    // corral reads nothing more and waits for the sandbox's
+                    // exit, so the socket closes now. init that would wait
+                    // to be let out of its group (`LEAVE_MESSAGE`) sees
+                    // its end and exits at once.
+                    if self.failure.is_some() {
+                        self.ctrl = None;
+                    }
                 }
                 Ok(HelperMessage::Layers { landlock }) => self.landlock = Some(landlock),
-                Err(_) => {}
+                // Only ever the answer to a `leave`, which comes after.
+                Ok(HelperMessage::Left) | Err(_) => {}
             },
             Err(e) if e.kind() == ErrorKind::Interrupted => {}
             Err(_) => self.ctrl = None,
@@ -600,6 +611,7 @@ impl Pump {
             exited: self.exited,
             failure: self.failure,
             landlock: self.landlock,
+            ctrl: self.ctrl,
         }
     }
 }
