@@ -24,8 +24,8 @@ use corral_sys::signal::SignalFd;
 use crate::pump::{Exit, Finished, Pump};
 use corral_helper::{
     FailureKind, HelperMessage, LandlockOutcome, SandboxPlan, EXIT_CORRAL_ERROR,
-    EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, GO_AHEAD, HELPER_SUBCOMMAND, JOIN_MESSAGE, LEAVE_MESSAGE,
-    PLAN_MESSAGE, PROGRAM_MESSAGE,
+    EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, GO_AHEAD, HELPER_SUBCOMMAND, JOIN_MESSAGE, PLAN_MESSAGE,
+    PROGRAM_MESSAGE,
 };
 
 use crate::reexec::ReadyHelper;
@@ -301,9 +301,9 @@ pub fn launch(
 #[must_use = "the helper must be reaped before what the sandbox used is removed"]
 pub(crate) struct Leftover {
     helper_pid: Option<i32>,
-    /// The control socket while init waits, after its report, to be let
-    /// out of the group it joined late (see [`Leftover::ask_init_to_leave`]).
-    /// Closed before any wait: init then exits at once.
+    /// The control socket while init, asked to leave the group it joined
+    /// late, answers (see [`Leftover::init_has_left`]). Closed before any
+    /// wait: init then exits at once.
     ctrl: Option<File>,
 }
 
@@ -326,28 +326,8 @@ impl Leftover {
         self.reap();
     }
 
-    /// Asks init, which waits for it after its report, to leave the group
-    /// it joined late through `tasks`, the open `tasks` files of the
-    /// group's parents (`LEAVE_MESSAGE`). Sent as soon as the result
-    /// stands, so that init leaves while corral builds the result;
-    /// [`Leftover::init_has_left`] reads the answer. Without the files, or
-    /// when the message cannot be sent, the socket is closed: init exits,
-    /// and is waited for.
-    fn ask_init_to_leave(&mut self, tasks: Option<Vec<OwnedFd>>) {
-        let sent = match (&self.ctrl, tasks) {
-            (Some(ctrl), Some(tasks)) => {
-                let raw: Vec<std::os::fd::RawFd> = tasks.iter().map(AsRawFd::as_raw_fd).collect();
-                fd::send_with_fds(ctrl.as_raw_fd(), LEAVE_MESSAGE, &raw).is_ok()
-            }
-            _ => false,
-        };
-        if !sent {
-            self.ctrl = None;
-        }
-    }
-
-    /// Whether init has answered that it left its group
-    /// ([`Leftover::ask_init_to_leave`]): nothing is in the group then,
+    /// Whether init has answered that it left its group (the pump asked
+    /// it on its report, `Pump::leave_on_report`): nothing is in the group then,
     /// and init is no longer waited for (it is still exiting; whoever
     /// inherits corral's orphans reaps it). `false` when init was not
     /// asked, or did not answer in time: the socket is closed then, and
@@ -572,6 +552,11 @@ pub(crate) fn launch_settling(
             fd::send_with_fds(ctrl_fd, GO_AHEAD, &[]).map_err(std::io::Error::from)
         }
     };
+    // init that joins late waits after its report to be let out of its
+    // group; the files for that are opened now, while it builds the root.
+    if let Some(c) = joins_later.filter(|_| sent.is_ok()) {
+        pump.leave_on_report(c.leave_files());
+    }
     // Only the helper writes to the pipes now: their end of file is its.
     drop(out_w);
     drop(err_w);
@@ -687,14 +672,10 @@ pub(crate) fn launch_settling(
         // the helper after reaping it (not killed: init would be orphaned
         // to the host).
         Some(exit) => {
-            let mut leftover = Leftover {
+            let leftover = Leftover {
                 helper_pid: Some(helper_pid),
                 ctrl,
             };
-            match joins_later {
-                Some(c) => leftover.ask_init_to_leave(c.leave_files()),
-                None => leftover.ctrl = None,
-            }
             (None, exit.usage, leftover)
         }
         None => {
@@ -1019,54 +1000,40 @@ mod tests {
         }
     }
 
-    /// init's side of the leave exchange, played on the other end of a
-    /// control socket: what it received (the message and how many files),
-    /// after it answered `answer` (or closed its end, `None`).
-    fn leave_exchange(tasks: usize, answer: Option<&[u8]>) -> (bool, Vec<u8>, usize, Leftover) {
+    /// corral's read of init's answer to `leave`, played on the other
+    /// end of the control socket (`None`: init closed its end).
+    fn answered(answer: Option<&[u8]>) -> (bool, Leftover) {
         let (ours, theirs) = fd::seqpacket_pair().unwrap();
         let mut leftover = Leftover {
             // Never waited for in these tests: the answer decides alone.
             helper_pid: None,
             ctrl: Some(File::from(ours)),
         };
-        let files: Vec<OwnedFd> = (0..tasks)
-            .map(|_| OwnedFd::from(File::open("/dev/null").unwrap()))
-            .collect();
-        leftover.ask_init_to_leave((tasks > 0).then_some(files));
-        let mut buf = [0u8; 64];
-        let (n, fds) = fd::recv_with_fds(theirs.as_raw_fd(), &mut buf).unwrap_or_default();
         match answer {
-            // Fails (EPIPE) once corral closed its end.
             Some(a) => {
-                let _ = fd::send_with_fds(theirs.as_raw_fd(), a, &[]);
+                fd::send_with_fds(theirs.as_raw_fd(), a, &[]).unwrap();
             }
             None => drop(theirs),
         }
-        let left = leftover.init_has_left();
-        (left, buf[..n].to_vec(), fds.len(), leftover)
+        (leftover.init_has_left(), leftover)
     }
 
     #[test]
     fn init_is_let_out_of_its_group_only_on_its_answer() {
-        let (left, got, files, leftover) = leave_exchange(2, Some(br#"{"type":"left"}"#));
+        let (left, leftover) = answered(Some(br#"{"type":"left"}"#));
         assert!(left);
-        assert_eq!((got.as_slice(), files), (LEAVE_MESSAGE, 2));
         assert!(leftover.ctrl.is_none(), "the socket stays open");
         // No answer (init could not move, or is gone), or another one:
         // corral waits for init's exit as before.
-        let (left, _, _, leftover) = leave_exchange(2, None);
+        let (left, leftover) = answered(None);
         assert!(!left);
         assert!(leftover.ctrl.is_none());
-        let (left, _, _, _) = leave_exchange(
-            2,
-            Some(br#"{"type":"exited","code":0,"signal":null,"cpu_us":0,"max_rss_bytes":0}"#),
-        );
+        let (left, _) = answered(Some(
+            br#"{"type":"exited","code":0,"signal":null,"cpu_us":0,"max_rss_bytes":0}"#,
+        ));
         assert!(!left);
-        // Without the parents' files nothing is sent and the socket is
-        // closed: init, which waits for `leave`, sees its end and exits.
-        let (left, got, _, leftover) = leave_exchange(0, Some(br#"{"type":"left"}"#));
-        assert!(!left);
-        assert!(got.is_empty(), "sent {got:?}");
-        assert!(leftover.ctrl.is_none());
+        // Not asked (no socket kept): nothing to read, init is waited for.
+        let mut leftover = Leftover::none();
+        assert!(!leftover.init_has_left());
     }
 }
