@@ -22,6 +22,35 @@ struct Cli {
     command: Cmd,
 }
 
+/// `corral run`'s arguments parsed on their own: the same arguments, help
+/// and errors as `Cli`'s `run` (a test compares them), without building
+/// every other subcommand's arguments first, which `Cli` does whatever
+/// the subcommand (~14 heap pages and their clap work at each `corral
+/// run`, issue 17).
+#[derive(Parser)]
+#[command(
+    name = "corral",
+    bin_name = "corral run",
+    about = "Run a command in a sandbox",
+    long_about = None
+)]
+struct RunOnly {
+    #[command(flatten)]
+    args: run::RunArgs,
+}
+
+/// The command line: `corral run ...` through [`RunOnly`], anything else
+/// through [`Cli`].
+fn parse_command_line() -> Result<Cli, clap::Error> {
+    if std::env::args_os().nth(1).is_some_and(|a| a == "run") {
+        // The first item stands for the program's name: here `run`.
+        return RunOnly::try_parse_from(std::env::args_os().skip(1)).map(|r| Cli {
+            command: Cmd::Run(Box::new(r.args)),
+        });
+    }
+    Cli::try_parse()
+}
+
 #[derive(Subcommand)]
 enum Cmd {
     /// Run a command in a sandbox.
@@ -98,7 +127,7 @@ fn main() {
     if corral_launcher::is_helper_invocation(std::env::args_os().nth(1).as_deref()) {
         corral_launcher::helper_main();
     }
-    let cli = match Cli::try_parse() {
+    let cli = match parse_command_line() {
         Ok(cli) => cli,
         Err(e) => std::process::exit(usage_error(e)),
     };
@@ -380,4 +409,60 @@ pub(crate) fn load_config(
     path: Option<&std::path::Path>,
 ) -> Result<Config, corral_policy::ConfigError> {
     Config::load_wanted(path, corral_policy::builtin::NAMES)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    /// `run` as `Cli` has it, built (usage and help need the whole tree).
+    fn full_run() -> clap::Command {
+        let mut cli = Cli::command();
+        cli.build();
+        cli.find_subcommand("run").cloned().expect("a run subcommand")
+    }
+
+    #[test]
+    fn run_alone_has_the_same_help_usage_and_errors_as_run_in_the_whole_command() {
+        let mut full = full_run();
+        let mut alone = RunOnly::command();
+        alone.build();
+        assert_eq!(
+            full.render_long_help().to_string(),
+            alone.render_long_help().to_string()
+        );
+        assert_eq!(full.render_help().to_string(), alone.render_help().to_string());
+        assert_eq!(full.render_usage().to_string(), alone.render_usage().to_string());
+        assert!(alone.render_usage().to_string().contains("corral run [OPTIONS] -- <COMMAND>..."));
+        // The same complaint, word for word, for each kind of mistake.
+        for bad in [
+            &["--bogus", "--", "true"][..],
+            &[][..],
+            &["--memory"][..],
+            &["-x", "--", "true"][..],
+            &["--json", "--json", "--", "true"][..],
+            &["--help"][..],
+            &["--version"][..],
+        ] {
+            let via_cli = Cli::try_parse_from(["corral", "run"].iter().chain(bad))
+                .err()
+                .map(|e| (e.kind(), e.render().to_string()));
+            let alone = RunOnly::try_parse_from(["run"].iter().chain(bad))
+                .err()
+                .map(|e| (e.kind(), e.render().to_string()));
+            assert!(via_cli.is_some(), "{bad:?} parsed");
+            assert_eq!(via_cli, alone, "{bad:?}");
+        }
+        // And the same arguments when they are right.
+        let argv = ["--memory", "64MiB", "--json", "--", "python3", "-c", "print(1)"];
+        let Cmd::Run(via_cli) = Cli::try_parse_from(["corral", "run"].iter().chain(&argv))
+            .unwrap()
+            .command
+        else {
+            panic!("not run");
+        };
+        let alone = RunOnly::try_parse_from(["run"].iter().chain(&argv)).unwrap().args;
+        assert_eq!(format!("{:?}", via_cli), format!("{:?}", alone));
+    }
 }

@@ -14,7 +14,7 @@ use corral_policy::env::{parse_assignment, EnvRequest};
 use corral_policy::{AuditEvent, ByteSize, Config, MountSpec, Profile, SandboxPath};
 
 /// Arguments of `corral run`.
-#[derive(Args)]
+#[derive(Args, Debug)]
 pub struct RunArgs {
     /// Profile to apply (built-in or from --config).
     #[arg(long, default_value = corral_policy::builtin::DEFAULT_PROFILE)]
