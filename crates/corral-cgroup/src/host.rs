@@ -211,10 +211,21 @@ pub(crate) fn under_root(root: &Path, path: &Path) -> PathBuf {
     }
 }
 
+/// A `/proc` file's whole text. `/proc` files report a size of 0, so
+/// `std::fs::read_to_string` starts from a 32-byte probe and grows (a dozen
+/// `read` calls for `mountinfo`); a buffer of a page or more first takes
+/// one or two.
+fn read_proc_text(path: &str) -> std::io::Result<String> {
+    use std::io::Read;
+    let mut text = String::with_capacity(8192);
+    std::fs::File::open(path)?.read_to_string(&mut text)?;
+    Ok(text)
+}
+
 /// The effective gid and supplementary groups of this process, from
 /// `/proc/self/status` (no syscall wrapper needed).
 pub(crate) fn own_groups() -> (u32, Vec<u32>) {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let status = read_proc_text("/proc/self/status").unwrap_or_default();
     let mut egid = u32::MAX;
     let mut groups = Vec::new();
     for line in status.lines() {
@@ -239,7 +250,7 @@ impl CgroupHost {
     /// `/proc/self/cgroup`.
     pub fn detect() -> Result<CgroupHost, CgroupError> {
         let read = |p: &str| {
-            std::fs::read_to_string(p).map_err(|source| CgroupError::Read {
+            read_proc_text(p).map_err(|source| CgroupError::Read {
                 path: PathBuf::from(p),
                 source,
             })

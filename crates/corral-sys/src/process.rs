@@ -13,14 +13,38 @@ pub enum Fork {
 
 /// `EDEADLK` unless the calling process has exactly one thread (a fork
 /// in a process with others could leave the child holding their locks).
+/// Reads `num_threads` from `/proc/self/stat` into a buffer on the stack:
+/// no allocation (the allocator's pages are shared copy-on-write with
+/// init, which checks this too), two system calls fewer than listing
+/// `/proc/self/task`.
 fn only_thread() -> SysResult<()> {
-    let threads = std::fs::read_dir("/proc/self/task")
-        .map(|d| d.count())
-        .map_err(|e| Errno(e.raw_os_error().unwrap_or(libc::EIO)))?;
-    if threads != 1 {
+    use std::io::Read;
+    let io = |e: std::io::Error| Errno(e.raw_os_error().unwrap_or(libc::EIO));
+    let mut stat = std::fs::File::open("/proc/self/stat").map_err(io)?;
+    // A stat line is a few hundred bytes: pid, a command name of at most
+    // 16 bytes, 50 numbers.
+    let mut buf = [0u8; 1024];
+    let mut len = 0;
+    while len < buf.len() {
+        match stat.read(&mut buf[len..]).map_err(io)? {
+            0 => break,
+            n => len += n,
+        }
+    }
+    if stat_threads(&buf[..len]) != Some(1) {
         return Err(Errno(libc::EDEADLK));
     }
     Ok(())
+}
+
+/// `num_threads`, the 20th field of a `/proc/PID/stat` line; counted
+/// after the command name's closing parenthesis, since the name may hold
+/// spaces and parentheses itself.
+fn stat_threads(line: &[u8]) -> Option<u64> {
+    let close = line.iter().rposition(|&b| b == b')')?;
+    let rest = std::str::from_utf8(line.get(close + 1..)?).ok()?;
+    // Field 3 (state) is the first after the name: 20 - 3 = 17.
+    rest.split_ascii_whitespace().nth(17)?.parse().ok()
 }
 
 /// `fork(2)`, refused unless the calling process has exactly one thread.
@@ -936,5 +960,17 @@ mod tests {
         })
         .join()
         .unwrap();
+    }
+
+    #[test]
+    fn the_thread_count_is_read_past_a_command_name_with_spaces_and_parentheses() {
+        let line = b"4242 (a) b (c) d) S 1 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 3 0 77 1000 50\n";
+        assert_eq!(stat_threads(line), Some(3));
+        assert_eq!(stat_threads(b"4242 (x) S 1"), None);
+        assert_eq!(stat_threads(b""), None);
+        // This process's own line parses (other tests come and go with
+        // their threads, so only that there is at least this one).
+        let own = std::fs::read("/proc/self/stat").unwrap();
+        assert!(stat_threads(&own).is_some_and(|n| n >= 1));
     }
 }
