@@ -548,6 +548,14 @@ impl CgroupHost {
         };
         let mut names = BTreeSet::new();
         for base in bases {
+            // A directory's link count is 2 plus its subdirectories on the
+            // cgroup file system (kernfs), so 2 means no group to look at:
+            // the usual case, which then costs a `stat` instead of a
+            // listing of the base's control files. (1, as some file
+            // systems report for any directory, proves nothing.)
+            if std::fs::metadata(&base).is_ok_and(|m| m.nlink() == 2) {
+                continue;
+            }
             let Ok(entries) = std::fs::read_dir(&base) else {
                 continue;
             };

@@ -420,7 +420,9 @@ mod tests {
     fn full_run() -> clap::Command {
         let mut cli = Cli::command();
         cli.build();
-        cli.find_subcommand("run").cloned().expect("a run subcommand")
+        cli.find_subcommand("run")
+            .cloned()
+            .expect("a run subcommand")
     }
 
     #[test]
@@ -432,9 +434,18 @@ mod tests {
             full.render_long_help().to_string(),
             alone.render_long_help().to_string()
         );
-        assert_eq!(full.render_help().to_string(), alone.render_help().to_string());
-        assert_eq!(full.render_usage().to_string(), alone.render_usage().to_string());
-        assert!(alone.render_usage().to_string().contains("corral run [OPTIONS] -- <COMMAND>..."));
+        assert_eq!(
+            full.render_help().to_string(),
+            alone.render_help().to_string()
+        );
+        assert_eq!(
+            full.render_usage().to_string(),
+            alone.render_usage().to_string()
+        );
+        assert!(alone
+            .render_usage()
+            .to_string()
+            .contains("corral run [OPTIONS] -- <COMMAND>..."));
         // The same complaint, word for word, for each kind of mistake.
         for bad in [
             &["--bogus", "--", "true"][..],
@@ -455,14 +466,18 @@ mod tests {
             assert_eq!(via_cli, alone, "{bad:?}");
         }
         // And the same arguments when they are right.
-        let argv = ["--memory", "64MiB", "--json", "--", "python3", "-c", "print(1)"];
+        let argv = [
+            "--memory", "64MiB", "--json", "--", "python3", "-c", "print(1)",
+        ];
         let Cmd::Run(via_cli) = Cli::try_parse_from(["corral", "run"].iter().chain(&argv))
             .unwrap()
             .command
         else {
             panic!("not run");
         };
-        let alone = RunOnly::try_parse_from(["run"].iter().chain(&argv)).unwrap().args;
+        let alone = RunOnly::try_parse_from(["run"].iter().chain(&argv))
+            .unwrap()
+            .args;
         assert_eq!(format!("{:?}", via_cli), format!("{:?}", alone));
     }
 }

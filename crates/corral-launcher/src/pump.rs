@@ -297,6 +297,44 @@ pub(crate) struct Finished {
     pub(crate) ctrl: Option<File>,
 }
 
+/// The pump's read buffer. Mapped pages (`PageBuf`): a run's control
+/// messages and small output touch one or two of its 16, where a zeroed
+/// `Vec` was written whole by `calloc` right after the clone of init, 16
+/// page faults at each `corral run` (issue 17). On the heap should the
+/// mapping fail.
+enum Scratch {
+    Pages(corral_sys::pages::PageBuf),
+    Heap(Vec<u8>),
+}
+
+impl Scratch {
+    fn new(len: usize) -> Scratch {
+        match corral_sys::pages::PageBuf::new(len) {
+            Ok(pages) => Scratch::Pages(pages),
+            Err(_) => Scratch::Heap(vec![0u8; len]),
+        }
+    }
+}
+
+impl std::ops::Deref for Scratch {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Scratch::Pages(p) => p,
+            Scratch::Heap(v) => v,
+        }
+    }
+}
+
+impl std::ops::DerefMut for Scratch {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        match self {
+            Scratch::Pages(p) => p,
+            Scratch::Heap(v) => v,
+        }
+    }
+}
+
 /// Reads the control socket and the output pipes until all are closed.
 pub(crate) struct Pump {
     helper_pid: i32,
@@ -305,7 +343,7 @@ pub(crate) struct Pump {
     pipes: [Option<File>; 2],
     sinks: [Sink; 2],
     kill_bytes: Option<u64>,
-    buf: Vec<u8>,
+    buf: Scratch,
     exited: Option<Exit>,
     pub(crate) failure: Option<(FailureKind, String)>,
     landlock: Option<LandlockOutcome>,
@@ -359,7 +397,7 @@ impl Pump {
             pipes,
             sinks,
             kill_bytes: opts.output_kill_bytes,
-            buf: vec![0u8; 64 * 1024],
+            buf: Scratch::new(64 * 1024),
             exited: None,
             failure: None,
             landlock: None,

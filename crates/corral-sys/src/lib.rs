@@ -13,6 +13,7 @@ pub mod fd;
 pub mod mount;
 pub mod net;
 pub mod ns;
+pub mod pages;
 pub mod process;
 pub mod signal;
 pub mod splice;

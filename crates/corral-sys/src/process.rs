@@ -964,7 +964,8 @@ mod tests {
 
     #[test]
     fn the_thread_count_is_read_past_a_command_name_with_spaces_and_parentheses() {
-        let line = b"4242 (a) b (c) d) S 1 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 3 0 77 1000 50\n";
+        let line =
+            b"4242 (a) b (c) d) S 1 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 3 0 77 1000 50\n";
         assert_eq!(stat_threads(line), Some(3));
         assert_eq!(stat_threads(b"4242 (x) S 1"), None);
         assert_eq!(stat_threads(b""), None);
