@@ -382,40 +382,13 @@ pub fn pidfd_send_signal(pidfd: &std::os::fd::OwnedFd, sig: i32) -> SysResult<()
     .map(drop)
 }
 
-/// Moves the calling thread off the CPU it runs on, onto the others it
-/// may use ([`sched_setaffinity(2)`](https://man7.org/linux/man-pages/man2/sched_setaffinity.2.html)),
-/// so that work it still has to do runs beside, not before, whatever
-/// waits on this CPU. `Ok(false)` when this is the only CPU it may use
-/// (nothing changes). The kernel migrates the thread before the call
-/// returns.
-pub fn move_off_this_cpu() -> SysResult<bool> {
-    // SAFETY: sched_getcpu takes no arguments.
-    let cpu = cvt(unsafe { libc::sched_getcpu() })?;
-    let cpu = usize::try_from(cpu).map_err(|_| Errno(libc::EINVAL))?;
-    // SAFETY: cpu_set_t is plain data; all zeroes is the empty set.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    let size = std::mem::size_of::<libc::cpu_set_t>();
-    // SAFETY: `set` is a valid cpu_set_t of `size` bytes for the kernel to
-    // fill; pid 0 is this thread.
-    cvt(unsafe { libc::sched_getaffinity(0, size, &mut set) })?;
-    if cpu >= libc::CPU_SETSIZE as usize {
-        return Ok(false);
+/// `sched_yield(2)`: lets the other runnable tasks of this CPU go first
+/// (the scheduler moves the caller behind them).
+pub fn yield_cpu() {
+    // SAFETY: sched_yield takes no arguments and touches no memory.
+    unsafe {
+        libc::sched_yield();
     }
-    // SAFETY: CPU_ISSET/CPU_CLR/CPU_COUNT read and write `set` only, and
-    // `cpu` is below CPU_SETSIZE (checked above).
-    let others = unsafe {
-        if libc::CPU_ISSET(cpu, &set) {
-            libc::CPU_CLR(cpu, &mut set);
-        }
-        libc::CPU_COUNT(&set)
-    };
-    if others == 0 {
-        return Ok(false);
-    }
-    // SAFETY: `set` is a valid cpu_set_t of `size` bytes; pid 0 is this
-    // thread.
-    cvt(unsafe { libc::sched_setaffinity(0, size, &set) })?;
-    Ok(true)
 }
 
 /// `_exit(2)`: ends the process at once without running destructors or
@@ -916,50 +889,6 @@ mod tests {
         assert!(dropped.get(), "the closure is dropped");
         stop.send(()).unwrap();
         other.join().unwrap().unwrap();
-    }
-
-    /// The CPUs the calling thread may use.
-    fn allowed_cpus() -> Vec<usize> {
-        // SAFETY: all zeroes is the empty set; the kernel fills `set`.
-        let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-        let size = std::mem::size_of::<libc::cpu_set_t>();
-        // SAFETY: `set` is a valid cpu_set_t of `size` bytes.
-        assert_eq!(unsafe { libc::sched_getaffinity(0, size, &mut set) }, 0);
-        // SAFETY: CPU_ISSET only reads `set`, below CPU_SETSIZE.
-        (0..libc::CPU_SETSIZE as usize)
-            .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
-            .collect()
-    }
-
-    #[test]
-    fn a_thread_moved_off_its_cpu_runs_on_the_others() {
-        // In a thread of its own: the affinity is the thread's.
-        std::thread::spawn(|| {
-            let before = allowed_cpus();
-            // SAFETY: sched_getcpu takes no arguments.
-            let cpu = usize::try_from(unsafe { libc::sched_getcpu() }).unwrap();
-            let moved = move_off_this_cpu().unwrap();
-            let after = allowed_cpus();
-            if before.len() < 2 {
-                eprintln!("one CPU: nothing to move to");
-                assert!(!moved);
-                assert_eq!(after, before);
-                return;
-            }
-            assert!(moved);
-            let expected: Vec<usize> = before.iter().copied().filter(|&c| c != cpu).collect();
-            assert_eq!(after, expected);
-            // SAFETY: as above.
-            let now = usize::try_from(unsafe { libc::sched_getcpu() }).unwrap();
-            assert_ne!(now, cpu, "still on the CPU it left");
-            // Down to one CPU, there is nowhere else to go.
-            while allowed_cpus().len() > 1 {
-                assert!(move_off_this_cpu().unwrap());
-            }
-            assert!(!move_off_this_cpu().unwrap());
-        })
-        .join()
-        .unwrap();
     }
 
     #[test]

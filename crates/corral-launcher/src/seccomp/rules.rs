@@ -872,7 +872,7 @@ fn strict_rules(unix_sockets: bool) -> Result<BTreeMap<i64, Vec<SeccompRule>>, S
 /// signal the processes of its namespace, take signals synchronously,
 /// report to corral over the control socket and receive its one answer
 /// (the `tasks` files init leaves its cgroup through, `LEAVE_MESSAGE`),
-/// move itself to another CPU for its exit, allocate, and exit.
+/// let corral go first before its exit (`sched_yield`), allocate, and exit.
 pub const INIT_ALLOWED: &[(&str, i64)] = &[
     ("wait4", libc::SYS_wait4),
     ("waitid", libc::SYS_waitid),
@@ -884,9 +884,7 @@ pub const INIT_ALLOWED: &[(&str, i64)] = &[
     ("write", libc::SYS_write),
     ("sendmsg", libc::SYS_sendmsg),
     ("recvmsg", libc::SYS_recvmsg),
-    ("getcpu", libc::SYS_getcpu),
-    ("sched_getaffinity", libc::SYS_sched_getaffinity),
-    ("sched_setaffinity", libc::SYS_sched_setaffinity),
+    ("sched_yield", libc::SYS_sched_yield),
     ("close", libc::SYS_close),
     ("brk", libc::SYS_brk),
     ("mmap", libc::SYS_mmap),
