@@ -849,14 +849,36 @@ mod tests {
         }
     }
 
-    #[test]
-    fn real_v1_a_single_threaded_process_joins_itself_through_tasks() {
-        let _serial = REAL.lock().unwrap_or_else(|e| e.into_inner());
-        let Some((_host, bases, name, cg)) = real_v1_group(CgroupLimits {
+    /// A real v1 group with a memory and a pids limit (see
+    /// [`real_v1_group`]).
+    fn real_v1_memory_and_pids_group() -> Option<(CgroupHost, Vec<PathBuf>, String, SandboxCgroup)>
+    {
+        real_v1_group(CgroupLimits {
             memory_bytes: Some(64 << 20),
             pids: Some(16),
             cpu_millicores: None,
-        }) else {
+        })
+    }
+
+    /// `pid` sits at `group` (a path from the hierarchy's root) in the
+    /// memory and the pids hierarchy, by its `/proc/PID/cgroup`.
+    fn assert_in_memory_and_pids_group(pid: i32, group: &str) {
+        let own = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+        for c in ["memory", "pids"] {
+            assert!(
+                own.lines().any(|l| l.ends_with(&format!(":{group}"))
+                    && l.split(':')
+                        .nth(1)
+                        .is_some_and(|cs| cs.split(',').any(|x| x == c))),
+                "not in the {c} group {group}:\n{own}"
+            );
+        }
+    }
+
+    #[test]
+    fn real_v1_a_single_threaded_process_joins_itself_through_tasks() {
+        let _serial = REAL.lock().unwrap_or_else(|e| e.into_inner());
+        let Some((_host, bases, name, cg)) = real_v1_memory_and_pids_group() else {
             return;
         };
         let files = cg.self_join_files();
@@ -887,17 +909,7 @@ mod tests {
         }
         assert!(in_each(sh.pid()), "sh did not join every hierarchy");
         assert_eq!(cg.pids(), vec![sh.pid()]);
-        let own = std::fs::read_to_string(format!("/proc/{}/cgroup", sh.pid())).unwrap();
-        let wanted = format!("/{BASE_DIR}/{name}");
-        for c in ["memory", "pids"] {
-            assert!(
-                own.lines().any(|l| l.ends_with(&wanted)
-                    && l.split(':')
-                        .nth(1)
-                        .is_some_and(|cs| cs.split(',').any(|x| x == c))),
-                "not in the {c} group:\n{own}"
-            );
-        }
+        assert_in_memory_and_pids_group(sh.pid(), &format!("/{BASE_DIR}/{name}"));
         cg.kill_all();
         assert_eq!(sh.wait_signal(5), Some(libc::SIGKILL));
         cg.remove().unwrap();
@@ -907,11 +919,7 @@ mod tests {
     #[test]
     fn real_v1_a_member_leaves_for_the_parent_and_the_group_goes_while_it_lives() {
         let _serial = REAL.lock().unwrap_or_else(|e| e.into_inner());
-        let Some((_host, bases, name, cg)) = real_v1_group(CgroupLimits {
-            memory_bytes: Some(64 << 20),
-            pids: Some(16),
-            cpu_millicores: None,
-        }) else {
+        let Some((_host, bases, name, cg)) = real_v1_memory_and_pids_group() else {
             return;
         };
         let leave = cg.self_leave_files();
@@ -954,16 +962,7 @@ echo out; read _ || exit 0"#;
         out.read_line(&mut line).unwrap();
         assert_eq!(line, "out\n", "sh could not leave");
         assert!(cg.pids().is_empty(), "sh is still in the group");
-        let own = std::fs::read_to_string(format!("/proc/{}/cgroup", sh.pid())).unwrap();
-        for c in ["memory", "pids"] {
-            assert!(
-                own.lines().any(|l| l.ends_with(&format!(":/{BASE_DIR}"))
-                    && l.split(':')
-                        .nth(1)
-                        .is_some_and(|cs| cs.split(',').any(|x| x == c))),
-                "not in the parent {c} group:\n{own}"
-            );
-        }
+        assert_in_memory_and_pids_group(sh.pid(), &format!("/{BASE_DIR}"));
         // The group goes at once, its former member alive.
         let paths: Vec<PathBuf> = cg.paths().iter().map(|p| p.to_path_buf()).collect();
         cg.remove().unwrap();
