@@ -159,23 +159,6 @@ impl SandboxCgroup {
         self.dirs.iter().map(|d| d.path.join("tasks")).collect()
     }
 
-    /// The files a single-threaded member writes `0` to, each once, to
-    /// move itself out of this group into its parent groups (the way back
-    /// from [`SandboxCgroup::self_join_files`], without the RCU grace
-    /// period of a move by pid): on v1 the `tasks` file of each
-    /// directory's parent; empty on v2. A sandbox's init leaves this way
-    /// once nothing else of the sandbox is left, so the group can be
-    /// removed before init's exit has finished.
-    pub fn self_leave_files(&self) -> Vec<PathBuf> {
-        if self.v2 {
-            return Vec::new();
-        }
-        self.dirs
-            .iter()
-            .filter_map(|d| d.path.parent().map(|p| p.join("tasks")))
-            .collect()
-    }
-
     /// The pids listed in the group's `cgroup.procs`, over all hierarchies.
     pub fn pids(&self) -> Vec<i32> {
         let mut all = BTreeSet::new();

@@ -917,62 +917,6 @@ mod tests {
     }
 
     #[test]
-    fn real_v1_a_member_leaves_for_the_parent_and_the_group_goes_while_it_lives() {
-        let _serial = REAL.lock().unwrap_or_else(|e| e.into_inner());
-        let Some((_host, bases, name, cg)) = real_v1_memory_and_pids_group() else {
-            return;
-        };
-        let leave = cg.self_leave_files();
-        let parents: Vec<PathBuf> = cg
-            .paths()
-            .iter()
-            .map(|p| p.parent().unwrap().join("tasks"))
-            .collect();
-        assert_eq!(leave, parents);
-        // sh (one thread) joins, says so, waits for a line, leaves, says
-        // so, and lives on until its stdin closes: as a sandbox's init
-        // joins, reports, is let out, and exits.
-        let join = cg.self_join_files();
-        let script = r#"n=$1; shift; i=0
-for f; do i=$((i+1)); if [ $i -le $n ]; then printf 0 > "$f" || exit 3; fi; done
-echo in; read _
-i=0; for f; do i=$((i+1)); if [ $i -gt $n ]; then printf 0 > "$f" || exit 4; fi; done
-echo out; read _ || exit 0"#;
-        let mut sh = Command::new("sh")
-            .arg("-c")
-            .arg(script)
-            .arg("sh")
-            .arg(join.len().to_string())
-            .args(&join)
-            .args(&leave)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut stdin = sh.stdin.take().unwrap();
-        let mut out = std::io::BufReader::new(sh.stdout.take().unwrap());
-        let mut sh = Guard(sh);
-        let mut line = String::new();
-        use std::io::{BufRead, Write};
-        out.read_line(&mut line).unwrap();
-        assert_eq!(line, "in\n");
-        assert_eq!(cg.pids(), vec![sh.pid()], "sh did not join every hierarchy");
-        stdin.write_all(b"\n").unwrap();
-        line.clear();
-        out.read_line(&mut line).unwrap();
-        assert_eq!(line, "out\n", "sh could not leave");
-        assert!(cg.pids().is_empty(), "sh is still in the group");
-        assert_in_memory_and_pids_group(sh.pid(), &format!("/{BASE_DIR}"));
-        // The group goes at once, its former member alive.
-        let paths: Vec<PathBuf> = cg.paths().iter().map(|p| p.to_path_buf()).collect();
-        cg.remove().unwrap();
-        assert!(paths.iter().all(|p| !p.exists()), "{name} was not removed");
-        drop(stdin);
-        assert_eq!(sh.0.wait().unwrap().code(), Some(0));
-        remove_bases(&bases);
-    }
-
-    #[test]
     fn real_v1_memory_bomb_is_reported_as_oom() {
         let _serial = REAL.lock().unwrap_or_else(|e| e.into_inner());
         let Some((_host, bases, _name, cg)) = real_v1_group(CgroupLimits {

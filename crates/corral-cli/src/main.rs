@@ -28,12 +28,7 @@ struct Cli {
 /// the subcommand (~14 heap pages and their clap work at each `corral
 /// run`, issue 17).
 #[derive(Parser)]
-#[command(
-    name = "corral",
-    bin_name = "corral run",
-    about = "Run a command in a sandbox",
-    long_about = None
-)]
+#[command(name = "corral", about = "Run a command in a sandbox", long_about = None)]
 struct RunOnly {
     #[command(flatten)]
     args: run::RunArgs,
@@ -43,12 +38,31 @@ struct RunOnly {
 /// through [`Cli`].
 fn parse_command_line() -> Result<Cli, clap::Error> {
     if std::env::args_os().nth(1).is_some_and(|a| a == "run") {
-        // The first item stands for the program's name: here `run`.
-        return RunOnly::try_parse_from(std::env::args_os().skip(1)).map(|r| Cli {
-            command: Cmd::Run(Box::new(r.args)),
+        return parse_run(std::env::args_os()).map(|args| Cli {
+            command: Cmd::Run(Box::new(args)),
         });
     }
     Cli::try_parse()
+}
+
+/// `argv` (the program's name, `run`, its arguments) through [`RunOnly`],
+/// named as `Cli` names its subcommand: the program's file name and `run`.
+fn parse_run(
+    argv: impl IntoIterator<Item = std::ffi::OsString>,
+) -> Result<run::RunArgs, clap::Error> {
+    use clap::{CommandFactory, FromArgMatches};
+    let mut argv = argv.into_iter();
+    let program = argv
+        .next()
+        .as_deref()
+        .and_then(|p| std::path::Path::new(p).file_name())
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "corral".into());
+    // The next item, `run`, stands for the program's name.
+    let matches = RunOnly::command()
+        .bin_name(format!("{program} run"))
+        .try_get_matches_from(argv)?;
+    RunOnly::from_arg_matches(&matches).map(|r| r.args)
 }
 
 #[derive(Subcommand)]
@@ -428,7 +442,8 @@ mod tests {
     #[test]
     fn run_alone_has_the_same_help_usage_and_errors_as_run_in_the_whole_command() {
         let mut full = full_run();
-        let mut alone = RunOnly::command();
+        // As `parse_run` names it for a program called `corral`.
+        let mut alone = RunOnly::command().bin_name("corral run");
         alone.build();
         assert_eq!(
             full.render_long_help().to_string(),
@@ -446,38 +461,38 @@ mod tests {
             .render_usage()
             .to_string()
             .contains("corral run [OPTIONS] -- <COMMAND>..."));
-        // The same complaint, word for word, for each kind of mistake.
-        for bad in [
-            &["--bogus", "--", "true"][..],
-            &[][..],
-            &["--memory"][..],
-            &["-x", "--", "true"][..],
-            &["--json", "--json", "--", "true"][..],
-            &["--help"][..],
-            &["--version"][..],
-        ] {
-            let via_cli = Cli::try_parse_from(["corral", "run"].iter().chain(bad))
-                .err()
-                .map(|e| (e.kind(), e.render().to_string()));
-            let alone = RunOnly::try_parse_from(["run"].iter().chain(bad))
-                .err()
-                .map(|e| (e.kind(), e.render().to_string()));
-            assert!(via_cli.is_some(), "{bad:?} parsed");
-            assert_eq!(via_cli, alone, "{bad:?}");
+        // The same complaint, word for word, for each kind of mistake,
+        // under the program's own name.
+        let os = |v: &[&str]| v.iter().map(std::ffi::OsString::from).collect::<Vec<_>>();
+        for program in ["corral", "/opt/corral-dev/bin/corral-dev"] {
+            for bad in [
+                &["--bogus", "--", "true"][..],
+                &[][..],
+                &["--memory"][..],
+                &["-x", "--", "true"][..],
+                &["--json", "--json", "--", "true"][..],
+                &["--help"][..],
+                &["--version"][..],
+            ] {
+                let argv = os(&[&[program, "run"], bad].concat());
+                let via_cli = Cli::try_parse_from(argv.clone())
+                    .err()
+                    .map(|e| (e.kind(), e.render().to_string()));
+                let alone = parse_run(argv)
+                    .err()
+                    .map(|e| (e.kind(), e.render().to_string()));
+                assert!(via_cli.is_some(), "{bad:?} parsed");
+                assert_eq!(via_cli, alone, "{program} {bad:?}");
+            }
         }
         // And the same arguments when they are right.
-        let argv = [
-            "--memory", "64MiB", "--json", "--", "python3", "-c", "print(1)",
-        ];
-        let Cmd::Run(via_cli) = Cli::try_parse_from(["corral", "run"].iter().chain(&argv))
-            .unwrap()
-            .command
-        else {
+        let argv = os(&[
+            "corral", "run", "--memory", "64MiB", "--json", "--", "python3", "-c", "print(1)",
+        ]);
+        let Cmd::Run(via_cli) = Cli::try_parse_from(argv.clone()).unwrap().command else {
             panic!("not run");
         };
-        let alone = RunOnly::try_parse_from(["run"].iter().chain(&argv))
-            .unwrap()
-            .args;
-        assert_eq!(format!("{:?}", via_cli), format!("{:?}", alone));
+        let alone = parse_run(argv).unwrap();
+        assert_eq!(format!("{via_cli:?}"), format!("{alone:?}"));
     }
 }

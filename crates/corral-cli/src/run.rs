@@ -14,7 +14,8 @@ use corral_policy::env::{parse_assignment, EnvRequest};
 use corral_policy::{AuditEvent, ByteSize, Config, MountSpec, Profile, SandboxPath};
 
 /// Arguments of `corral run`.
-#[derive(Args, Debug)]
+#[derive(Args)]
+#[cfg_attr(test, derive(Debug))]
 pub struct RunArgs {
     /// Profile to apply (built-in or from --config).
     #[arg(long, default_value = corral_policy::builtin::DEFAULT_PROFILE)]
@@ -507,8 +508,6 @@ pub fn run(args: RunArgs) -> i32 {
             if json {
                 print_json(&done.result);
             }
-            // The CLI exits next: init's teardown need not hold it.
-            done.remains.finish_before_exit();
             done.result.exit_code
         }
     }

@@ -60,22 +60,9 @@ pub(super) fn run(
     // The program is gone: so is everything it left running (daemons,
     // double forks). kill(-1) from PID 1 reaches every process of this pid
     // namespace and nothing outside it.
-    let mut ctrl = reap(program, ctrl, &|| {
+    reap(program, ctrl, &|| {
         let _ = process::kill(-1, libc::SIGKILL);
-    });
-    // init that joined its group late leaves it when corral asks, so that
-    // corral need not wait for this exit (see `init_leaves`); a failure
-    // answers nothing, and corral waits.
-    if join_later {
-        let _ = crate::init_leaves(&mut Sys, &mut ctrl);
-    }
-    // What is left is init's exit, the namespaces' teardown. The report
-    // (or the answer) woke corral on this CPU (a socket's wake-up is a
-    // synchronous one): corral's last steps go first, the teardown after
-    // them instead of before. (Moving init to another CPU instead cost
-    // ~5 % of the launches per second under load: docs/PERFORMANCE.md.)
-    process::yield_cpu();
-    process::exit_now(0)
+    })
 }
 
 /// Init's own steps, in order: the root filesystem, hostname, loopback,
@@ -446,9 +433,7 @@ fn hand_over_listeners<K: Kernel>(k: &mut K, ctrl: &mut Control) -> Result<(), S
 
 /// PID 1's loop. Signals arrive synchronously; SIGCHLD reaps every child
 /// (orphans are re-parented to us); others are forwarded to the program.
-/// Returns once it has reported the program's end, every other process
-/// killed and reaped: the caller exits next.
-pub(super) fn reap(program: i32, mut ctrl: Control, kill_leftovers: &dyn Fn()) -> Control {
+pub(super) fn reap(program: i32, mut ctrl: Control, kill_leftovers: &dyn Fn()) -> ! {
     let mut status: Option<WaitStatus> = None;
     // What every reaped process used, for the report.
     let mut usage = process::Usage::default();
@@ -490,7 +475,7 @@ pub(super) fn reap(program: i32, mut ctrl: Control, kill_leftovers: &dyn Fn()) -
                 cpu_us: usage.cpu_us,
                 max_rss_bytes: usage.max_rss_bytes,
             });
-            return ctrl;
+            process::exit_now(0)
         }
     }
 }

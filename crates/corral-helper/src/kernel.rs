@@ -215,14 +215,9 @@ pub(crate) trait Kernel {
     /// (`PROGRAM_MESSAGE`). End of file (corral let the sandbox go) exits
     /// quietly.
     fn receive_program(&mut self, ctrl: &mut crate::Control) -> Result<ProgramPlan, String>;
-    /// Receives the cgroup `tasks` files of a `message`
-    /// ([`crate::JOIN_MESSAGE`] or [`crate::LEAVE_MESSAGE`]). End of file
-    /// (corral is gone, or does not let init out) exits quietly.
-    fn receive_tasks(
-        &mut self,
-        ctrl: &mut crate::Control,
-        message: &'static [u8],
-    ) -> Result<Vec<Self::Fd>, String>;
+    /// Receives the cgroup `tasks` files of a [`crate::JOIN_MESSAGE`]. End
+    /// of file (corral is gone) exits quietly.
+    fn receive_join(&mut self, ctrl: &mut crate::Control) -> Result<Vec<Self::Fd>, String>;
     /// `execve(2)`; returns only on failure.
     fn execve(&mut self, exec: &ExecArgs) -> Errno;
 }
@@ -412,20 +407,16 @@ impl Kernel for Sys {
         serde_json::from_slice(&bytes).map_err(|e| format!("decoding the program: {e}"))
     }
 
-    fn receive_tasks(
-        &mut self,
-        ctrl: &mut crate::Control,
-        message: &'static [u8],
-    ) -> Result<Vec<OwnedFd>, String> {
+    fn receive_join(&mut self, ctrl: &mut crate::Control) -> Result<Vec<OwnedFd>, String> {
         use std::os::fd::AsRawFd;
         let mut buf = [0u8; 16];
         let (n, fds) = fd::recv_with_fds(ctrl.0.as_raw_fd(), &mut buf)
-            .map_err(|e| format!("reading the cgroup message: {e}"))?;
+            .map_err(|e| format!("reading the cgroup join message: {e}"))?;
         if n == 0 {
             process::exit_now(0);
         }
-        if &buf[..n] != message {
-            return Err("the cgroup message is not the one corral sends now".into());
+        if &buf[..n] != crate::JOIN_MESSAGE {
+            return Err("the cgroup join message is not one corral sends".into());
         }
         Ok(fds)
     }

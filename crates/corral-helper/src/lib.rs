@@ -68,8 +68,8 @@ pub use plan::{
     SandboxIdentity, SandboxPlan, SecurityPlan, HTTP_PROXY_PORT, SOCKS_PROXY_PORT,
 };
 pub use protocol::{
-    FailureKind, HelperMessage, GO_AHEAD, JOIN_MESSAGE, LEAVE_MESSAGE, MAX_PLAN_BYTES,
-    PLAN_MESSAGE, PROGRAM_MESSAGE,
+    FailureKind, HelperMessage, GO_AHEAD, JOIN_MESSAGE, MAX_PLAN_BYTES, PLAN_MESSAGE,
+    PROGRAM_MESSAGE,
 };
 
 /// The hidden subcommand that re-enters corral's binary as the sandbox
@@ -251,7 +251,7 @@ pub(crate) fn cloned_init_steps<K: Kernel>(
     //    a move by pid waits for (`SandboxCgroup::self_join_files`). The
     //    kernel checks the credentials of whoever opened the file (corral)
     //    and of this process (cgroups(7)); each file is closed once written.
-    move_into_group(k, join, JOINING)?;
+    move_into_group(k, join)?;
     // 1. Nothing inherited beyond stdio, the control socket and `keep`
     //    reaches the sandbox (close_range(2)).
     k.close_from_except(4, keep)
@@ -311,7 +311,7 @@ pub(crate) fn cloned_init_steps<K: Kernel>(
 /// descendants do is inside the group: they are forked after this.
 pub(crate) fn init_joins_late<K: Kernel>(k: &mut K, ctrl: &mut Control) -> Result<(), StepError> {
     let tasks = k
-        .receive_tasks(ctrl, JOIN_MESSAGE)
+        .receive_join(ctrl)
         .map_err(|msg| (FailureKind::Protocol, msg))?;
     if tasks.is_empty() {
         return Err((
@@ -319,44 +319,21 @@ pub(crate) fn init_joins_late<K: Kernel>(k: &mut K, ctrl: &mut Control) -> Resul
             "the cgroup join message came without its group's files".into(),
         ));
     }
-    move_into_group(k, tasks, JOINING)?;
+    move_into_group(k, tasks)?;
     k.unshare(ns::CLONE_NEWCGROUP)
         .map_err(|e| (FailureKind::Namespace, format!("unshare(cgroup): {e}")))
 }
 
-/// init's way out of the group it joined late, once it has reported the
-/// program's end and every other process of the sandbox is dead and
-/// reaped: it receives the `tasks` files of the group's parents
-/// ([`LEAVE_MESSAGE`]), moves itself into each (`0`, as it joined), and
-/// answers [`HelperMessage::Left`]. corral then removes the group without
-/// waiting for init's exit, whose teardown of the namespaces is most of
-/// the end of a run. Nothing is answered when a step fails (end of file
-/// included): corral then waits for init's exit, as it always could.
-pub(crate) fn init_leaves<K: Kernel>(k: &mut K, ctrl: &mut Control) -> Result<(), StepError> {
-    let tasks = k
-        .receive_tasks(ctrl, LEAVE_MESSAGE)
-        .map_err(|msg| (FailureKind::Protocol, msg))?;
-    if tasks.is_empty() {
-        return Err((
-            FailureKind::Protocol,
-            "the cgroup leave message came without the parent groups' files".into(),
-        ));
-    }
-    move_into_group(k, tasks, "moving init out of the sandbox's cgroup failed")?;
-    ctrl.send(&HelperMessage::Left);
-    Ok(())
-}
-
-/// What a failed join says.
-const JOINING: &str = "cannot contain the sandbox: moving init into its cgroup failed";
-
-/// init moves itself into a cgroup: `0` into each v1 `tasks` file
-/// (corral opened them), each closed once written. `what` says which
-/// move failed.
-fn move_into_group<K: Kernel>(k: &mut K, tasks: Vec<K::Fd>, what: &str) -> Result<(), StepError> {
+/// init moves itself into its cgroup: `0` into each v1 `tasks` file
+/// (corral opened them), each closed once written.
+fn move_into_group<K: Kernel>(k: &mut K, tasks: Vec<K::Fd>) -> Result<(), StepError> {
     for file in tasks {
-        k.write_all(file, b"0")
-            .map_err(|e| (FailureKind::Setup, format!("{what}: {e}")))?;
+        k.write_all(file, b"0").map_err(|e| {
+            (
+                FailureKind::Setup,
+                format!("cannot contain the sandbox: moving init into its cgroup failed: {e}"),
+            )
+        })?;
     }
     Ok(())
 }

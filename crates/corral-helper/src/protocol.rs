@@ -76,11 +76,6 @@ pub enum HelperMessage {
         /// Largest resident set of any of them, in bytes.
         max_rss_bytes: u64,
     },
-    /// init has moved itself out of the sandbox's cgroup into the group's
-    /// parent ([`LEAVE_MESSAGE`]), after its [`HelperMessage::Exited`]
-    /// report: the group holds no process any more and can be removed
-    /// while init still exits.
-    Left,
 }
 
 /// Largest plan a helper accepts. The plan travels in a sealed memfd, not
@@ -112,13 +107,3 @@ pub const GO_AHEAD: &[u8] = b"go";
 /// and before it starts the program; end of file instead means corral is
 /// gone.
 pub const JOIN_MESSAGE: &[u8] = b"join";
-
-/// What corral sends init that joined a group made after its start
-/// ([`JOIN_MESSAGE`]), once init has reported the program's end
-/// ([`HelperMessage::Exited`]; nothing of the sandbox runs any more): the
-/// `tasks` files of the group's parents, opened for writing by corral, are
-/// attached (`SCM_RIGHTS`), one per hierarchy. init moves itself into each
-/// and answers [`HelperMessage::Left`], so corral can remove the group
-/// without waiting for init's exit (the namespaces' teardown). End of file
-/// instead means corral waits for that exit: init leaves at once.
-pub const LEAVE_MESSAGE: &[u8] = b"leave";

@@ -24,8 +24,7 @@ pub(super) fn run(plan: SandboxPlan, mut ctrl: Control) -> ! {
     let (program, ctrl) = start_program(&plan, ruleset, &filters, ctrl);
     drop(plan);
     fd::stdio_to_devnull();
-    reap(program, ctrl, &kill_children);
-    process::exit_now(0)
+    reap(program, ctrl, &kill_children)
 }
 
 /// The helper's own steps in reduced mode, in order; stops at the first

@@ -170,7 +170,7 @@ impl RunCgroup {
 
     /// The hook `launch` uses, if there is a cgroup (made or to make).
     pub fn as_containment(&self) -> Option<&dyn crate::launch::Containment> {
-        self.has_group()
+        (self.cgroup.get().is_some() || self.is_pending())
             .then_some(self as &dyn crate::launch::Containment)
     }
 
@@ -194,11 +194,6 @@ impl RunCgroup {
     /// Limits asked for but not enforced.
     pub fn not_enforced(&self) -> &[String] {
         &self.not_enforced
-    }
-
-    /// Whether a group was made for the run (or waits to be).
-    pub(crate) fn has_group(&self) -> bool {
-        self.cgroup.get().is_some() || self.is_pending()
     }
 
     /// Reads the group's statistics and removes it.
@@ -285,14 +280,6 @@ impl crate::launch::Containment for RunCgroup {
     fn make_for_init(&self) -> std::io::Result<Vec<OwnedFd>> {
         self.make_pending()?;
         open_for_writing(&self.self_join_files())
-    }
-
-    fn leave_files(&self) -> Option<Vec<OwnedFd>> {
-        let files = self.cgroup.get()?.self_leave_files();
-        if files.is_empty() {
-            return None;
-        }
-        open_for_writing(&files).ok()
     }
 
     fn kill_all(&self) {

@@ -128,31 +128,6 @@ impl Remains {
         self.release();
     }
 
-    /// [`Remains::finish`] for a process that exits right after (`corral
-    /// run`): the sandbox's last process is not waited for where nothing
-    /// needs it gone, that is where the run has no cgroup or init has
-    /// left it ([`Leftover::init_has_left`]). Its teardown of the
-    /// namespaces, most of a run's end, then overlaps the exit, as
-    /// bubblewrap's launcher leaves its PID 1; whoever inherits the
-    /// process's orphans reaps it. Everything else is removed as by
-    /// `finish`: nothing of the sandbox runs any more.
-    pub fn finish_before_exit(mut self) {
-        let group_empty = match &self.containment {
-            Some(group) if group.has_group() => {
-                self.leftover.as_mut().is_some_and(Leftover::init_has_left)
-            }
-            _ => true,
-        };
-        // What a service holds besides (a former group, a sandbox built
-        // ahead) is let go after the wait, as `finish` does.
-        if group_empty && self.former_group.is_none() && self.unused.is_none() {
-            if let Some(leftover) = self.leftover.take() {
-                leftover.abandon();
-            }
-        }
-        self.release();
-    }
-
     fn release(&mut self) {
         if let Some(leftover) = self.leftover.take() {
             leftover.wait();

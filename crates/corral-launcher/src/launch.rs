@@ -23,9 +23,8 @@ use corral_sys::signal::SignalFd;
 
 use crate::pump::{Exit, Finished, Pump};
 use corral_helper::{
-    FailureKind, HelperMessage, LandlockOutcome, SandboxPlan, EXIT_CORRAL_ERROR,
-    EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, GO_AHEAD, HELPER_SUBCOMMAND, JOIN_MESSAGE, PLAN_MESSAGE,
-    PROGRAM_MESSAGE,
+    FailureKind, LandlockOutcome, SandboxPlan, EXIT_CORRAL_ERROR, EXIT_NOT_EXECUTABLE,
+    EXIT_NOT_FOUND, GO_AHEAD, HELPER_SUBCOMMAND, JOIN_MESSAGE, PLAN_MESSAGE, PROGRAM_MESSAGE,
 };
 
 use crate::reexec::ReadyHelper;
@@ -136,13 +135,6 @@ pub trait Containment {
     /// [`Containment::self_join_files`]).
     fn make_for_init(&self) -> std::io::Result<Vec<OwnedFd>> {
         Ok(Vec::new())
-    }
-    /// The open files init that joined through
-    /// [`Containment::make_for_init`] writes `0` to in order to leave the
-    /// group for its parent once nothing else of the sandbox is left
-    /// (`SandboxCgroup::self_leave_files`); `None` when it cannot.
-    fn leave_files(&self) -> Option<Vec<OwnedFd>> {
-        None
     }
     /// Kills every process inside.
     fn kill_all(&self);
@@ -301,24 +293,12 @@ pub fn launch(
 #[must_use = "the helper must be reaped before what the sandbox used is removed"]
 pub(crate) struct Leftover {
     helper_pid: Option<i32>,
-    /// The control socket while init, asked to leave the group it joined
-    /// late, answers (see [`Leftover::init_has_left`]). Closed before any
-    /// wait: init then exits at once.
-    ctrl: Option<File>,
 }
-
-/// How long corral waits for init's `left` answer; init answers within
-/// microseconds, so this only bounds a stalled or broken exchange, after
-/// which corral waits for init's exit as it always could.
-const LEAVE_ANSWER_MS: i32 = 1000;
 
 impl Leftover {
     /// Nothing left: the helper was reaped already.
     pub(crate) fn none() -> Leftover {
-        Leftover {
-            helper_pid: None,
-            ctrl: None,
-        }
+        Leftover { helper_pid: None }
     }
 
     /// Waits until the sandbox's last process, the helper, has ended.
@@ -326,44 +306,7 @@ impl Leftover {
         self.reap();
     }
 
-    /// Whether init has answered that it left its group (the pump asked
-    /// it on its report, `Pump::leave_on_report`): nothing is in the group then,
-    /// and init is no longer waited for (it is still exiting; whoever
-    /// inherits corral's orphans reaps it). `false` when init was not
-    /// asked, or did not answer in time: the socket is closed then, and
-    /// [`Leftover::wait`] waits for init as before.
-    pub(crate) fn init_has_left(&mut self) -> bool {
-        let Some(ctrl) = self.ctrl.take() else {
-            return false;
-        };
-        let mut ready = [fd::PollFd::read(ctrl.as_raw_fd())];
-        if !matches!(fd::poll(&mut ready, LEAVE_ANSWER_MS), Ok(1)) {
-            return false;
-        }
-        let mut buf = [0u8; 64];
-        let left = matches!(
-            fd::recv_with_fds(ctrl.as_raw_fd(), &mut buf),
-            Ok((n, _)) if serde_json::from_slice::<HelperMessage>(&buf[..n])
-                .is_ok_and(|m| m == HelperMessage::Left)
-        );
-        if left {
-            self.helper_pid = None;
-        }
-        left
-    }
-
-    /// Gives the sandbox's last process up without waiting for it, for a
-    /// caller that exits right after and needs nothing of it gone (no
-    /// cgroup, or init has left it): its teardown of the namespaces runs
-    /// on, and whoever inherits corral's orphans reaps it.
-    pub(crate) fn abandon(mut self) {
-        self.helper_pid = None;
-        self.ctrl = None;
-    }
-
     fn reap(&mut self) {
-        // init that waits to be let out exits at the socket's end.
-        self.ctrl = None;
         if let Some(pid) = self.helper_pid.take() {
             let _ = process::wait4(pid);
         }
@@ -552,11 +495,6 @@ pub(crate) fn launch_settling(
             fd::send_with_fds(ctrl_fd, GO_AHEAD, &[]).map_err(std::io::Error::from)
         }
     };
-    // init that joins late waits after its report to be let out of its
-    // group; the files for that are opened now, while it builds the root.
-    if let Some(c) = joins_later.filter(|_| sent.is_ok()) {
-        pump.leave_on_report(c.leave_files());
-    }
     // Only the helper writes to the pipes now: their end of file is its.
     drop(out_w);
     drop(err_w);
@@ -663,24 +601,18 @@ pub(crate) fn launch_settling(
         exited: message,
         failure,
         landlock,
-        ctrl,
     } = pump.finish();
     let (helper_status, usage, leftover) = match message.filter(|_| settled) {
         // Settled: the program and everything it started are dead and
-        // reaped; init leaves right after its report (init that joined
-        // late once it is let out of its group, or the socket closes) and
-        // the helper after reaping it (not killed: init would be orphaned
-        // to the host).
+        // reaped; init leaves right after its report and the helper after
+        // reaping it (not killed: init would be orphaned to the host).
         Some(exit) => {
             let leftover = Leftover {
                 helper_pid: Some(helper_pid),
-                ctrl,
             };
             (None, exit.usage, leftover)
         }
         None => {
-            // Whatever waits on it leaves at its end.
-            drop(ctrl);
             let (status, usage) =
                 process::wait4(helper_pid).map_err(|e| spawn_err("wait")(e.into()))?;
             (Some(status), usage, Leftover::none())
@@ -998,42 +930,5 @@ mod tests {
             Err(e) => panic!("wrong error: {e}"),
             Ok(_) => panic!("a run started with an unrepresentable timeout"),
         }
-    }
-
-    /// corral's read of init's answer to `leave`, played on the other
-    /// end of the control socket (`None`: init closed its end).
-    fn answered(answer: Option<&[u8]>) -> (bool, Leftover) {
-        let (ours, theirs) = fd::seqpacket_pair().unwrap();
-        let mut leftover = Leftover {
-            // Never waited for in these tests: the answer decides alone.
-            helper_pid: None,
-            ctrl: Some(File::from(ours)),
-        };
-        match answer {
-            Some(a) => {
-                fd::send_with_fds(theirs.as_raw_fd(), a, &[]).unwrap();
-            }
-            None => drop(theirs),
-        }
-        (leftover.init_has_left(), leftover)
-    }
-
-    #[test]
-    fn init_is_let_out_of_its_group_only_on_its_answer() {
-        let (left, leftover) = answered(Some(br#"{"type":"left"}"#));
-        assert!(left);
-        assert!(leftover.ctrl.is_none(), "the socket stays open");
-        // No answer (init could not move, or is gone), or another one:
-        // corral waits for init's exit as before.
-        let (left, leftover) = answered(None);
-        assert!(!left);
-        assert!(leftover.ctrl.is_none());
-        let (left, _) = answered(Some(
-            br#"{"type":"exited","code":0,"signal":null,"cpu_us":0,"max_rss_bytes":0}"#,
-        ));
-        assert!(!left);
-        // Not asked (no socket kept): nothing to read, init is waited for.
-        let mut leftover = Leftover::none();
-        assert!(!leftover.init_has_left());
     }
 }

@@ -11,7 +11,7 @@ use std::io::{ErrorKind, IsTerminal, Read, Write};
 use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::fs::FileTypeExt;
 
-use corral_helper::{FailureKind, HelperMessage, LandlockOutcome, LEAVE_MESSAGE};
+use corral_helper::{FailureKind, HelperMessage, LandlockOutcome};
 use corral_sys::fd::{self, PollFd};
 use corral_sys::process;
 use corral_sys::signal::SignalFd;
@@ -292,9 +292,6 @@ pub(crate) struct Finished {
     pub(crate) exited: Option<Exit>,
     pub(crate) failure: Option<(FailureKind, String)>,
     pub(crate) landlock: Option<LandlockOutcome>,
-    /// The control socket, while init answers the `leave` the pump sent
-    /// it ([`Pump::leave_on_report`]); otherwise closed.
-    pub(crate) ctrl: Option<File>,
 }
 
 /// The pump's read buffer. Mapped pages (`PageBuf`): a run's control
@@ -349,12 +346,6 @@ pub(crate) struct Pump {
     landlock: Option<LandlockOutcome>,
     pub(crate) listeners: Option<(std::os::fd::OwnedFd, std::os::fd::OwnedFd)>,
     tap: Option<OutputTap>,
-    /// The `tasks` files init leaves its group through, sent with
-    /// `LEAVE_MESSAGE` on its report (see [`Pump::leave_on_report`]).
-    leave: Option<Vec<std::os::fd::OwnedFd>>,
-    /// Whether `leave` went out: init answers on the socket, which then
-    /// outlives the pump ([`Finished::ctrl`]).
-    asked_to_leave: bool,
 }
 
 impl Pump {
@@ -403,19 +394,7 @@ impl Pump {
             landlock: None,
             listeners: None,
             tap: opts.tap.clone(),
-            leave: None,
-            asked_to_leave: false,
         }
-    }
-
-    /// init joined a group made after its start and waits, after its
-    /// report, to be let out of it through `tasks`, the open `tasks` files
-    /// of the group's parents: the pump sends them (`LEAVE_MESSAGE`) the
-    /// moment the report arrives, so init leaves while corral finishes the
-    /// run. Without them (`None`), or when the report follows a failure,
-    /// nothing is sent and the socket is closed at the end: init exits.
-    pub(crate) fn leave_on_report(&mut self, tasks: Option<Vec<std::os::fd::OwnedFd>>) {
-        self.leave = tasks;
     }
 
     /// Whether the sandbox is gone (its control socket closed), every
@@ -563,22 +542,9 @@ impl Pump {
                             max_rss_bytes,
                         },
                     });
-                    // A report after a failure does not settle the run:
-                    // corral reads nothing more and waits for the sandbox's
-                    // exit, so the socket closes now. init that would wait
-                    // to be let out of its group (`LEAVE_MESSAGE`) sees
-                    // its end and exits at once.
-                    if self.failure.is_some() {
-                        self.ctrl = None;
-                    } else if let Some(tasks) = self.leave.take() {
-                        let raw: Vec<i32> = tasks.iter().map(|f| f.as_raw_fd()).collect();
-                        self.asked_to_leave =
-                            fd::send_with_fds(ctrl.as_raw_fd(), LEAVE_MESSAGE, &raw).is_ok();
-                    }
                 }
                 Ok(HelperMessage::Layers { landlock }) => self.landlock = Some(landlock),
-                // Only ever the answer to a `leave`, which comes after.
-                Ok(HelperMessage::Left) | Err(_) => {}
+                Err(_) => {}
             },
             Err(e) if e.kind() == ErrorKind::Interrupted => {}
             Err(_) => self.ctrl = None,
@@ -672,7 +638,6 @@ impl Pump {
             exited: self.exited,
             failure: self.failure,
             landlock: self.landlock,
-            ctrl: self.ctrl.filter(|_| self.asked_to_leave),
         }
     }
 }

@@ -382,15 +382,6 @@ pub fn pidfd_send_signal(pidfd: &std::os::fd::OwnedFd, sig: i32) -> SysResult<()
     .map(drop)
 }
 
-/// `sched_yield(2)`: lets the other runnable tasks of this CPU go first
-/// (the scheduler moves the caller behind them).
-pub fn yield_cpu() {
-    // SAFETY: sched_yield takes no arguments and touches no memory.
-    unsafe {
-        libc::sched_yield();
-    }
-}
-
 /// `_exit(2)`: ends the process at once without running destructors or
 /// flushing stdio (correct in a forked child).
 pub fn exit_now(code: i32) -> ! {

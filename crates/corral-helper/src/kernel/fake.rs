@@ -125,8 +125,8 @@ pub(crate) enum Step {
         instructions: usize,
     },
     ReceiveProgram,
-    /// [`Kernel::receive_tasks`] of this message.
-    ReceiveTasks(&'static [u8]),
+    /// `receive_join`.
+    ReceiveJoin,
     Execve,
 }
 
@@ -147,8 +147,8 @@ pub(crate) struct Fake {
     pub(crate) landlock: Enforcement,
     /// What `receive_program` hands over (`None`: a protocol error).
     pub(crate) program: Option<ProgramPlan>,
-    /// The files `receive_tasks` hands over.
-    pub(crate) tasks: Vec<FakeFd>,
+    /// The files `receive_join` hands over.
+    pub(crate) join: Vec<FakeFd>,
 }
 
 fn text(s: &CStr) -> String {
@@ -184,7 +184,7 @@ impl Fake {
             hard_limit: libc::RLIM_INFINITY,
             landlock: Enforcement::Full,
             program: None,
-            tasks: Vec::new(),
+            join: Vec::new(),
         }
     }
 
@@ -455,14 +455,10 @@ impl Kernel for Fake {
     }
     /// Returns the errno of a matching failure, else 0: a fake cannot
     /// replace the process, and a real `execve` returns only on failure.
-    fn receive_tasks(
-        &mut self,
-        _ctrl: &mut crate::Control,
-        message: &'static [u8],
-    ) -> Result<Vec<FakeFd>, String> {
-        self.record(Step::ReceiveTasks(message))
-            .map_err(|e| format!("reading the cgroup message: {e}"))?;
-        Ok(self.tasks.clone())
+    fn receive_join(&mut self, _ctrl: &mut crate::Control) -> Result<Vec<FakeFd>, String> {
+        self.record(Step::ReceiveJoin)
+            .map_err(|e| format!("reading the cgroup join message: {e}"))?;
+        Ok(self.join.clone())
     }
     fn receive_program(&mut self, _ctrl: &mut crate::Control) -> Result<ProgramPlan, String> {
         self.record(Step::ReceiveProgram)

@@ -1361,7 +1361,7 @@ fn cloned_init_whose_group_comes_later_joins_after_its_root_and_before_anything_
     // Then, once the root stands: the files corral sends, each written,
     // and only then the cgroup namespace, rooted at the sandbox's group.
     let mut k = fake();
-    k.tasks = vec![
+    k.join = vec![
         tasks("/cg/memory/corral/r/tasks"),
         tasks("/cg/pids/corral/r/tasks"),
     ];
@@ -1370,7 +1370,7 @@ fn cloned_init_whose_group_comes_later_joins_after_its_root_and_before_anything_
     assert_eq!(
         k.steps,
         [
-            Step::ReceiveTasks(crate::JOIN_MESSAGE),
+            Step::ReceiveJoin,
             moves_in("/cg/memory/corral/r/tasks"),
             moves_in("/cg/pids/corral/r/tasks"),
             Step::Unshare(ns::CLONE_NEWCGROUP),
@@ -1383,57 +1383,11 @@ fn cloned_init_whose_group_comes_later_joins_after_its_root_and_before_anything_
     assert!(!k.steps.contains(&Step::Unshare(ns::CLONE_NEWCGROUP)));
     // A failed join stops before the namespace.
     let mut k = fake();
-    k.tasks = vec![tasks("/cg/memory/corral/r/tasks")];
+    k.join = vec![tasks("/cg/memory/corral/r/tasks")];
     k.fail(libc::EACCES, |s| matches!(s, Step::WriteAll { .. }));
     let err = crate::init_joins_late(&mut k, &mut ctrl).unwrap_err();
     assert_eq!(err.0, FailureKind::Setup);
     assert!(!k.steps.contains(&Step::Unshare(ns::CLONE_NEWCGROUP)));
-}
-
-#[test]
-fn init_leaves_its_group_for_the_parents_and_only_then_says_so() {
-    // The parents' `tasks` files corral sends once init has reported.
-    let mut k = fake();
-    k.tasks = vec![
-        tasks("/cg/memory/corral/tasks"),
-        tasks("/cg/pids/corral/tasks"),
-    ];
-    let (mut ctrl, peer) = control();
-    crate::init_leaves(&mut k, &mut ctrl).unwrap();
-    assert_eq!(
-        k.steps,
-        [
-            Step::ReceiveTasks(crate::LEAVE_MESSAGE),
-            moves_in("/cg/memory/corral/tasks"),
-            moves_in("/cg/pids/corral/tasks"),
-        ]
-    );
-    drop(ctrl);
-    assert_eq!(messages(peer), [(HelperMessage::Left, 0)]);
-    // A message without files, or a failed move, answers nothing: corral
-    // then waits for init's exit instead of removing a group init may
-    // still be in.
-    let mut k = fake();
-    let (mut ctrl, peer) = control();
-    let err = crate::init_leaves(&mut k, &mut ctrl).unwrap_err();
-    assert_eq!(err.0, FailureKind::Protocol);
-    let mut k = fake();
-    k.tasks = vec![
-        tasks("/cg/memory/corral/tasks"),
-        tasks("/cg/pids/corral/tasks"),
-    ];
-    k.fail(libc::EACCES, |s| matches!(s, Step::WriteAll { .. }));
-    let err = crate::init_leaves(&mut k, &mut ctrl).unwrap_err();
-    assert_eq!(err.0, FailureKind::Setup);
-    assert!(err.1.contains("out of the sandbox's cgroup"), "{}", err.1);
-    assert_eq!(
-        k.steps.len(),
-        2,
-        "stopped at the first failure: {:?}",
-        k.steps
-    );
-    drop(ctrl);
-    assert!(messages(peer).is_empty());
 }
 
 #[test]

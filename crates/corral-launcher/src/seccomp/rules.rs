@@ -870,9 +870,7 @@ fn strict_rules(unix_sockets: bool) -> Result<BTreeMap<i64, Vec<SeccompRule>>, S
 
 /// What init (PID 1) may still do once the program runs: wait for and
 /// signal the processes of its namespace, take signals synchronously,
-/// report to corral over the control socket and receive its one answer
-/// (the `tasks` files init leaves its cgroup through, `LEAVE_MESSAGE`),
-/// let corral go first before its exit (`sched_yield`), allocate, and exit.
+/// report to corral over the control socket, allocate, and exit.
 pub const INIT_ALLOWED: &[(&str, i64)] = &[
     ("wait4", libc::SYS_wait4),
     ("waitid", libc::SYS_waitid),
@@ -883,8 +881,6 @@ pub const INIT_ALLOWED: &[(&str, i64)] = &[
     ("restart_syscall", libc::SYS_restart_syscall),
     ("write", libc::SYS_write),
     ("sendmsg", libc::SYS_sendmsg),
-    ("recvmsg", libc::SYS_recvmsg),
-    ("sched_yield", libc::SYS_sched_yield),
     ("close", libc::SYS_close),
     ("brk", libc::SYS_brk),
     ("mmap", libc::SYS_mmap),
