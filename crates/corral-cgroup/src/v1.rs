@@ -849,36 +849,14 @@ mod tests {
         }
     }
 
-    /// A real v1 group with a memory and a pids limit (see
-    /// [`real_v1_group`]).
-    fn real_v1_memory_and_pids_group() -> Option<(CgroupHost, Vec<PathBuf>, String, SandboxCgroup)>
-    {
-        real_v1_group(CgroupLimits {
-            memory_bytes: Some(64 << 20),
-            pids: Some(16),
-            cpu_millicores: None,
-        })
-    }
-
-    /// `pid` sits at `group` (a path from the hierarchy's root) in the
-    /// memory and the pids hierarchy, by its `/proc/PID/cgroup`.
-    fn assert_in_memory_and_pids_group(pid: i32, group: &str) {
-        let own = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
-        for c in ["memory", "pids"] {
-            assert!(
-                own.lines().any(|l| l.ends_with(&format!(":{group}"))
-                    && l.split(':')
-                        .nth(1)
-                        .is_some_and(|cs| cs.split(',').any(|x| x == c))),
-                "not in the {c} group {group}:\n{own}"
-            );
-        }
-    }
-
     #[test]
     fn real_v1_a_single_threaded_process_joins_itself_through_tasks() {
         let _serial = REAL.lock().unwrap_or_else(|e| e.into_inner());
-        let Some((_host, bases, name, cg)) = real_v1_memory_and_pids_group() else {
+        let Some((_host, bases, name, cg)) = real_v1_group(CgroupLimits {
+            memory_bytes: Some(64 << 20),
+            pids: Some(16),
+            cpu_millicores: None,
+        }) else {
             return;
         };
         let files = cg.self_join_files();
@@ -898,10 +876,9 @@ mod tests {
         // In every hierarchy: `pids()` is their union, which the first
         // write already fills.
         let in_each = |pid: i32| {
-            cg.paths().iter().all(|p| {
-                std::fs::read_to_string(p.join("cgroup.procs"))
-                    .is_ok_and(|procs| procs.lines().any(|l| l == pid.to_string()))
-            })
+            cg.paths()
+                .iter()
+                .all(|p| read_pids(&cg.backend, p).contains(&pid))
         };
         let deadline = Instant::now() + Duration::from_secs(5);
         while !in_each(sh.pid()) && Instant::now() < deadline {
@@ -909,7 +886,17 @@ mod tests {
         }
         assert!(in_each(sh.pid()), "sh did not join every hierarchy");
         assert_eq!(cg.pids(), vec![sh.pid()]);
-        assert_in_memory_and_pids_group(sh.pid(), &format!("/{BASE_DIR}/{name}"));
+        let own = std::fs::read_to_string(format!("/proc/{}/cgroup", sh.pid())).unwrap();
+        let wanted = format!("/{BASE_DIR}/{name}");
+        for c in ["memory", "pids"] {
+            assert!(
+                own.lines().any(|l| l.ends_with(&wanted)
+                    && l.split(':')
+                        .nth(1)
+                        .is_some_and(|cs| cs.split(',').any(|x| x == c))),
+                "not in the {c} group:\n{own}"
+            );
+        }
         cg.kill_all();
         assert_eq!(sh.wait_signal(5), Some(libc::SIGKILL));
         cg.remove().unwrap();

@@ -484,15 +484,6 @@ fn no_cgroups_are_left_behind() {
     }
 }
 
-/// `strace -f -y -qq -e SET` of a successful `corral run -- sh -c true`:
-/// the log.
-fn traced_sh_true(set: &str) -> String {
-    let (out, calls) =
-        corral_run_under_strace(&["-f", "-y", "-qq", "-e", set], &["sh", "-c", "true"]);
-    assert!(out.status.success(), "{out:?}");
-    calls
-}
-
 /// What the run's cgroup needs only after the sandbox started (opening the
 /// statistics files read at the end) is done after corral cloned init
 /// (or forked its helper), while init builds the root on the other CPU,
@@ -505,11 +496,26 @@ fn cgroup_work_that_can_wait_comes_after_the_sandbox_started() {
         eprintln!("unprivileged pass: no cgroups are created (see unenforceable_limits_fail_closed_unless_accepted)");
         return;
     }
-    let calls = traced_sh_true("trace=clone,clone3,mkdir,openat,write,execve");
+    let (out, calls) = corral_run_under_strace(
+        &[
+            "-f",
+            "-y",
+            "-qq",
+            "-e",
+            "trace=clone,clone3,mkdir,openat,write,execve",
+        ],
+        &["sh", "-c", "true"],
+    );
+    assert!(out.status.success(), "{out:?}");
     let lines: Vec<&str> = calls.lines().collect();
-    let pid = strace_pid;
+    let pid = |l: &str| l.split_whitespace().next().unwrap_or_default().to_string();
     let corral = pid(lines[0]);
-    let at = |what: &dyn Fn(&str) -> bool, name: &str| strace_line(&calls, what, name);
+    let at = |what: &dyn Fn(&str) -> bool, name: &str| {
+        lines
+            .iter()
+            .position(|l| what(l))
+            .unwrap_or_else(|| panic!("no {name} in:\n{calls}"))
+    };
     let clone = at(
         &|l| pid(l) == corral && l.contains(" clone("),
         "clone of init",

@@ -31,20 +31,22 @@ fn only_thread() -> SysResult<()> {
             n => len += n,
         }
     }
-    if stat_threads(&buf[..len]) != Some(1) {
+    // Field 20: num_threads.
+    if stat_field(&buf[..len], 20) != Some("1") {
         return Err(Errno(libc::EDEADLK));
     }
     Ok(())
 }
 
-/// `num_threads`, the 20th field of a `/proc/PID/stat` line; counted
-/// after the command name's closing parenthesis, since the name may hold
-/// spaces and parentheses itself.
-fn stat_threads(line: &[u8]) -> Option<u64> {
+/// Field `n` of a `/proc/PID/stat` line, numbered from 1 as proc(5)
+/// does (`n` >= 3: the fields after the command name). Counted after the
+/// name's closing parenthesis, since the name may hold spaces and
+/// parentheses itself.
+fn stat_field(line: &[u8], n: usize) -> Option<&str> {
     let close = line.iter().rposition(|&b| b == b')')?;
     let rest = std::str::from_utf8(line.get(close + 1..)?).ok()?;
-    // Field 3 (state) is the first after the name: 20 - 3 = 17.
-    rest.split_ascii_whitespace().nth(17)?.parse().ok()
+    // Field 3 (state) is the first after the name.
+    rest.split_ascii_whitespace().nth(n.checked_sub(3)?)
 }
 
 /// `fork(2)`, refused unless the calling process has exactly one thread.
@@ -772,15 +774,13 @@ pub fn set_child_subreaper() -> SysResult<()> {
 ///
 /// The bounds come from the kernel (`/proc/self/stat` fields 48-51).
 pub fn wipe_args_and_env(argv0_replacement: &[u8]) -> std::io::Result<()> {
-    let stat = std::fs::read_to_string("/proc/self/stat")?;
-    // Fields after the parenthesised command name; proc(5) numbers them
-    // from 1, with arg_start at 48 ... env_end at 51.
-    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or_default();
-    let fields: Vec<usize> = rest
-        .split_whitespace()
-        .map(|f| f.parse().unwrap_or(0))
-        .collect();
-    let field = |n: usize| fields.get(n - 3).copied().unwrap_or(0);
+    let stat = std::fs::read("/proc/self/stat")?;
+    // arg_start is field 48 ... env_end field 51.
+    let field = |n: usize| -> usize {
+        stat_field(&stat, n)
+            .and_then(|f| f.parse().ok())
+            .unwrap_or(0)
+    };
     let bad = || {
         std::io::Error::new(
             std::io::ErrorKind::InvalidData,
@@ -883,15 +883,18 @@ mod tests {
     }
 
     #[test]
-    fn the_thread_count_is_read_past_a_command_name_with_spaces_and_parentheses() {
-        let line =
-            b"4242 (a) b (c) d) S 1 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 3 0 77 1000 50\n";
-        assert_eq!(stat_threads(line), Some(3));
-        assert_eq!(stat_threads(b"4242 (x) S 1"), None);
-        assert_eq!(stat_threads(b""), None);
+    fn stat_fields_are_counted_past_a_command_name_with_spaces_and_parentheses() {
+        let line = b"4242 (a) b (c) d) S 1 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 3 0 77\n";
+        assert_eq!(stat_field(line, 3), Some("S"));
+        assert_eq!(stat_field(line, 20), Some("3"));
+        assert_eq!(stat_field(line, 23), None);
+        assert_eq!(stat_field(line, 2), None);
+        assert_eq!(stat_field(b"4242 (x) S 1", 20), None);
+        assert_eq!(stat_field(b"", 3), None);
         // This process's own line parses (other tests come and go with
         // their threads, so only that there is at least this one).
         let own = std::fs::read("/proc/self/stat").unwrap();
-        assert!(stat_threads(&own).is_some_and(|n| n >= 1));
+        let threads: u64 = stat_field(&own, 20).unwrap().parse().unwrap();
+        assert!(threads >= 1);
     }
 }

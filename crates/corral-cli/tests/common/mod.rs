@@ -93,23 +93,6 @@ pub fn corral_run_under_strace(strace_args: &[&str], argv: &[&str]) -> (Output, 
     (out, calls)
 }
 
-/// The pid that starts a line of `strace -f`'s log.
-pub fn strace_pid(line: &str) -> String {
-    line.split_whitespace()
-        .next()
-        .unwrap_or_default()
-        .to_string()
-}
-
-/// The index of the first line of an `strace -f` log that `what` matches;
-/// a failure naming `name` and showing the log when none does.
-pub fn strace_line(calls: &str, what: &dyn Fn(&str) -> bool, name: &str) -> usize {
-    calls
-        .lines()
-        .position(what)
-        .unwrap_or_else(|| panic!("no {name} in:\n{calls}"))
-}
-
 /// Runs `corral run [flags] -- argv` and returns the output.
 pub fn run(flags: &[&str], argv: &[&str]) -> Output {
     let mut c = corral_run();
