@@ -352,11 +352,11 @@ fn a_thousand_requests_at_four_times_the_cap_among_hostile_clients_are_all_answe
     let work = server.work();
     let pid = server.child.id();
     let workspaces = |dir: &std::path::Path| {
-        std::fs::read_dir(dir).map_or(0, |d| {
-            d.flatten()
-                .filter(|e| e.file_name().to_string_lossy().starts_with("corral-ws-"))
-                .count()
-        })
+        std::fs::read_dir(dir)
+            .unwrap_or_else(|e| panic!("cannot list {}: {e}", dir.display()))
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with("corral-ws-"))
+            .count()
     };
     let mounts = || {
         std::fs::read_to_string(format!("/proc/{pid}/mountinfo"))

@@ -142,13 +142,11 @@ fn assert_no_workspace_left(dir: &Path) {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let left: Vec<String> = std::fs::read_dir(dir)
-            .map(|d| {
-                d.flatten()
-                    .map(|e| e.file_name().to_string_lossy().into_owned())
-                    .filter(|n| n.starts_with("corral-ws-"))
-                    .collect()
-            })
-            .unwrap_or_default();
+            .unwrap_or_else(|e| panic!("cannot list {}: {e}", dir.display()))
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("corral-ws-"))
+            .collect();
         if left.is_empty() {
             return;
         }

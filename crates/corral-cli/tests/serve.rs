@@ -861,8 +861,10 @@ fn back_to_back_executions_on_one_slot_are_never_busy_and_leave_nothing() {
     let work = s.work();
     let workspaces = || {
         std::fs::read_dir(&work)
-            .map(|d| d.flatten().filter(|e| e.file_name() != "ahead").count())
-            .unwrap_or(0)
+            .unwrap_or_else(|e| panic!("cannot list {}: {e}", work.display()))
+            .flatten()
+            .filter(|e| e.file_name() != "ahead")
+            .count()
     };
     wait_until(10, "the executions' groups and workspaces removed", || {
         workspaces() == 0
@@ -1206,7 +1208,11 @@ fn a_refused_request_leaves_its_sandbox_built_ahead_to_the_next() {
     let s = start_server("", &["--max-concurrent", "1"]);
     let server = s.child.id();
     let ahead = s.work().join("ahead");
-    let count = |dir: &std::path::Path| std::fs::read_dir(dir).map(|d| d.count()).unwrap_or(0);
+    let count = |dir: &std::path::Path| {
+        std::fs::read_dir(dir)
+            .unwrap_or_else(|e| panic!("cannot list {}: {e}", dir.display()))
+            .count()
+    };
     wait_until(10, "a prepared sandbox", || {
         prepared_sandboxes(server).len() == 1
     });
@@ -1989,6 +1995,63 @@ fn audit_records_stay_small_whatever_the_program_prints() {
     assert_eq!(record["stdout_bytes"], 1 << 20);
 }
 
+#[test]
+fn workspace_mount_points_are_on_a_tmpfs_of_the_servers_own_and_go_with_it() {
+    let s = start_server("", &["--max-concurrent", "1"]);
+    let pid = s.child.id();
+    wait_until(10, "a sandbox built ahead", || {
+        prepared_sandboxes(pid).len() == 1
+    });
+    let names = |dir: &std::path::Path| -> Vec<String> {
+        std::fs::read_dir(dir)
+            .unwrap_or_else(|e| panic!("cannot list {}: {e}", dir.display()))
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect()
+    };
+    // The server sees the workspace of its sandbox built ahead...
+    let held = names(&s.work().join("ahead"));
+    assert!(
+        held.len() == 1 && held[0].starts_with("corral-ws-"),
+        "the server's view of ahead/: {held:?}"
+    );
+    // ...on a tmpfs of its own mount namespace, which the host's disk does
+    // not hold: the host sees the empty directory it is mounted on.
+    let on_host = s.own_dir_on_host().join("workspaces");
+    assert_eq!(names(&on_host), Vec::<String>::new(), "the host's view");
+    let mountinfo = std::fs::read_to_string(format!("/proc/{pid}/mountinfo")).unwrap();
+    let base = mountinfo
+        .lines()
+        .find(|l| l.split(' ').nth(4) == on_host.to_str())
+        .unwrap_or_else(|| panic!("no mount at {} in:\n{mountinfo}", on_host.display()));
+    let (options, rest) = base.split_once(" - ").unwrap();
+    assert!(rest.starts_with("tmpfs corral-mountpoints "), "{base}");
+    for flag in ["nosuid", "nodev", "noexec"] {
+        assert!(
+            options.split([' ', ',']).any(|o| o == flag),
+            "{flag}: {base}"
+        );
+    }
+    // A run still gets its workspace there, and it is gone afterwards.
+    let (status, v) = post(
+        &s,
+        None,
+        r#"{"command": ["sh", "-c", "mkdir output && pwd > output/where"]}"#,
+    );
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["outputs"][0]["content"], "/workspace\n", "{v}");
+    // A graceful stop detaches the tmpfs and removes the server's own
+    // directory from the host.
+    let own = s.own_dir_on_host();
+    let mut s = s;
+    let _ = std::process::Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status();
+    let status = s.child.wait().unwrap();
+    assert!(status.success(), "{status}");
+    assert!(!own.exists(), "{} was left on the host", own.display());
+}
+
 /// Bytes of the files under `dir` as the host sees them (no symlinks
 /// followed).
 fn host_bytes(dir: &std::path::Path) -> u64 {
@@ -2036,7 +2099,7 @@ time.sleep(3)
         (status, json(&body))
     });
     std::thread::sleep(Duration::from_millis(2500));
-    let on_disk = host_bytes(&s.work());
+    let on_disk = host_bytes(&s.own_dir_on_host());
     let (status, v) = run.join().unwrap();
     assert_eq!(status, 200, "{v}");
     let out = v["stdout"].as_str().unwrap_or_default();

@@ -43,8 +43,9 @@ impl Pooled for Held {
 
 static POOL: OnceLock<Pool<Held>> = OnceLock::new();
 
-/// The directory, in the server's own, that holds the workspaces of the
-/// sandboxes built ahead (and of the executions that took them).
+/// The directory, in the server's directory of workspaces, that holds the
+/// workspaces of the sandboxes built ahead (and of the executions that
+/// took them).
 pub const AHEAD_DIR: &str = "ahead";
 
 /// What the pool's sandboxes were built for.
@@ -73,7 +74,7 @@ pub fn keep_ready(state: Arc<AppState>, count: usize) {
     };
     // Their workspaces apart from those of running executions and
     // sessions, so each kind can be told (and counted) at a glance.
-    if let Err(e) = crate::state::create_own_dir(&state.work_dir.join(AHEAD_DIR)) {
+    if let Err(e) = crate::state::create_own_dir(&state.workspaces.join(AHEAD_DIR)) {
         tracing::warn!(error = %e, "no sandboxes built ahead of requests");
         return;
     }
@@ -139,7 +140,7 @@ fn make(state: &AppState) -> Result<Held, Unmade> {
     let Some((command, _)) = found else {
         return Err(never(&"the default profile allows no command found here"));
     };
-    let workspace = crate::exec::new_workspace_in(&state.work_dir.join(AHEAD_DIR), profile)
+    let workspace = crate::exec::new_workspace_in(&state.workspaces.join(AHEAD_DIR), profile)
         .map_err(|e| {
             tracing::warn!(error = %e, "workspace for a sandbox built ahead");
             Unmade::Later

@@ -136,10 +136,15 @@ pub struct AppState {
     pub supervisor: Arc<crate::supervisor::Supervisor>,
     /// Counters.
     pub metrics: Metrics,
-    /// This server's own directory for workspaces:
-    /// `<work_dir>/corral-serve-<pid>`, so a later server can tell what a
-    /// killed one left behind.
+    /// This server's own directory: `<work_dir>/corral-serve-<pid>`, so a
+    /// later server can tell what a killed one left behind.
     pub work_dir: std::path::PathBuf,
+    /// Where workspaces are made: [`WORKSPACES_DIR`] in `work_dir`, a
+    /// tmpfs of the server's own when it has its own mount namespace (see
+    /// [`crate::mounts::mount_workspace_base`]).
+    pub workspaces: std::path::PathBuf,
+    /// Whether `workspaces` is that tmpfs (detached before removal).
+    workspaces_mounted: bool,
     anonymous: bool,
 }
 
@@ -215,6 +220,15 @@ impl AppState {
             .work_dir
             .join(format!("corral-serve-{}", std::process::id()));
         create_own_dir(&work_dir)?;
+        let workspaces = work_dir.join(WORKSPACES_DIR);
+        create_own_dir(&workspaces)?;
+        let workspaces_mounted =
+            crate::mounts::mount_workspace_base(&workspaces).map_err(|source| {
+                ServerError::WorkspaceBase {
+                    path: workspaces.clone(),
+                    source,
+                }
+            })?;
         let audit = Arc::new(audit);
         let snapshot = match config_file {
             Some(f) if !config.server.mcp_servers.is_empty() => {
@@ -244,6 +258,8 @@ impl AppState {
             audit,
             metrics: Metrics::default(),
             work_dir,
+            workspaces,
+            workspaces_mounted,
             anonymous,
             config,
         })
@@ -307,6 +323,9 @@ pub fn anonymous_profiles(config: &Config) -> Vec<String> {
     names
 }
 
+/// The directory of workspaces in a server's own directory.
+pub const WORKSPACES_DIR: &str = "workspaces";
+
 /// Removes `corral-serve-<pid>` directories whose server is gone (killed
 /// before it could clean up). `remove_dir_all` never follows the symlinks a
 /// sandbox may have planted (CVE-2022-21658 fixed it in Rust 1.58.1).
@@ -338,6 +357,9 @@ fn sweep_stale_work_dirs(base: &std::path::Path) {
 
 impl Drop for AppState {
     fn drop(&mut self) {
+        if self.workspaces_mounted {
+            crate::mounts::unmount_workspace_base(&self.workspaces);
+        }
         let _ = std::fs::remove_dir_all(&self.work_dir);
     }
 }

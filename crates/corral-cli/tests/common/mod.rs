@@ -292,11 +292,21 @@ impl Server {
             .path()
     }
 
-    /// This server's own directory of workspaces.
-    pub fn work(&self) -> PathBuf {
+    /// This server's own directory, as the host sees it.
+    pub fn own_dir_on_host(&self) -> PathBuf {
         self.path()
             .join("work")
             .join(format!("corral-serve-{}", self.child.id()))
+    }
+
+    /// This server's directory of workspaces, as the server sees it: a
+    /// tmpfs mounted in its own mount namespace, so it is looked at
+    /// through the server's root (`/proc/PID/root`).
+    pub fn work(&self) -> PathBuf {
+        let own = self.own_dir_on_host();
+        PathBuf::from(format!("/proc/{}/root", self.child.id()))
+            .join(own.strip_prefix("/").unwrap_or(&own))
+            .join("workspaces")
     }
 }
 

@@ -230,7 +230,7 @@ fn id_from<E: std::fmt::Display>(
 /// the profile's `workspace_size` when the server has its own mount
 /// namespace (see [`crate::mounts`]).
 pub fn new_workspace(state: &AppState, profile: &Profile) -> Result<Workspace, WorkspaceError> {
-    new_workspace_in(&state.work_dir, profile)
+    new_workspace_in(&state.workspaces, profile)
 }
 
 /// [`new_workspace`] in `base`, a directory of the server's own.
