@@ -58,6 +58,27 @@ impl LimitsUnenforceable {
 }
 
 static SWEEP: Once = Once::new();
+/// The host's cgroups as last detected. A service makes a group per
+/// sandbox (ahead of its requests), and detecting them again each time
+/// (`/proc/self/mountinfo`, `/proc/self/cgroup`, `/proc/self/status`, the
+/// cgroup2 root's controllers) was about 5% of its CPU per execution
+/// (docs/PERFORMANCE.md).
+static HOST: Mutex<Option<CgroupHost>> = Mutex::new(None);
+
+/// The host as last detected in this process, if it was.
+fn known_host() -> Option<CgroupHost> {
+    HOST.lock().ok().and_then(|h| h.clone())
+}
+
+/// Detects the host's cgroups now, and keeps what it found for
+/// [`known_host`].
+fn detect_host() -> Result<CgroupHost, String> {
+    let host = CgroupHost::detect().map_err(|e| e.to_string())?;
+    if let Ok(mut known) = HOST.lock() {
+        *known = Some(host.clone());
+    }
+    Ok(host)
+}
 static COUNTER: AtomicU64 = AtomicU64::new(0);
 
 /// The cgroup part of a profile's limits.
@@ -116,14 +137,20 @@ impl RunCgroup {
             return Ok(run);
         }
         // The group made now, or the host it is to be made on later.
-        let attempt = (|| {
-            let host = CgroupHost::detect().map_err(|e| e.to_string())?;
+        let attempt_on = |host: CgroupHost| {
             host.can_enforce(&want).map_err(|e| e.to_string())?;
             if later && matches!(host.version(), Version::V1 { .. }) {
                 return Ok(Err(host));
             }
             create(&host, &want).map(Ok)
-        })();
+        };
+        let attempt = match known_host() {
+            // The host as detected before; if it no longer holds (the
+            // hierarchies were remounted, this process was moved), it is
+            // looked at again, so a cached view never refuses a run.
+            Some(host) => attempt_on(host).or_else(|_| detect_host().and_then(attempt_on)),
+            None => detect_host().and_then(attempt_on),
+        };
         match attempt {
             Ok(Ok(cgroup)) => {
                 let _ = run.cgroup.set(cgroup);
@@ -290,5 +317,51 @@ impl crate::launch::Containment for RunCgroup {
 
     fn while_starting(&self) {
         self.settle();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A view of a host whose hierarchies sit in an empty directory:
+    /// nothing can be made there.
+    fn stale_host(root: &std::path::Path) -> CgroupHost {
+        let mountinfo = "\
+31 24 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
+35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory
+39 31 0:36 / /sys/fs/cgroup/pids rw,relatime - cgroup cgroup rw,pids
+";
+        CgroupHost::from_mountinfo_at(root, mountinfo, "8:pids:/\n4:memory:/\n").unwrap()
+    }
+
+    #[test]
+    fn a_view_of_the_host_that_no_longer_holds_is_detected_again_and_never_refuses_a_run() {
+        let real = match CgroupHost::detect() {
+            Ok(host) if corral_sys::process::uids().1 == 0 => host,
+            _ => {
+                eprintln!("skipped: needs root and a cgroup hierarchy it can write");
+                return;
+            }
+        };
+        let limits = corral_policy::builtin::code().limits;
+        let want = cgroup_limits(&limits);
+        if real.can_enforce(&want).is_err() {
+            eprintln!("skipped: this host cannot enforce the code profile's cgroup limits");
+            return;
+        }
+        let gone = std::env::temp_dir().join(format!("corral-stale-host-{}", std::process::id()));
+        *HOST.lock().unwrap() = Some(stale_host(&gone));
+        let run = RunCgroup::for_limits(&limits).expect("the real host enforces them");
+        assert!(run.enforced().is_some(), "no group was made");
+        assert!(run.not_enforced().is_empty());
+        let known = known_host().expect("the host detected again is kept");
+        assert_eq!(
+            known.version(),
+            real.version(),
+            "the view kept is the real one"
+        );
+        assert!(!gone.exists(), "nothing was made under the stale view");
+        run.remove();
     }
 }
