@@ -1996,6 +1996,27 @@ fn audit_records_stay_small_whatever_the_program_prints() {
 }
 
 #[test]
+fn a_run_larger_than_an_inline_message_reaches_its_sandbox_whole() {
+    // A run's plan travels in the message that starts it when small, in a
+    // sealed memfd when larger than 16 KiB: 40,000 bytes of environment
+    // take the second way, to a sandbox built ahead (the program part) and
+    // to one the run builds (its whole plan: other limits).
+    let s = start_server("", &["--max-concurrent", "1"]);
+    let big = "x".repeat(40_000);
+    for limits in ["", r#", "limits": {"timeout_ms": 20000}"#] {
+        wait_until(10, "a sandbox built ahead", || {
+            prepared_sandboxes(s.child.id()).len() == 1
+        });
+        let body = format!(
+            r#"{{"command": ["sh", "-c", "printf %s \"$BIG\" | wc -c; echo \"$SMALL\""], "env": {{"BIG": "{big}", "SMALL": "end"}}{limits}}}"#
+        );
+        let (status, v) = post(&s, None, &body);
+        assert_eq!(status, 200, "{limits}: {v}");
+        assert_eq!(v["stdout"], "40000\nend\n", "{limits}: {v}");
+    }
+}
+
+#[test]
 fn workspace_mount_points_are_on_a_tmpfs_of_the_servers_own_and_go_with_it() {
     let s = start_server("", &["--max-concurrent", "1"]);
     let pid = s.child.id();

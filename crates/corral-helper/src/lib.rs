@@ -68,8 +68,8 @@ pub use plan::{
     SandboxIdentity, SandboxPlan, SecurityPlan, HTTP_PROXY_PORT, SOCKS_PROXY_PORT,
 };
 pub use protocol::{
-    FailureKind, HelperMessage, GO_AHEAD, JOIN_MESSAGE, MAX_PLAN_BYTES, PLAN_MESSAGE,
-    PROGRAM_MESSAGE,
+    inline_run_message, FailureKind, HelperMessage, GO_AHEAD, JOIN_MESSAGE, MAX_INLINE_BYTES,
+    MAX_PLAN_BYTES, PLAN_MESSAGE, PROGRAM_MESSAGE,
 };
 
 /// The hidden subcommand that re-enters corral's binary as the sandbox
@@ -426,8 +426,8 @@ fn join_cgroup(join: &[std::path::PathBuf]) -> Result<(), String> {
     Ok(())
 }
 
-/// Reads the plan message: the run's stdin, stdout and stderr and a sealed
-/// memfd holding the plan (see [`PLAN_MESSAGE`]), and puts the three
+/// Reads the plan message: the run's stdin, stdout and stderr and the
+/// plan (see [`PLAN_MESSAGE`]), and puts the three
 /// streams at 0, 1 and 2: this helper may have been started before the run
 /// existed (a server's warm pool), with `/dev/null` there. End of file
 /// means corral let a waiting helper go: exit quietly.
@@ -436,37 +436,49 @@ fn read_plan(ctrl: &mut File) -> Result<SandboxPlan, String> {
     serde_json::from_slice(&bytes).map_err(|e| format!("decoding the plan: {e}"))
 }
 
-/// Reads one message of the form corral starts a run with: `expected`,
-/// with the run's stdin, stdout and stderr and a sealed memfd attached, in
-/// that order. Puts the three streams at 0, 1 and 2 and returns the
-/// memfd's bytes (at most [`MAX_PLAN_BYTES`]). End of file means corral
-/// let this process go unused: it exits quietly, status 0.
+/// Reads one message of the form corral starts a run with (tagged
+/// `expected`, see [`inline_run_message`]): the run's stdin, stdout and
+/// stderr attached, in that order, and the payload in the message or in a
+/// sealed memfd attached fourth (at most [`MAX_PLAN_BYTES`]). Puts the
+/// three streams at 0, 1 and 2 and returns the payload. End of file means
+/// corral let this process go unused: it exits quietly, status 0.
 pub(crate) fn read_run_message(
     ctrl: &mut File,
     expected: &[u8],
     what: &str,
 ) -> Result<Vec<u8>, String> {
+    use protocol::RunPayload;
     use std::os::fd::AsRawFd;
-    let mut buf = [0u8; 64];
+    // Room for the largest inline message and one byte more, so that a
+    // longer one is cut short and refused rather than read in part.
+    let mut buf = vec![0u8; expected.len() + 2 + MAX_INLINE_BYTES];
     let (n, fds) = fd::recv_with_fds(ctrl.as_raw_fd(), &mut buf)
         .map_err(|e| format!("reading the {what} message: {e}"))?;
     if n == 0 {
         process::exit_now(0);
     }
-    if &buf[..n] != expected {
-        return Err(format!("the {what} message is not one corral sends"));
+    let payload = protocol::parse_run_message(expected, &buf[..n])
+        .ok_or_else(|| format!("the {what} message is not one corral sends"))?;
+    let wanted = match payload {
+        RunPayload::Inline(_) => "stdin, stdout, stderr".to_owned(),
+        RunPayload::InMemfd => format!("stdin, stdout, stderr, {what}"),
+    };
+    let count = wanted.split(", ").count();
+    if fds.len() != count {
+        return Err(format!(
+            "the {what} came with {} descriptors, not {count} ({wanted})",
+            fds.len()
+        ));
     }
-    let [stdin, stdout, stderr, memfd] = <[OwnedFd; 4]>::try_from(fds).map_err(|got| {
-        format!(
-            "the {what} came with {} descriptors, not 4 (stdin, stdout, stderr, {what})",
-            got.len()
-        )
-    })?;
-    for (fd_, target) in [(&stdin, 0), (&stdout, 1), (&stderr, 2)] {
+    for (fd_, target) in fds.iter().zip(0..3) {
         fd::place(fd_, target).map_err(|e| format!("placing stdio fd {target}: {e}"))?;
     }
-    fd::read_sealed_memfd(&memfd, MAX_PLAN_BYTES)
-        .map_err(|e| format!("reading the {what} (at most {MAX_PLAN_BYTES} bytes, sealed): {e}"))
+    match payload {
+        RunPayload::Inline(bytes) => Ok(bytes.to_vec()),
+        RunPayload::InMemfd => fd::read_sealed_memfd(&fds[3], MAX_PLAN_BYTES).map_err(|e| {
+            format!("reading the {what} (at most {MAX_PLAN_BYTES} bytes, sealed): {e}")
+        }),
+    }
 }
 
 fn run(plan: SandboxPlan, mut ctrl: Control) -> ! {

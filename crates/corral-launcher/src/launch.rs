@@ -255,16 +255,21 @@ pub(crate) fn contain_new_helper(c: &dyn Containment, pid: i32) -> std::io::Resu
 }
 
 /// Sends a re-executed helper (or a held sandbox's init) the message that
-/// starts its run: `tag`, with the run's stdin, stdout and stderr and a
-/// sealed memfd holding `payload` attached. The payload goes in a memfd
-/// because a socket message is bounded by the socket buffer (~208 KiB), a
-/// plan only by `MAX_PLAN_BYTES`.
+/// starts its run: `tag`, with the run's stdin, stdout and stderr attached
+/// and `payload` in the message when it is small (at most
+/// `MAX_INLINE_BYTES`), else in a sealed memfd attached fourth: a socket
+/// message is bounded by the socket buffer (~208 KiB), a plan only by
+/// `MAX_PLAN_BYTES` (see `corral_helper::inline_run_message`).
 pub(crate) fn send_run_message(
     sock: std::os::fd::RawFd,
     tag: &[u8],
     stdio: [std::os::fd::RawFd; 3],
     payload: &[u8],
 ) -> std::io::Result<()> {
+    if let Some(message) = corral_helper::inline_run_message(tag, payload) {
+        fd::send_with_fds(sock, &message, &stdio)?;
+        return Ok(());
+    }
     let memfd = fd::sealed_memfd(c"corral-plan", payload)?;
     let [stdin, stdout, stderr] = stdio;
     fd::send_with_fds(sock, tag, &[stdin, stdout, stderr, memfd.as_raw_fd()])?;
