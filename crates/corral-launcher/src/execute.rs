@@ -17,7 +17,7 @@ use crate::launch::{
     launch_settling, EgressProxy, HelperStart, LaunchOptions, Leftover, Outcome, OutputMode,
     StartedHelper,
 };
-use crate::plan::{build_plan, plan_from_held, sandbox_identity, RunRequest};
+use crate::plan::{build_plan, program_for_held, sandbox_identity, with_program, RunRequest};
 use crate::prepared::PreparedSandbox;
 use crate::protect::{ProtectError, Protection};
 use crate::reexec::ReadyHelper;
@@ -222,6 +222,14 @@ pub fn execute(
 /// stays there until the run launches its own sandbox (in the same
 /// workspace, which the unused one then no longer has as it was made), and
 /// goes with the run's [`Remains`] from then on, let go after the answer.
+/// What a run planned: its program, for the sandbox built ahead that fits
+/// it (whose plan it borrows until it takes the sandbox), or its whole
+/// plan.
+enum Planned<'a> {
+    Program(corral_helper::ProgramPlan, &'a SandboxPlan),
+    Whole(Box<SandboxPlan>),
+}
+
 fn execute_run(
     profile: &Profile,
     commands: &CommandTable,
@@ -240,28 +248,35 @@ fn execute_run(
         opts.helper == HelperStart::ReExec
             && p.fits(profile, identity, request, &cgroup_limits(&profile.limits))
     });
-    let from_held = fitting
-        .and_then(|p| plan_from_held(p.plan(), profile, commands, request, lookup_env).transpose());
-    let (planned, use_held) = match from_held {
-        Some(planned) => (planned, true),
-        None => {
-            let planned = build_plan(profile, commands, request, identity, lookup_env);
-            // Planned in full: the held sandbox only if it is this one.
-            let same = fitting.is_some_and(|p| {
-                planned
-                    .as_ref()
-                    .is_ok_and(|(plan, _)| p.plan().same_sandbox(plan))
-            });
-            (planned, same)
+    // Only the program, for the sandbox built ahead (its plan is taken
+    // with it, below), or the whole plan.
+    let planned = match fitting.and_then(|p| {
+        program_for_held(p.plan(), profile, commands, request, lookup_env)
+            .map(|program| program.map(|program| (program, p.plan())))
+            .transpose()
+    }) {
+        Some(program) => {
+            program.map(|((program, events), held)| (Planned::Program(program, held), events))
         }
+        None => build_plan(profile, commands, request, identity, lookup_env)
+            .map(|(plan, events)| (Planned::Whole(Box::new(plan)), events)),
     };
-    let (plan, mut events) = match planned {
+    let (planned, mut events) = match planned {
         Ok(p) => p,
         Err(e) => {
             let events: Vec<AuditEvent> = e.event().cloned().into_iter().collect();
             emit_all(&events);
             return Err(refusal(e.exit_code(), e.code(), e.to_string(), events));
         }
+    };
+    // The sandbox part of the run's plan, and whether the sandbox built
+    // ahead is what it plans (planned in full: only if it is this one).
+    let (plan, use_held) = match &planned {
+        Planned::Program(_, held) => (*held, true),
+        Planned::Whole(plan) => (
+            &**plan,
+            fitting.is_some_and(|p| p.plan().same_sandbox(plan)),
+        ),
     };
     if plan.network == NetworkMode::Host {
         events.push(AuditEvent::new(
@@ -292,16 +307,35 @@ fn execute_run(
             ));
         }
     };
-    if let Some(event) = protection_event(&plan, &protection) {
+    if let Some(event) = protection_event(plan, &protection) {
         events.push(event);
     }
     emit_all(&events);
-    // The sandbox built ahead that planned this run takes it whole.
-    let held = match prepared.take() {
-        Some(p) if use_held => Some(p.into_parts()),
-        other => {
-            *prepared = other;
-            None
+    let program = match planned {
+        Planned::Program(program, _) => Ok(program),
+        Planned::Whole(plan) => Err(plan),
+    };
+    // The sandbox built ahead that planned this run takes it whole, and
+    // its plan with the run's program put in (or the run's own plan).
+    let held = if use_held {
+        prepared.take().map(PreparedSandbox::into_parts)
+    } else {
+        None
+    };
+    let (held, plan) = match (program, held) {
+        (Err(plan), held) => (held.map(|(helper, group, _)| (helper, group)), *plan),
+        (Ok(program), Some((helper, group, held_plan))) => {
+            (Some((helper, group)), with_program(held_plan, program))
+        }
+        // Not reached: a program is planned only for the sandbox built
+        // ahead, which is taken above.
+        (Ok(_), None) => {
+            return Err(refusal(
+                EXIT_CORRAL_ERROR,
+                "sandbox.setup",
+                "the run's program was planned for a sandbox built ahead that is gone".into(),
+                events,
+            ))
         }
     };
     // The sandbox built ahead, or a re-executed helper that may be waiting

@@ -344,24 +344,24 @@ pub fn build_plan(
     Ok((plan, events))
 }
 
-/// The plan [`build_plan`] would make for `request`, made from `held`, the
-/// plan of a sandbox built ahead for the same profile, identity and
-/// sandbox inputs ([`SandboxInputs`]): only the program part is built
-/// (the command checked and resolved, the environment, rlimits), with its
-/// events. The sandbox part is `held`'s: the host filesystem as it was
-/// when that sandbox was built, which is what the sandbox holds anyway.
-/// `None` when the run must plan its sandbox too (the caller then builds
-/// the whole plan): when [`plans_only_the_program`] says paths a run can
-/// write shape it, or when the program changes it after all (under
-/// `commands.restrict_exec` an executable outside the allowed commands
-/// changes the Landlock rules).
-pub(crate) fn plan_from_held(
+/// The program part of the plan [`build_plan`] would make for `request`,
+/// made for `held`, the plan of a sandbox built ahead for the same
+/// profile, identity and sandbox inputs ([`SandboxInputs`]): the command
+/// checked and resolved, the environment, rlimits, with its events.
+/// [`with_program`] puts it into `held` (the sandbox part stays `held`'s:
+/// the host filesystem as it was when that sandbox was built, which is
+/// what the sandbox holds anyway). `None` when the run must plan its
+/// sandbox too (the caller then builds the whole plan): when
+/// [`plans_only_the_program`] says paths a run can write shape it, or when
+/// the program changes it after all (under `commands.restrict_exec` an
+/// executable outside the allowed commands changes the Landlock rules).
+pub(crate) fn program_for_held(
     held: &SandboxPlan,
     profile: &Profile,
     commands: &CommandTable,
     request: &RunRequest,
     lookup_env: &dyn Fn(&str) -> Option<String>,
-) -> Result<Option<(SandboxPlan, Vec<AuditEvent>)>, PlanError> {
+) -> Result<Option<(ProgramPlan, Vec<AuditEvent>)>, PlanError> {
     if held.reduced.is_some() || !plans_only_the_program(profile, request) {
         return Ok(None);
     }
@@ -371,11 +371,22 @@ pub(crate) fn plan_from_held(
     {
         return Ok(None);
     }
-    let mut plan = held.clone();
-    plan.set_program(program_of(profile, request, exec_path, env)?);
-    plan.hold = false;
-    plan.cgroup_join.clear();
-    Ok(Some((plan, events)))
+    Ok(Some((
+        program_of(profile, request, exec_path, env)?,
+        events,
+    )))
+}
+
+/// `held`, the plan of the sandbox built ahead that a run takes, with the
+/// run's `program` ([`program_for_held`]) in place of its own: the plan
+/// [`build_plan`] would make for the run. Takes the plan rather than copy
+/// it (its mounts, seccomp programs and Landlock rules), on every
+/// execution's path.
+pub(crate) fn with_program(mut held: SandboxPlan, program: ProgramPlan) -> SandboxPlan {
+    held.set_program(program);
+    held.hold = false;
+    held.cgroup_join.clear();
+    held
 }
 
 /// Whether a run may take its sandbox part from a sandbox built ahead
@@ -1199,8 +1210,9 @@ mod tests {
         );
     }
 
-    /// `plan_from_held` on a held plan (`hold` and a cgroup join set, as
-    /// a prepared sandbox has them) against `build_plan` for the run.
+    /// `program_for_held` and `with_program` on a held plan (`hold` and a
+    /// cgroup join set, as a prepared sandbox has them), to compare with
+    /// `build_plan` for the run.
     fn from_held(
         profile: &Profile,
         template: &RunRequest,
@@ -1210,7 +1222,9 @@ mod tests {
         let (mut held, _) = plan_for(profile, template).expect("template plan");
         held.hold = true;
         held.cgroup_join = vec!["/sys/fs/cgroup/pids/corral/x/tasks".into()];
-        plan_from_held(&held, profile, &commands, run, &|_| None).expect("program part")
+        let (program, events) =
+            program_for_held(&held, profile, &commands, run, &|_| None).expect("program part")?;
+        Some((with_program(held, program), events))
     }
 
     #[test]
@@ -1244,7 +1258,7 @@ mod tests {
         let template = request(&["python3", "-c", "pass"]);
         let commands = CommandTable::resolve(&profile, None);
         let (held, _) = plan_for(&profile, &template).unwrap();
-        let refused = plan_from_held(&held, &profile, &commands, &request(&["perl"]), &|_| None);
+        let refused = program_for_held(&held, &profile, &commands, &request(&["perl"]), &|_| None);
         assert_eq!(refused.unwrap_err().code(), "command.not_allowed");
         // Under restrict_exec an executable outside the allowed commands
         // changes the Landlock rules: the held sandbox is not for it.

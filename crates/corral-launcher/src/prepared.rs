@@ -163,7 +163,7 @@ impl PreparedSandbox {
     /// Whether this sandbox was built from the inputs of `request` under
     /// `profile` (its program aside) and for these cgroup limits. The
     /// caller still plans what paths a run can write may change (see
-    /// `plan::plan_from_held`).
+    /// `plan::program_for_held`).
     pub(crate) fn fits(
         &self,
         profile: &Profile,
@@ -179,8 +179,9 @@ impl PreparedSandbox {
         &self.plan
     }
 
-    /// The helper and the group, for the run that takes this sandbox.
-    pub(crate) fn into_parts(self) -> (ReadyHelper, RunCgroup) {
-        (self.helper, self.group)
+    /// The helper, the group and the plan, for the run that takes this
+    /// sandbox.
+    pub(crate) fn into_parts(self) -> (ReadyHelper, RunCgroup, SandboxPlan) {
+        (self.helper, self.group, self.plan)
     }
 }
