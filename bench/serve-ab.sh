@@ -11,6 +11,8 @@
 #       GAP=0 seconds of idle before each request (and each bare run):
 #       GAP=0.1 PER=4 BLOCKS=10 measures one execution at a time, as an agent that
 #       thinks between calls sends them, instead of back-to-back load
+#       PROG=sh runs `sh -c :` (bare: /bin/sh) instead of python3: corral's
+#       own share of the path, without python's start-up and its noise
 #
 # Prints each round's p50 and p90 (ms) per binary with its p50 over bare
 # python3, then the means over the rounds.
@@ -20,46 +22,24 @@ ROUNDS=${ROUNDS:-6}
 BLOCKS=${BLOCKS:-8}
 PER=${PER:-20}
 GAP=${GAP:-0}
+PROG=${PROG:-python3}
+case $PROG in python3|sh) ;; *) echo "PROG is python3 or sh" >&2; exit 2 ;; esac
 PY=/usr/bin/python3
-TMP=$(mktemp -d /tmp/corral-serve-ab.XXXXXX)
-chmod 711 "$TMP"   # sandboxes (uid 65534 under root) pass through to their workspace
-PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null; rm -rf "$TMP"; }
-trap cleanup EXIT
-unenforced=false
-[ "$(id -u)" -eq 0 ] || unenforced=true
-ADDRS=()
-i=0
-for bin in "$@"; do
-    d="$TMP/s$i"
-    mkdir -p "$d"
-    chmod 711 "$d"
-    cat > "$d/corral.toml" <<TOML
-[profile.code]
-[profile.code.limits]
-allow_unenforced = $unenforced
-[server]
-max_concurrent = 2
-audit_db = "$d/audit.db"
-work_dir = "$d"
-TOML
-    "$bin" serve --config "$d/corral.toml" --listen 127.0.0.1:0 2> "$d/server.log" &
-    PIDS+=($!)
-    for _ in $(seq 100); do grep -q "serving on" "$d/server.log" && break; sleep 0.05; done
-    ADDRS+=("$(sed -n 's|.*serving on http://||p' "$d/server.log")")
-    i=$((i + 1))
-done
-echo "serve-ab: $ROUNDS rounds x $BLOCKS blocks x $PER requests per server, ${GAP} s idle before each, $(nproc) cores, $(date -u '+%Y-%m-%d %H:%M UTC')"
-BINS=("$@")
-for j in "${!BINS[@]}"; do
-    echo "  [$j] ${BINS[$j]} at ${ADDRS[$j]}"
-done
-"$PY" - "$ROUNDS" "$BLOCKS" "$PER" "$GAP" "$PY" "${ADDRS[@]}" <<'PY'
+# shellcheck source=bench/serve-lib.sh
+source "$(dirname "$0")/serve-lib.sh"
+make_server_dirs corral-serve-ab
+echo "serve-ab: $ROUNDS rounds x $BLOCKS blocks x $PER requests of $PROG per server, ${GAP} s idle before each, $(nproc) cores, $(date -u '+%Y-%m-%d %H:%M UTC')"
+start_servers 2 "$@"
+"$PY" - "$ROUNDS" "$BLOCKS" "$PER" "$GAP" "$PY" "$PROG" "${ADDRS[@]}" <<'PY'
 import http.client, json, statistics, subprocess, sys, time
 rounds, blocks, per = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
-gap, py = float(sys.argv[4]), sys.argv[5]
-addrs = sys.argv[6:]
-body = json.dumps({"command": ["python3", "-c", "print(1)"]})
+gap, py, prog = float(sys.argv[4]), sys.argv[5], sys.argv[6]
+addrs = sys.argv[7:]
+if prog == "sh":
+    command, bare_argv, expected = ["sh", "-c", ":"], ["/bin/sh", "-c", ":"], ""
+else:
+    command, bare_argv, expected = ["python3", "-c", "print(1)"], [py, "-c", "print(1)"], "1\n"
+body = json.dumps({"command": command})
 conns = [http.client.HTTPConnection(*a.rsplit(":", 1)) for a in addrs]
 def one(c):
     time.sleep(gap)
@@ -67,13 +47,13 @@ def one(c):
     c.request("POST", "/v1/executions", body, {"content-type": "application/json"})
     r = c.getresponse()
     d = r.read()
-    if r.status != 200 or json.loads(d).get("stdout") != "1\n":
+    if r.status != 200 or json.loads(d).get("stdout") != expected:
         sys.exit(f"serve-ab: request failed: {r.status} {d[:300]!r}")
     return (time.perf_counter() - t) * 1000
 def bare():
     time.sleep(gap)
     t = time.perf_counter()
-    subprocess.run([py, "-c", "print(1)"], stdout=subprocess.DEVNULL, check=True)
+    subprocess.run(bare_argv, stdout=subprocess.DEVNULL, check=True)
     return (time.perf_counter() - t) * 1000
 for c in conns:
     for _ in range(5):

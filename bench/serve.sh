@@ -46,21 +46,11 @@ chmod 711 "$TMP"   # sandboxes (uid 65534 under root) pass through to their work
 cleanup() { [ -n "${SERVER:-}" ] && kill "$SERVER" 2>/dev/null; wait 2>/dev/null; rm -rf "$TMP"; }
 trap cleanup EXIT
 trap 'echo "serve.sh: line $LINENO failed: $BASH_COMMAND" >&2' ERR
-unenforced=false
-[ "$(id -u)" -eq 0 ] || unenforced=true
-cat > "$TMP/corral.toml" <<TOML
-[profile.code]
-[profile.code.limits]
-allow_unenforced = $unenforced
-[server]
-max_concurrent = $P
-audit_db = "$TMP/audit.db"
-work_dir = "$TMP"
-TOML
-"$BIN" serve --config "$TMP/corral.toml" --listen 127.0.0.1:0 2> "$TMP/server.log" &
-SERVER=$!
-for _ in $(seq 100); do grep -q "serving on" "$TMP/server.log" && break; sleep 0.05; done
-ADDR=$(sed -n 's|.*serving on http://||p' "$TMP/server.log")
+# shellcheck source=bench/serve-lib.sh
+source "$(dirname "$0")/serve-lib.sh"
+start_server "$BIN" "$TMP" "$P"
+SERVER=$SERVER_PID
+ADDR=$SERVER_ADDR
 BODY='{"command": ["python3", "-c", "print(1)"]}'
 curl -sf -X POST -H 'content-type: application/json' -d "$BODY" "http://$ADDR/v1/executions" | grep -q '"stdout":"1\\n"'
 
