@@ -47,7 +47,7 @@ cleanup() { [ -n "${SERVER:-}" ] && kill "$SERVER" 2>/dev/null; wait 2>/dev/null
 trap cleanup EXIT
 trap 'echo "serve.sh: line $LINENO failed: $BASH_COMMAND" >&2' ERR
 # shellcheck source=bench/serve-lib.sh
-source "$(dirname "$0")/serve-lib.sh"
+source bench/serve-lib.sh
 start_server "$BIN" "$TMP" "$P"
 SERVER=$SERVER_PID
 ADDR=$SERVER_ADDR

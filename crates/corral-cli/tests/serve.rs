@@ -2000,10 +2000,11 @@ fn a_run_larger_than_an_inline_message_reaches_its_sandbox_whole() {
     // A run's plan travels in the message that starts it when small, in a
     // sealed memfd when larger than 16 KiB: 40,000 bytes of environment
     // take the second way, to a sandbox built ahead (the program part) and
-    // to one the run builds (its whole plan: other limits).
+    // to one the run builds (its whole plan: other cgroup limits than the
+    // sandbox built ahead was made for).
     let s = start_server("", &["--max-concurrent", "1"]);
     let big = "x".repeat(40_000);
-    for limits in ["", r#", "limits": {"timeout_ms": 20000}"#] {
+    for limits in ["", r#", "limits": {"memory_bytes": 536870912}"#] {
         wait_until(10, "a sandbox built ahead", || {
             prepared_sandboxes(s.child.id()).len() == 1
         });
@@ -2053,14 +2054,36 @@ fn workspace_mount_points_are_on_a_tmpfs_of_the_servers_own_and_go_with_it() {
             "{flag}: {base}"
         );
     }
-    // A run still gets its workspace there, and it is gone afterwards.
-    let (status, v) = post(
-        &s,
-        None,
-        r#"{"command": ["sh", "-c", "mkdir output && pwd > output/where"]}"#,
+    // A run that builds its own sandbox (other cgroup limits than the one
+    // built ahead) gets its workspace there too, while the host still sees
+    // none.
+    let addr = s.addr.clone();
+    let run = std::thread::spawn(move || {
+        let body = r#"{"command": ["sh", "-c", "mkdir output && pwd > output/where && sleep 1"],
+                       "limits": {"memory_bytes": 536870912}}"#;
+        http(&addr, "POST", "/v1/executions", None, Some(body))
+    });
+    let workspaces = |dir: &std::path::Path| -> Vec<String> {
+        names(dir)
+            .into_iter()
+            .filter(|n| n.starts_with("corral-ws-"))
+            .collect()
+    };
+    wait_until(10, "the run's workspace in the server's view", || {
+        workspaces(&s.work()).len() == 1
+    });
+    assert_eq!(
+        workspaces(&on_host),
+        Vec::<String>::new(),
+        "the host's view"
     );
+    let (status, _, body) = run.join().unwrap();
+    let v = json(&body);
     assert_eq!(status, 200, "{v}");
     assert_eq!(v["outputs"][0]["content"], "/workspace\n", "{v}");
+    wait_until(10, "the run's workspace removed", || {
+        workspaces(&s.work()).is_empty()
+    });
     // A graceful stop detaches the tmpfs and removes the server's own
     // directory from the host.
     let own = s.own_dir_on_host();

@@ -269,7 +269,8 @@ impl ProgramArgs {
 /// reports its `layers` and waits here for its run; `ready` is `None`) the
 /// rlimits, the working directory, the `layers` report (when not made
 /// yet) and the seccomp filters. Nothing here allocates before the wait
-/// except for the `layers` report and a failure's message; seccomp goes
+/// except for the `layers` report, the wait's own receiving buffer and a
+/// failure's message; seccomp goes
 /// last so every earlier step may still use the syscalls it denies.
 /// Returns only when something failed, `execve` included: what to report
 /// and the exit status.

@@ -459,14 +459,11 @@ pub(crate) fn read_run_message(
     }
     let payload = protocol::parse_run_message(expected, &buf[..n])
         .ok_or_else(|| format!("the {what} message is not one corral sends"))?;
-    let wanted = match payload {
-        RunPayload::Inline(_) => "stdin, stdout, stderr".to_owned(),
-        RunPayload::InMemfd => format!("stdin, stdout, stderr, {what}"),
-    };
-    let count = wanted.split(", ").count();
+    let count = payload.descriptors();
     if fds.len() != count {
+        let memfd = if count == 4 { ", the memfd" } else { "" };
         return Err(format!(
-            "the {what} came with {} descriptors, not {count} ({wanted})",
+            "the {what} came with {} descriptors, not {count} (stdin, stdout, stderr{memfd})",
             fds.len()
         ));
     }

@@ -100,8 +100,8 @@ pub const PROGRAM_MESSAGE: &[u8] = b"program";
 /// Largest payload a run message carries in the message itself. A program
 /// part is a few hundred bytes; a memfd for it cost a `memfd_create`, a
 /// write, three seals and a close on the sender's side and an `fstat`, a
-/// read and a close on the receiver's, on the path of every execution of
-/// a service (docs/PERFORMANCE.md). Far below the socket buffer (~208 KiB)
+/// seal check, a read and a close on the receiver's, on the path of every
+/// execution of a service (docs/PERFORMANCE.md). Far below the socket buffer (~208 KiB)
 /// that bounds one `SOCK_SEQPACKET` message.
 pub const MAX_INLINE_BYTES: usize = 16 << 10;
 
@@ -123,6 +123,17 @@ pub enum RunPayload<'a> {
     Inline(&'a [u8]),
     /// In the sealed memfd attached as the fourth descriptor.
     InMemfd,
+}
+
+impl RunPayload<'_> {
+    /// How many descriptors come with a message framed this way: the
+    /// run's three streams, and the memfd.
+    pub fn descriptors(&self) -> usize {
+        match self {
+            RunPayload::Inline(_) => 3,
+            RunPayload::InMemfd => 4,
+        }
+    }
 }
 
 /// Reads the framing of a run message tagged `tag` (see
@@ -191,5 +202,18 @@ mod tests {
         }
         let over = [PLAN_MESSAGE, &[0], &vec![b'x'; MAX_INLINE_BYTES + 1]].concat();
         assert_eq!(parse_run_message(PLAN_MESSAGE, &over), None);
+    }
+
+    #[test]
+    fn an_inline_message_comes_with_the_three_streams_and_a_memfd_one_with_four() {
+        let inline = inline_run_message(PLAN_MESSAGE, b"{}").unwrap();
+        let parsed = parse_run_message(PLAN_MESSAGE, &inline).unwrap();
+        assert_eq!(parsed.descriptors(), 3);
+        assert_eq!(
+            parse_run_message(PLAN_MESSAGE, PLAN_MESSAGE)
+                .unwrap()
+                .descriptors(),
+            4
+        );
     }
 }

@@ -217,11 +217,6 @@ pub fn execute(
     run
 }
 
-/// [`execute`] but for the `run.exit` of a refusal. Takes the sandbox
-/// built ahead out of `prepared` when the run fits it; one it does not fit
-/// stays there until the run launches its own sandbox (in the same
-/// workspace, which the unused one then no longer has as it was made), and
-/// goes with the run's [`Remains`] from then on, let go after the answer.
 /// What a run planned: its program, for the sandbox built ahead that fits
 /// it (whose plan it borrows until it takes the sandbox), or its whole
 /// plan.
@@ -230,6 +225,11 @@ enum Planned<'a> {
     Whole(Box<SandboxPlan>),
 }
 
+/// [`execute`] but for the `run.exit` of a refusal. Takes the sandbox
+/// built ahead out of `prepared` when the run fits it; one it does not fit
+/// stays there until the run launches its own sandbox (in the same
+/// workspace, which the unused one then no longer has as it was made), and
+/// goes with the run's [`Remains`] from then on, let go after the answer.
 fn execute_run(
     profile: &Profile,
     commands: &CommandTable,

@@ -267,8 +267,12 @@ pub(crate) fn send_run_message(
     payload: &[u8],
 ) -> std::io::Result<()> {
     if let Some(message) = corral_helper::inline_run_message(tag, payload) {
-        fd::send_with_fds(sock, &message, &stdio)?;
-        return Ok(());
+        match fd::send_with_fds(sock, &message, &stdio) {
+            // A host whose socket buffers are smaller than the message
+            // (net.core.wmem_default) refuses it whole: the memfd way.
+            Err(e) if e.0 == libc::EMSGSIZE => {}
+            sent => return sent.map_err(Into::into),
+        }
     }
     let memfd = fd::sealed_memfd(c"corral-plan", payload)?;
     let [stdin, stdout, stderr] = stdio;
@@ -849,6 +853,35 @@ pub fn is_helper_invocation(arg1: Option<&std::ffi::OsStr>) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use std::os::fd::AsRawFd;
+
+    #[test]
+    fn a_run_message_goes_inline_and_in_a_memfd_when_the_socket_cannot_hold_it() {
+        let null = std::fs::File::open("/dev/null").unwrap();
+        let n = null.as_raw_fd();
+        let (ours, theirs) = fd::seqpacket_pair().unwrap();
+        let receive = || {
+            let mut buf = vec![0u8; 32 << 10];
+            let (len, fds) = fd::recv_with_fds(theirs.as_raw_fd(), &mut buf).unwrap();
+            buf.truncate(len);
+            (buf, fds)
+        };
+        send_run_message(ours.as_raw_fd(), PLAN_MESSAGE, [n, n, n], b"{}").unwrap();
+        let (message, fds) = receive();
+        assert_eq!(message, b"plan\0{}");
+        assert_eq!(fds.len(), 3);
+        // A host whose socket buffers are smaller than an inline message
+        // refuses it (EMSGSIZE): the same payload goes in a memfd.
+        fd::set_send_buffer(ours.as_raw_fd(), 4096).unwrap();
+        let payload = vec![b'x'; 12 << 10];
+        assert!(corral_helper::inline_run_message(PLAN_MESSAGE, &payload).is_some());
+        send_run_message(ours.as_raw_fd(), PLAN_MESSAGE, [n, n, n], &payload).unwrap();
+        let (message, fds) = receive();
+        assert_eq!(message, PLAN_MESSAGE);
+        assert_eq!(fds.len(), 4);
+        assert_eq!(fd::read_sealed_memfd(&fds[3], 1 << 20).unwrap(), payload);
+    }
+
     use super::*;
 
     /// Set in the re-executed test binary: where the outer frame's

@@ -81,21 +81,6 @@ pub enum ServerError {
         /// Why `mkdir` failed.
         source: std::io::Error,
     },
-    /// The tmpfs for the workspaces' mount points could not be mounted in
-    /// the server's own mount namespace.
-    #[error(
-        "mounting a tmpfs on {} (where workspaces are mounted): {source}; the server has a mount \
-         namespace of its own, where this should not fail: check the kernel's tmpfs support \
-         (CONFIG_TMPFS), or set `unbounded_workspaces = true` in [server] to keep workspaces \
-         on the host disk",
-        path.display()
-    )]
-    WorkspaceBase {
-        /// The directory.
-        path: PathBuf,
-        /// Why `mount` failed.
-        source: std::io::Error,
-    },
     /// The mode of this server's own directory could not be set.
     #[error("chmod {}: {source}", path.display())]
     Chmod {

@@ -17,8 +17,10 @@
 //! The directories the workspaces are mounted on live on a tmpfs of their
 //! own too ([`mount_workspace_base`]): on the host's disk each one was a
 //! `mkdir` and an `rmdir` per execution, with a block allocated, journaled
-//! and (on a disk mounted with `discard`) discarded each time, about a
-//! tenth of the server's CPU per execution (docs/PERFORMANCE.md).
+//! and (on a disk mounted with `discard`) discarded each time, about 5% of
+//! the server's CPU per execution (docs/PERFORMANCE.md). It only saves
+//! CPU: when it cannot be mounted, the server warns and goes on with a
+//! plain directory.
 
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
@@ -116,7 +118,8 @@ const BASE_INODES: u64 = 1 << 16;
 /// `dir`, the server's fresh directory of workspaces, when the server has
 /// a mount namespace of its own; nothing otherwise (workspaces are then
 /// plain directories on the host's disk anyway). Answers whether it
-/// mounted one, for [`unmount_workspace_base`].
+/// mounted one, for [`unmount_workspace_base`]; an error leaves `dir` a
+/// plain directory.
 pub(crate) fn mount_workspace_base(dir: &Path) -> std::io::Result<bool> {
     if !workspaces_bounded() {
         return Ok(false);

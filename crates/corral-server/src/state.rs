@@ -222,13 +222,17 @@ impl AppState {
         create_own_dir(&work_dir)?;
         let workspaces = work_dir.join(WORKSPACES_DIR);
         create_own_dir(&workspaces)?;
-        let workspaces_mounted =
-            crate::mounts::mount_workspace_base(&workspaces).map_err(|source| {
-                ServerError::WorkspaceBase {
-                    path: workspaces.clone(),
-                    source,
-                }
-            })?;
+        // Only the mount points' cost rides on it (each workspace is a
+        // bounded tmpfs of its own either way): a failure is a warning.
+        let workspaces_mounted = crate::mounts::mount_workspace_base(&workspaces)
+            .unwrap_or_else(|e| {
+                tracing::warn!(
+                    path = %workspaces.display(),
+                    error = %e,
+                    "workspaces are mounted on directories of the host disk (mounting a tmpfs for them failed)"
+                );
+                false
+            });
         let audit = Arc::new(audit);
         let snapshot = match config_file {
             Some(f) if !config.server.mcp_servers.is_empty() => {

@@ -25,6 +25,27 @@ pub fn seqpacket_pair() -> SysResult<(OwnedFd, OwnedFd)> {
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
+/// Sets a socket's send buffer (`SO_SNDBUF`, socket(7): the kernel doubles
+/// the value and keeps a minimum). On an `AF_UNIX` datagram or seqpacket
+/// socket it bounds the largest message that can be sent at all: tests
+/// use it to stand for a host with small socket buffers.
+pub fn set_send_buffer(sock: RawFd, bytes: libc::c_int) -> SysResult<()> {
+    let len = libc::socklen_t::try_from(std::mem::size_of::<libc::c_int>())
+        .map_err(|_| Errno(libc::EINVAL))?;
+    // SAFETY: the option value points at a c_int alive for the call, and
+    // its length is passed with it.
+    cvt(unsafe {
+        libc::setsockopt(
+            sock,
+            libc::SOL_SOCKET,
+            libc::SO_SNDBUF,
+            std::ptr::from_ref(&bytes).cast(),
+            len,
+        )
+    })
+    .map(drop)
+}
+
 /// Closes every fd from `first` upwards (`close_range(2)`).
 pub fn close_from(first: u32) -> SysResult<()> {
     // SAFETY: close_range takes integers; closing fds we do not own is the
