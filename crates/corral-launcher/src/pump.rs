@@ -547,6 +547,12 @@ impl Pump {
                 Err(_) => {}
             },
             Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            // The other end left with a message of ours unread (init that
+            // failed while corral's `join` was on its way): the kernel
+            // reports that once, ahead of what it sent before it left,
+            // which is still to read (its failure report); the end of
+            // file follows.
+            Err(e) if e.kind() == ErrorKind::ConnectionReset => {}
             Err(_) => self.ctrl = None,
         }
     }
@@ -650,5 +656,52 @@ trait AsFdBorrowed {
 impl<T: std::os::fd::AsFd> AsFdBorrowed for T {
     fn as_fd_borrowed(&self) -> std::os::fd::BorrowedFd<'_> {
         self.as_fd()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::launch::HelperStart;
+
+    #[test]
+    fn a_report_waiting_when_init_left_with_a_message_unread_is_still_read() {
+        // init failed and reported it, while corral's `join` was on its
+        // way: init exits with that message unread, and the kernel marks
+        // corral's end ECONNRESET (unix_release_sock), reported once, ahead
+        // of the report still queued.
+        let (ours, init) = fd::seqpacket_pair().unwrap();
+        let report = serde_json::to_vec(&HelperMessage::Failed {
+            kind: FailureKind::Mount,
+            message: "opening denied path /workspace/x".into(),
+        })
+        .unwrap();
+        fd::send_with_fds(init.as_raw_fd(), &report, &[]).unwrap();
+        fd::send_with_fds(ours.as_raw_fd(), b"join", &[]).unwrap();
+        drop(init);
+        let opts = LaunchOptions {
+            output: OutputMode::Capture,
+            output_bytes: 1024,
+            output_kill_bytes: None,
+            timeout: None,
+            forward_signals: false,
+            helper: HelperStart::ReExec,
+            cancel: None,
+            stdin: None,
+            tap: None,
+        };
+        let null = || File::open("/dev/null").unwrap();
+        let mut pump = Pump::new(0, [null(), null()], File::from(ours), &opts, None);
+        for _ in 0..3 {
+            pump.read_ctrl();
+        }
+        assert_eq!(
+            pump.failure,
+            Some((
+                FailureKind::Mount,
+                "opening denied path /workspace/x".into()
+            ))
+        );
+        assert!(pump.ctrl.is_none(), "the end of the socket was seen");
     }
 }
