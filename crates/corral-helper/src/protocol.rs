@@ -101,8 +101,9 @@ pub const PROGRAM_MESSAGE: &[u8] = b"program";
 /// part is a few hundred bytes; a memfd for it cost a `memfd_create`, a
 /// write, three seals and a close on the sender's side and an `fstat`, a
 /// seal check, a read and a close on the receiver's, on the path of every
-/// execution of a service (docs/PERFORMANCE.md). Far below the socket buffer (~208 KiB)
-/// that bounds one `SOCK_SEQPACKET` message.
+/// execution of a service (docs/PERFORMANCE.md). Far below the default
+/// socket buffer (~208 KiB) that bounds one `SOCK_SEQPACKET` message; a
+/// smaller one makes the sender fall back to the memfd.
 pub const MAX_INLINE_BYTES: usize = 16 << 10;
 
 /// The bytes of a run message ([`PLAN_MESSAGE`], [`PROGRAM_MESSAGE`]) that

@@ -250,15 +250,14 @@ fn execute_run(
     });
     // Only the program, for the sandbox built ahead (its plan is taken
     // with it, below), or the whole plan.
-    let planned = match fitting.and_then(|p| {
-        program_for_held(p.plan(), profile, commands, request, lookup_env)
-            .map(|program| program.map(|program| (program, p.plan())))
-            .transpose()
-    }) {
-        Some(program) => {
-            program.map(|((program, events), held)| (Planned::Program(program, held), events))
-        }
-        None => build_plan(profile, commands, request, identity, lookup_env)
+    let for_held = fitting.map(|held| {
+        let program = program_for_held(held.plan(), profile, commands, request, lookup_env);
+        (held.plan(), program)
+    });
+    let planned = match for_held {
+        Some((held, Ok(Some((program, events))))) => Ok((Planned::Program(program, held), events)),
+        Some((_, Err(e))) => Err(e),
+        _ => build_plan(profile, commands, request, identity, lookup_env)
             .map(|(plan, events)| (Planned::Whole(Box::new(plan)), events)),
     };
     let (planned, mut events) = match planned {

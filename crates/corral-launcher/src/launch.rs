@@ -855,6 +855,8 @@ pub fn is_helper_invocation(arg1: Option<&std::ffi::OsStr>) -> bool {
 mod tests {
     use std::os::fd::AsRawFd;
 
+    use super::*;
+
     #[test]
     fn a_run_message_goes_inline_and_in_a_memfd_when_the_socket_cannot_hold_it() {
         let null = std::fs::File::open("/dev/null").unwrap();
@@ -881,8 +883,6 @@ mod tests {
         assert_eq!(fds.len(), 4);
         assert_eq!(fd::read_sealed_memfd(&fds[3], 1 << 20).unwrap(), payload);
     }
-
-    use super::*;
 
     /// Set in the re-executed test binary: where the outer frame's
     /// destructor would leave its mark.
