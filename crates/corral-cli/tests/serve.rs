@@ -1051,24 +1051,13 @@ fn image_base(pid: i32) -> Option<String> {
 /// The server's fork servers: children of any of its threads (each is a
 /// refill thread's) running as `__sandbox-zygote`.
 fn fork_servers(server: u32) -> Vec<i32> {
-    std::fs::read_dir(format!("/proc/{server}/task"))
-        .map(|tasks| {
-            tasks
-                .flatten()
-                .flat_map(|t| {
-                    std::fs::read_to_string(t.path().join("children"))
-                        .unwrap_or_default()
-                        .split_whitespace()
-                        .filter_map(|p| p.parse::<i32>().ok())
-                        .collect::<Vec<_>>()
-                })
-                .filter(|pid| {
-                    std::fs::read(format!("/proc/{pid}/cmdline"))
-                        .is_ok_and(|c| c.starts_with(b"corral-sandbox\0__sandbox-zygote\0"))
-                })
-                .collect()
+    children_of_process(server)
+        .into_iter()
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| c.starts_with(b"corral-sandbox\0__sandbox-zygote\0"))
         })
-        .unwrap_or_default()
+        .collect()
 }
 
 /// The helpers a server starts ahead are forked by a fork server
@@ -1108,6 +1097,50 @@ fn helpers_started_ahead_are_forked_by_a_fork_server_that_ends_with_the_server()
             layouts.contains(&base),
             "helper {helper} at {base} was not forked by a fork server (at {layouts:?})"
         );
+    }
+    // The sandboxes built ahead have no helper: each init was cloned by a
+    // fork server straight into its namespaces, as `corral run` clones
+    // its own (where init joins its group itself: cgroup v1, or none).
+    // A helper's init would be its child, not the server's.
+    let v2_root = is_root() && !std::path::Path::new("/sys/fs/cgroup/memory").is_dir();
+    if v2_root {
+        eprintln!("NOTE: cgroup v2 as root: sandboxes built ahead keep their helper");
+    } else {
+        wait_until(10, "two prepared sandboxes", || {
+            prepared_sandboxes(server).len() == 2
+        });
+        for (child, init) in prepared_sandboxes(server) {
+            assert_eq!(child, init, "a prepared sandbox with a helper: {child}");
+            // The fork server cloned it acting as the sandbox identity with
+            // saved uid 0 kept: init dropped that, so every uid and gid it
+            // has is the identity's (65534 under root, the server's own
+            // otherwise), and under root it holds no supplementary group.
+            let status = std::fs::read_to_string(format!("/proc/{init}/status")).unwrap();
+            let field = |name: &str| {
+                status
+                    .lines()
+                    .find_map(|l| l.strip_prefix(name))
+                    .map(|v| v.split_whitespace().map(str::to_string).collect::<Vec<_>>())
+                    .unwrap_or_default()
+            };
+            let (uid, gid) = if is_root() {
+                ("65534".to_string(), "65534".to_string())
+            } else {
+                let own = std::fs::read_to_string(format!("/proc/{server}/status")).unwrap();
+                let first = |name: &str| {
+                    own.lines()
+                        .find_map(|l| l.strip_prefix(name))
+                        .and_then(|v| v.split_whitespace().next().map(str::to_string))
+                        .unwrap()
+                };
+                (first("Uid:"), first("Gid:"))
+            };
+            assert_eq!(field("Uid:"), vec![uid; 4], "{status}");
+            assert_eq!(field("Gid:"), vec![gid; 4], "{status}");
+            if is_root() {
+                assert_eq!(field("Groups:"), Vec::<String>::new(), "{status}");
+            }
+        }
     }
     // A run still works with a helper from a fork server.
     let (status, v) = post(&s, None, r#"{"command": ["python3", "-c", "print(3)"]}"#);

@@ -76,7 +76,9 @@ pub use protocol::{
 /// helper. `main` must check for it before doing anything else.
 pub const HELPER_SUBCOMMAND: &str = "__sandbox-helper";
 
-pub use zygote::{main as zygote_main, ForkReport, ZYGOTE_REQUEST, ZYGOTE_SUBCOMMAND};
+pub use zygote::{
+    main as zygote_main, ForkReport, ZYGOTE_INIT_REQUEST, ZYGOTE_REQUEST, ZYGOTE_SUBCOMMAND,
+};
 
 /// Exit status for corral's own errors (bad policy, rejected command,
 /// missing kernel feature), as `env(1)` and container runtimes use it.

@@ -25,16 +25,34 @@
 //! is always a fresh `execve`), and the owner replaces its fork server
 //! after a number of forks and a time, so they do not last.
 //!
+//! A second request, [`ZYGOTE_INIT_REQUEST`], has the fork server clone a
+//! sandbox's init straight into its namespaces, for a plan it brings, as
+//! `corral run` clones its init: one process fewer per sandbox than a
+//! helper that unshares the namespaces and forks init (the helper's
+//! `unshare`, fork and exit; docs/PERFORMANCE.md, issue 17). The clone is
+//! the fork server's sibling too. Its first message is its report, with
+//! its own pid (1, in its pid namespace): the owner reads the pid it
+//! reaps from the message's credentials (`SO_PASSCRED`), which the kernel
+//! translates into the owner's pid namespace, so init is known by its pid
+//! whatever happens to the fork server meanwhile. The fork server reports
+//! only what stopped the clone (pid 0 and the errno). For the clone it
+//! acts as the sandbox identity, keeping only its saved uid 0, exactly as
+//! `corral run` does, and takes its own ids back at once; it stops should
+//! that fail.
+//!
 //! The fork server never reads anything but requests, holds no other
-//! descriptor, and exits at end of file on its socket (its owner is gone)
-//! or on anything but a well-formed request. It dies with the thread that
-//! started it (`PR_SET_PDEATHSIG`), as the helpers it forks do.
+//! descriptor between them, and exits at end of file on its socket (its
+//! owner is gone) or on anything but a well-formed request. It dies with
+//! the thread that started it (`PR_SET_PDEATHSIG`), as the helpers and
+//! inits it forks do.
 
 use std::os::fd::{AsRawFd, OwnedFd};
 
 use corral_sys::fd;
 use corral_sys::process::{self, Fork};
 
+use crate::plan::SandboxPlan;
+use crate::protocol::{self, RunPayload, MAX_INLINE_BYTES};
 use crate::EXIT_CORRAL_ERROR;
 
 /// The hidden subcommand that re-enters corral's binary as the fork
@@ -44,6 +62,16 @@ pub const ZYGOTE_SUBCOMMAND: &str = "__sandbox-zygote";
 
 /// One request: fork a helper for the attached control socket.
 pub const ZYGOTE_REQUEST: &[u8] = b"helper";
+
+/// The other request: clone a sandbox's init straight into its
+/// namespaces. The message is this tag, a NUL byte and the plan (JSON, at
+/// most [`MAX_INLINE_BYTES`]; see [`crate::inline_run_message`]), with,
+/// attached in this order: init's control socket, the read end of its
+/// lifeline (a pipe whose write end the owner holds while it lives), then
+/// the cgroup v1 `tasks` files init joins its group through, which the
+/// owner opened (none without a group). Only for a plan with namespaces
+/// whose group, if any, init can join itself (cgroup v1).
+pub const ZYGOTE_INIT_REQUEST: &[u8] = b"init";
 
 /// The command line a forked helper shows (`/proc/PID/cmdline`): a
 /// re-executed helper's.
@@ -90,8 +118,10 @@ pub fn main() -> ! {
     if process::kill_with_parent().is_err() {
         process::exit_now(EXIT_CORRAL_ERROR);
     }
+    // Room for the largest request and one byte more, so that a longer
+    // one is cut short and refused rather than read in part.
+    let mut request = vec![0u8; ZYGOTE_INIT_REQUEST.len() + 2 + MAX_INLINE_BYTES];
     loop {
-        let mut request = [0u8; 16];
         let (n, mut fds) = match fd::recv_with_fds(ctrl.as_raw_fd(), &mut request) {
             Ok(got) => got,
             Err(e) if e.0 == libc::EINTR => continue,
@@ -99,6 +129,15 @@ pub fn main() -> ! {
         };
         if n == 0 {
             process::exit_now(0);
+        }
+        if let Some(RunPayload::Inline(plan)) =
+            protocol::parse_run_message(ZYGOTE_INIT_REQUEST, &request[..n])
+        {
+            if fds.len() < 2 {
+                process::exit_now(EXIT_CORRAL_ERROR);
+            }
+            clone_init(plan, fds);
+            continue;
         }
         let well_formed = fds.len() == 1 && &request[..n] == ZYGOTE_REQUEST;
         let (Some(helper_ctrl), true) = (fds.pop(), well_formed) else {
@@ -119,6 +158,96 @@ pub fn main() -> ! {
         }
         drop(helper_ctrl);
     }
+}
+
+/// Clones init for `plan` (JSON) into its namespaces as this process's
+/// sibling; `fds` are the request's descriptors (init's control socket,
+/// its lifeline, the `tasks` files to join through). What stops the clone
+/// is reported on init's control socket (pid 0 and the errno; the owner
+/// then builds the sandbox with a helper, whose failure, if any, says
+/// precisely what is missing). Holds nothing of the request afterwards.
+fn clone_init(plan: &[u8], fds: Vec<OwnedFd>) {
+    let mut fds = fds.into_iter();
+    let (Some(init_ctrl), Some(lifeline)) = (fds.next(), fds.next()) else {
+        return;
+    };
+    let join: Vec<OwnedFd> = fds.collect();
+    let refuse = |errno: i32| {
+        let report = ForkReport { pid: 0, errno };
+        // Lost only when the owner already gave up on this sandbox.
+        let _ = fd::send_with_fds(init_ctrl.as_raw_fd(), &report.encode(), &[]);
+    };
+    let plan: SandboxPlan = match serde_json::from_slice(plan) {
+        Ok(plan) => plan,
+        Err(_) => return refuse(libc::EINVAL),
+    };
+    if plan.reduced.is_some() {
+        return refuse(libc::EINVAL);
+    }
+    // Still root: the idmapped clones of the binds that ask for one.
+    let Ok(prepared) = crate::prepare_idmapped(&plan) else {
+        return refuse(libc::EPERM);
+    };
+    let id = plan.identity;
+    let held = if id.drop_from_root {
+        match process::act_as_keeping_root(id.uid, id.gid) {
+            Ok(held) => Some(held),
+            Err(e) => return refuse(e.0),
+        }
+    } else {
+        None
+    };
+    let namespaces = crate::cloned_init_namespaces(&plan);
+    let cloned = process::fork_sibling_into_namespaces_in_single_threaded_process(namespaces);
+    if let Ok(Fork::Child) = cloned {
+        let body = std::panic::AssertUnwindSafe(|| {
+            become_init(&plan, init_ctrl, lifeline, join, prepared)
+        });
+        let _ = std::panic::catch_unwind(body);
+        process::exit_now(EXIT_CORRAL_ERROR);
+    }
+    if held.map(process::RootIds::restore).transpose().is_err() {
+        // Acting as another user, without its groups: nothing more may
+        // be forked with these ids. The owner starts another fork server;
+        // init, if cloned, reports to it on its own.
+        process::exit_now(EXIT_CORRAL_ERROR);
+    }
+    if let Err(e) = cloned {
+        refuse(e.0);
+    }
+}
+
+/// In the cloned init: die with the owner's thread, report (first, before
+/// any message of init's own), take the control socket's place, then go
+/// on as init cloned by corral. Never returns.
+fn become_init(
+    plan: &SandboxPlan,
+    init_ctrl: OwnedFd,
+    lifeline: OwnedFd,
+    join: Vec<OwnedFd>,
+    prepared: Vec<(usize, OwnedFd)>,
+) -> std::convert::Infallible {
+    // From here on, as `init::run` arms it again and then checks the
+    // lifeline for an owner gone before that.
+    if process::set_parent_death_signal(libc::SIGKILL).is_err() {
+        process::exit_now(EXIT_CORRAL_ERROR);
+    }
+    // Its pid here is 1; the owner reads the pid it knows init by from the
+    // message's credentials.
+    let report = ForkReport {
+        pid: process::getpid_from_kernel(),
+        errno: 0,
+    };
+    let placed = fd::send_with_fds(init_ctrl.as_raw_fd(), &report.encode(), &[])
+        .and_then(|()| fd::place(&init_ctrl, fd::HELPER_CONTROL_FD))
+        .and_then(|()| process::setpgid_self());
+    // The fork server's own socket was at the control socket's number
+    // (`take_control_from_stdin`): the `dup2` above closed this copy.
+    drop(init_ctrl);
+    if placed.is_err() {
+        process::exit_now(EXIT_CORRAL_ERROR);
+    }
+    crate::init_cloned(plan, join, false, lifeline, prepared)
 }
 
 /// In the forked child: report, set up as a re-executed helper starts,

@@ -375,7 +375,9 @@ pub(crate) fn launch_settling(
                 }
                 None => ReadyHelper::spawn().map_err(spawn_err("spawn"))?,
             };
-            helper.into_parts()
+            let (pid, ctrl, lifeline) = helper.into_parts();
+            init_lifeline = lifeline;
+            (pid, ctrl)
         }
         HelperStart::Fork => {
             let (ours, theirs) =

@@ -1,8 +1,10 @@
 //! Sandboxes built ahead of their run, for a service's latency.
 //!
 //! A [`PreparedSandbox`] is a re-executed helper that has been given a
-//! whole plan with [`SandboxPlan::hold`] set: it has created its user and
-//! other namespaces, init has built the root filesystem, pivoted into it,
+//! whole plan with [`SandboxPlan::hold`] set, or, where the thread has a
+//! fork server and init can join its group itself, an init that fork
+//! server cloned for that plan (see [`ReadyHelper::clone_init`]): it has
+//! created its user and other namespaces, init has built the root filesystem, pivoted into it,
 //! set the hostname and brought loopback up, and then waits for the
 //! program. Nothing untrusted has run in it. When a run comes with the
 //! inputs it was built from (the same profile, identity, workspace and
@@ -68,9 +70,10 @@ impl std::fmt::Debug for PreparedSandbox {
 impl PreparedSandbox {
     /// Starts building the sandbox `request` would get under `profile`:
     /// plans it (the server's environment never reaches it), makes its
-    /// cgroup, starts a helper in it and sends it the plan with `hold`
-    /// set. Returns as soon as the plan is sent; the helper and init do
-    /// the rest on their own and then wait. A failure on their side ends
+    /// cgroup, and has init cloned for the plan with `hold` set (see
+    /// [`ReadyHelper::clone_init`]), or starts a helper in the group and
+    /// sends it that plan. Returns as soon as init is cloned or the plan
+    /// sent; the helper and init do the rest on their own and then wait. A failure on their side ends
     /// them (see [`PreparedSandbox::is_alive`]).
     pub fn prepare(
         profile: &Profile,
@@ -98,31 +101,24 @@ impl PreparedSandbox {
         let group = RunCgroup::for_limits(&profile.limits)?;
         // Ahead of the request, like the rest of a prepared sandbox.
         group.settle();
-        let start = |what| move |source| PrepareError::Start { what, source };
-        let helper = ReadyHelper::spawn().map_err(start("spawn"))?;
-        // From here on a failure lets the helper go (dropping it closes its
-        // socket, it exits and is reaped) before the group is removed.
-        let started = (|| {
-            // Into the group before it does anything: by itself where it
-            // can (cgroup v1: no global lock held across an RCU grace
-            // period), else moved by pid now.
-            if let Some(c) = group.as_containment() {
-                plan.cgroup_join =
-                    crate::launch::contain_new_helper(c, helper.pid()).map_err(start("cgroup"))?;
-            }
-            let payload = serde_json::to_vec(&plan)
-                .map_err(|e| start("encode plan")(std::io::Error::other(e)))?;
-            let null = std::fs::File::open("/dev/null").map_err(start("/dev/null"))?;
-            use std::os::fd::AsRawFd;
-            let n = null.as_raw_fd();
-            crate::launch::send_run_message(helper.ctrl_fd(), PLAN_MESSAGE, [n, n, n], &payload)
-                .map_err(start("send plan"))
-        })();
-        if let Err(e) = started {
-            drop(helper);
-            group.finish();
-            return Err(e);
-        }
+        // init cloned straight into the namespaces by the thread's fork
+        // server, where it can be: it has the plan and joins the group
+        // (cgroup v1, or none) itself, first thing.
+        let join = group.as_containment().map(|c| c.self_join_files());
+        let clonable = join.as_ref().is_none_or(|files| !files.is_empty());
+        let cloned = clonable
+            .then(|| ReadyHelper::clone_init(&plan, join.as_deref().unwrap_or_default()))
+            .flatten();
+        let helper = match cloned {
+            Some(init) => init,
+            None => match start_helper(&mut plan, &group) {
+                Ok(helper) => helper,
+                Err(e) => {
+                    group.finish();
+                    return Err(e);
+                }
+            },
+        };
         Ok(PreparedSandbox {
             helper,
             plan,
@@ -184,4 +180,27 @@ impl PreparedSandbox {
     pub(crate) fn into_parts(self) -> (ReadyHelper, RunCgroup, SandboxPlan) {
         (self.helper, self.group, self.plan)
     }
+}
+
+/// Starts a helper in `group` and sends it `plan`. A failure lets the
+/// helper go (dropping it closes its socket, it exits and is reaped); the
+/// caller then removes the group.
+fn start_helper(plan: &mut SandboxPlan, group: &RunCgroup) -> Result<ReadyHelper, PrepareError> {
+    let start = |what| move |source| PrepareError::Start { what, source };
+    let helper = ReadyHelper::spawn().map_err(start("spawn"))?;
+    // Into the group before it does anything: by itself where it can
+    // (cgroup v1: no global lock held across an RCU grace period), else
+    // moved by pid now.
+    if let Some(c) = group.as_containment() {
+        plan.cgroup_join =
+            crate::launch::contain_new_helper(c, helper.pid()).map_err(start("cgroup"))?;
+    }
+    let payload =
+        serde_json::to_vec(&plan).map_err(|e| start("encode plan")(std::io::Error::other(e)))?;
+    let null = std::fs::File::open("/dev/null").map_err(start("/dev/null"))?;
+    use std::os::fd::AsRawFd;
+    let n = null.as_raw_fd();
+    crate::launch::send_run_message(helper.ctrl_fd(), PLAN_MESSAGE, [n, n, n], &payload)
+        .map_err(start("send plan"))?;
+    Ok(helper)
 }

@@ -13,7 +13,10 @@
 //! A thread that starts many (a pool's refill thread) can have them forked
 //! by a fork server of its own instead ([`fork_helpers_on_this_thread`];
 //! see `corral_helper::zygote`): the same helper, without the program start
-//! of corral's binary each time.
+//! of corral's binary each time. For a sandbox built ahead whose plan is
+//! known, that fork server can instead clone the sandbox's init itself
+//! ([`ReadyHelper::clone_init`]), which then stands where the helper
+//! would: one process fewer per sandbox.
 
 use std::cell::RefCell;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -22,16 +25,22 @@ use std::process::{Command, Stdio};
 
 use std::time::{Duration, Instant};
 
-use corral_helper::{ForkReport, HELPER_SUBCOMMAND, ZYGOTE_REQUEST, ZYGOTE_SUBCOMMAND};
+use corral_helper::{
+    ForkReport, HELPER_SUBCOMMAND, ZYGOTE_INIT_REQUEST, ZYGOTE_REQUEST, ZYGOTE_SUBCOMMAND,
+};
 use corral_sys::{fd, process};
 
-/// A started helper waiting for its plan.
+/// A started helper waiting for its plan, or a sandbox's init cloned by a
+/// fork server ([`ReadyHelper::clone_init`]), which has its plan.
 #[derive(Debug)]
 pub struct ReadyHelper {
     /// Our end of its control socket. Declared before `reap`, so it is
     /// closed first when a helper is dropped unused: the helper sees end
     /// of file and exits, and then the wait returns.
     ctrl: OwnedFd,
+    /// For a cloned init, the write end of its lifeline, held while its
+    /// run may use it (init checks it once its death signal is armed).
+    lifeline: Option<OwnedFd>,
     reap: Reap,
 }
 
@@ -70,12 +79,48 @@ impl ReadyHelper {
         self.ctrl.as_raw_fd()
     }
 
-    /// The pid and our end of the control socket, for the run that takes
-    /// this helper over (and with it the duty to reap it).
-    pub(crate) fn into_parts(self) -> (i32, OwnedFd) {
-        let ReadyHelper { ctrl, mut reap } = self;
+    /// The pid, our end of the control socket and a cloned init's
+    /// lifeline, for the run that takes this helper over (and with it the
+    /// duty to reap it and to hold the lifeline until then).
+    pub(crate) fn into_parts(self) -> (i32, OwnedFd, Option<OwnedFd>) {
+        let ReadyHelper {
+            ctrl,
+            lifeline,
+            mut reap,
+        } = self;
         reap.armed = false;
-        (reap.pid, ctrl)
+        (reap.pid, ctrl, lifeline)
+    }
+
+    /// A sandbox's init, cloned for `plan` straight into its namespaces by
+    /// this thread's fork server (see `corral_helper::zygote`), where a
+    /// helper would otherwise unshare them and fork init: one process
+    /// fewer. init joins its cgroup first thing through `join` (the v1
+    /// `tasks` files, opened here; empty without a group), then builds the
+    /// sandbox as a helper's init would, and holds it when `plan.hold`.
+    /// It stands where the helper would: its pid is a child of this
+    /// process, and a run talks to it on the control socket.
+    ///
+    /// `None`, and nothing started, when the thread has no fork server
+    /// ([`fork_helpers_on_this_thread`]), the plan is larger than a
+    /// message holds (`MAX_INLINE_BYTES`) or there are more `tasks` files
+    /// than a message carries, or the fork server could not clone it (a
+    /// missing kernel feature, say): the caller then starts a helper,
+    /// whose failure, if any, names what is missing.
+    pub(crate) fn clone_init(
+        plan: &corral_helper::SandboxPlan,
+        join: &[std::path::PathBuf],
+    ) -> Option<ReadyHelper> {
+        if join.len() + 2 > fd::MAX_PASSED_FDS || plan.reduced.is_some() {
+            return None;
+        }
+        let payload = serde_json::to_vec(plan).ok()?;
+        let message = corral_helper::inline_run_message(ZYGOTE_INIT_REQUEST, &payload)?;
+        let join = crate::contain::open_for_writing(join).ok()?;
+        FORK_SERVER
+            .try_with(|s| s.borrow_mut().start(|z| z.clone_init(&message, &join)))
+            .ok()
+            .flatten()
     }
 
     /// Starts one helper now: `/proc/self/exe __sandbox-helper`, empty
@@ -94,7 +139,7 @@ impl ReadyHelper {
     /// on first use; when that fails, the helper is spawned as above.
     pub fn spawn() -> std::io::Result<ReadyHelper> {
         let forked = FORK_SERVER
-            .try_with(|s| s.borrow_mut().helper())
+            .try_with(|s| s.borrow_mut().start(Zygote::fork_helper))
             .ok()
             .flatten();
         if let Some(helper) = forked {
@@ -103,6 +148,7 @@ impl ReadyHelper {
         let (pid, ctrl) = spawn_reexec(HELPER_SUBCOMMAND)?;
         Ok(ReadyHelper {
             ctrl,
+            lifeline: None,
             reap: Reap { pid, armed: true },
         })
     }
@@ -193,10 +239,14 @@ enum Unforked {
 }
 
 impl ForkServer {
-    /// A helper forked by this thread's fork server, started (or replaced)
-    /// now if need be; `None` when the thread did not ask for one or this
-    /// helper could not be forked.
-    fn helper(&mut self) -> Option<ReadyHelper> {
+    /// What `ask` gets from this thread's fork server (a helper it forks,
+    /// an init it clones), the fork server started (or replaced) now if
+    /// need be; `None` when the thread did not ask for one or `ask` got
+    /// nothing.
+    fn start(
+        &mut self,
+        ask: impl FnOnce(&mut Zygote) -> Result<ReadyHelper, Unforked>,
+    ) -> Option<ReadyHelper> {
         let worn =
             |z: &Zygote| z.forks >= FORKS_PER_SERVER || z.started.elapsed() >= SERVER_LIFETIME;
         if matches!(self, ForkServer::Running(z) if worn(z)) {
@@ -216,7 +266,7 @@ impl ForkServer {
         let ForkServer::Running(zygote) = self else {
             return None;
         };
-        let forked = zygote.fork_helper();
+        let forked = ask(zygote);
         let gone = zygote.pid.is_none();
         match forked {
             Ok(helper) if !gone => return Some(helper),
@@ -293,6 +343,7 @@ impl Zygote {
         match report {
             Some(ForkReport { pid, errno: 0 }) if pid > 0 => Ok(ReadyHelper {
                 ctrl: ours,
+                lifeline: None,
                 reap: Reap { pid, armed: true },
             }),
             // A helper that cannot run forked: it exits; reap it.
@@ -308,6 +359,67 @@ impl Zygote {
             Some(ForkReport { pid: 0, errno }) if errno == libc::ENOSYS => Err(Unforked::Never),
             Some(ForkReport { pid: 0, .. }) => Err(Unforked::This),
             // End of file (the fork server died before forking) or a
+            // malformed report.
+            _ => {
+                self.stop();
+                Err(Unforked::Server)
+            }
+        }
+    }
+
+    /// Asks for a sandbox's init (`message`: the [`ZYGOTE_INIT_REQUEST`]
+    /// with its plan), joined to its group through `join`. init's report
+    /// comes on its control socket with its credentials, which give its
+    /// pid here (`SO_PASSCRED`, on only for that first message); the fork
+    /// server's own report on that socket (pid 0) says why there is none.
+    /// As for a helper, a fork server that does not answer within
+    /// [`FORK_TIMEOUT`] is stopped, and then only init can hold the
+    /// socket: its report, or the end of file, comes at once.
+    fn clone_init(&mut self, message: &[u8], join: &[OwnedFd]) -> Result<ReadyHelper, Unforked> {
+        let (ours, theirs) = fd::seqpacket_pair().map_err(|_| Unforked::This)?;
+        let (lifeline_r, lifeline_w) = fd::pipe().map_err(|_| Unforked::This)?;
+        fd::set_pass_credentials(ours.as_raw_fd(), true).map_err(|_| Unforked::This)?;
+        let mut fds = vec![theirs.as_raw_fd(), lifeline_r.as_raw_fd()];
+        fds.extend(join.iter().map(AsRawFd::as_raw_fd));
+        if fd::send_with_fds(self.ctrl.as_raw_fd(), message, &fds).is_err() {
+            self.stop();
+            return Err(Unforked::Server);
+        }
+        drop(theirs);
+        drop(lifeline_r);
+        self.forks += 1;
+        if !readable_within(ours.as_raw_fd(), FORK_TIMEOUT) {
+            self.stop();
+        }
+        let mut buf = [0u8; ForkReport::LEN + 1];
+        let (report, sender) = match fd::recv_with_sender_pid(ours.as_raw_fd(), &mut buf) {
+            Ok((n, sender)) => (ForkReport::decode(&buf[..n]), sender),
+            Err(_) => (None, None),
+        };
+        match (report, sender) {
+            (Some(ForkReport { pid, errno: 0 }), Some(init)) if pid > 0 && init > 0 => {
+                let cloned = ReadyHelper {
+                    ctrl: ours,
+                    lifeline: Some(lifeline_w),
+                    reap: Reap {
+                        pid: init,
+                        armed: true,
+                    },
+                };
+                // Its later messages (a run's) come without credentials.
+                match fd::set_pass_credentials(cloned.ctrl_fd(), false) {
+                    Ok(()) => Ok(cloned),
+                    Err(_) => {
+                        let _ = process::kill(init, libc::SIGKILL);
+                        Err(Unforked::This)
+                    }
+                }
+            }
+            (Some(ForkReport { pid: 0, errno }), _) if errno == libc::ENOSYS => {
+                Err(Unforked::Never)
+            }
+            (Some(ForkReport { pid: 0, errno }), _) if errno != 0 => Err(Unforked::This),
+            // End of file (the fork server died before cloning) or a
             // malformed report.
             _ => {
                 self.stop();

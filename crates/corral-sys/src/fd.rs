@@ -46,6 +46,92 @@ pub fn set_send_buffer(sock: RawFd, bytes: libc::c_int) -> SysResult<()> {
     .map(drop)
 }
 
+/// Sets or clears `SO_PASSCRED` on a unix socket (unix(7)): while set,
+/// each message received on it comes with its sender's credentials
+/// (`SCM_RIGHTS`' sibling `SCM_CREDENTIALS`), which the kernel fills in
+/// and translates into the receiver's pid namespace; see
+/// [`recv_with_sender_pid`].
+pub fn set_pass_credentials(sock: RawFd, on: bool) -> SysResult<()> {
+    let value: libc::c_int = on.into();
+    let len = libc::socklen_t::try_from(std::mem::size_of::<libc::c_int>())
+        .map_err(|_| Errno(libc::EINVAL))?;
+    // SAFETY: the option value points at a c_int alive for the call, and
+    // its length is passed with it.
+    cvt(unsafe {
+        libc::setsockopt(
+            sock,
+            libc::SOL_SOCKET,
+            libc::SO_PASSCRED,
+            std::ptr::from_ref(&value).cast(),
+            len,
+        )
+    })
+    .map(drop)
+}
+
+/// Receives one message on a unix socket that has [`set_pass_credentials`]
+/// on, with the pid of the process that sent it as this process's pid
+/// namespace names it: the kernel records the sender at `sendmsg` and
+/// translates the pid at `recvmsg`, so a process in a pid namespace below
+/// this one is named by its pid here, whatever it believes its own pid is
+/// (unix(7), `SCM_CREDENTIALS`). `None` when no credentials came (the
+/// option was off) or the sender has no pid here. A message cut short, or
+/// one that brought descriptors (closed at once), is refused (`EMSGSIZE`,
+/// `EBADMSG`).
+pub fn recv_with_sender_pid(sock: RawFd, buf: &mut [u8]) -> SysResult<(usize, Option<i32>)> {
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    let mut space = [0u64; 8];
+    // SAFETY: msghdr is plain data; all-zero is a valid start.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = space.as_mut_ptr().cast();
+    msg.msg_controllen = std::mem::size_of_val(&space);
+    // SAFETY: `msg` points at `iov`/`buf` and `space`, all alive and
+    // writable for the call.
+    let n = cvt_len(unsafe { libc::recvmsg(sock, &mut msg, libc::MSG_CMSG_CLOEXEC) })?;
+    let truncated = msg.msg_flags & (libc::MSG_TRUNC | libc::MSG_CTRUNC) != 0;
+    let mut pid = None;
+    let mut had_fds = false;
+    // SAFETY: the kernel filled msg_control with well-formed headers within
+    // msg_controllen; CMSG_FIRSTHDR/NXTHDR stay inside it, and each header's
+    // data is as long as its type says (checked against cmsg_len).
+    unsafe {
+        let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
+        while !cmsg.is_null() {
+            let data_len = (*cmsg).cmsg_len as usize - libc::CMSG_LEN(0) as usize;
+            if (*cmsg).cmsg_level == libc::SOL_SOCKET {
+                if (*cmsg).cmsg_type == libc::SCM_CREDENTIALS
+                    && data_len >= std::mem::size_of::<libc::ucred>()
+                {
+                    let cred: libc::ucred =
+                        std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::ucred>());
+                    pid = (cred.pid > 0).then_some(cred.pid);
+                } else if (*cmsg).cmsg_type == libc::SCM_RIGHTS {
+                    had_fds = true;
+                    let data = libc::CMSG_DATA(cmsg).cast::<RawFd>();
+                    for i in 0..data_len / std::mem::size_of::<RawFd>() {
+                        // Not wanted here: each received fd is ours alone
+                        // and closed at once.
+                        drop(OwnedFd::from_raw_fd(std::ptr::read_unaligned(data.add(i))));
+                    }
+                }
+            }
+            cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
+        }
+    }
+    if truncated {
+        return Err(Errno(libc::EMSGSIZE));
+    }
+    if had_fds {
+        return Err(Errno(libc::EBADMSG));
+    }
+    Ok((n, pid))
+}
+
 /// Closes every fd from `first` upwards (`close_range(2)`).
 pub fn close_from(first: u32) -> SysResult<()> {
     // SAFETY: close_range takes integers; closing fds we do not own is the
@@ -261,8 +347,10 @@ pub fn place(fd: &OwnedFd, target: RawFd) -> SysResult<()> {
     cvt(unsafe { libc::dup2(src, target) }).map(drop)
 }
 
-/// Most descriptors passed in one control message.
-pub const MAX_PASSED_FDS: usize = 4;
+/// Most descriptors passed in one control message (the control buffers
+/// of [`send_with_fds`] and [`recv_with_fds`] hold 64 bytes: one header
+/// and up to 12 descriptors).
+pub const MAX_PASSED_FDS: usize = 8;
 
 /// Sends `data` as one message on a unix socket with `fds` attached
 /// (`SCM_RIGHTS`, unix(7)). The receiver gets its own copies.
@@ -483,6 +571,39 @@ mod tests {
         assert_eq!(
             crate::process::pidfd_send_signal(&fd, libc::SIGKILL),
             Err(Errno(libc::ESRCH))
+        );
+    }
+
+    #[test]
+    fn a_message_names_its_sender_only_while_credentials_are_asked_for() {
+        let (ours, theirs) = seqpacket_pair().unwrap();
+        set_pass_credentials(ours.as_raw_fd(), true).unwrap();
+        // Another process sends (its stdin is the socket): the pid that
+        // comes is that process's, not this one's.
+        let mut child = std::process::Command::new("/usr/bin/python3")
+            .args([
+                "-c",
+                "import socket; s = socket.socket(fileno=0); s.send(b'one'); s.send(b'two')",
+            ])
+            .stdin(std::process::Stdio::from(theirs))
+            .spawn()
+            .unwrap();
+        let mut buf = [0u8; 8];
+        let (n, sender) = recv_with_sender_pid(ours.as_raw_fd(), &mut buf).unwrap();
+        assert_eq!(&buf[..n], b"one");
+        assert_eq!(sender, i32::try_from(child.id()).ok());
+        assert_ne!(sender, i32::try_from(std::process::id()).ok());
+        // Off again: no credentials on the next message.
+        set_pass_credentials(ours.as_raw_fd(), false).unwrap();
+        let (n, sender) = recv_with_sender_pid(ours.as_raw_fd(), &mut buf).unwrap();
+        assert_eq!((&buf[..n], sender), (&b"two"[..], None));
+        assert!(child.wait().unwrap().success());
+        // Descriptors are not taken this way.
+        let (a, b) = seqpacket_pair().unwrap();
+        send_with_fds(a.as_raw_fd(), b"x", &[a.as_raw_fd()]).unwrap();
+        assert_eq!(
+            recv_with_sender_pid(b.as_raw_fd(), &mut buf),
+            Err(Errno(libc::EBADMSG))
         );
     }
 

@@ -104,6 +104,25 @@ pub fn fork_into_namespaces_in_single_threaded_process(_namespaces: i32) -> SysR
     Err(Errno(libc::ENOSYS))
 }
 
+/// [`fork_into_namespaces_in_single_threaded_process`] with
+/// `CLONE_PARENT`: the child starts in new namespaces as this process's
+/// sibling, a child of this process's parent (which reaps it and is told
+/// when it exits, with this process's own exit signal), as
+/// [`fork_sibling_in_single_threaded_process`] makes it. For a fork server
+/// that clones a sandbox's init for its parent.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+pub fn fork_sibling_into_namespaces_in_single_threaded_process(namespaces: i32) -> SysResult<Fork> {
+    raw_fork(namespaces | libc::CLONE_PARENT)
+}
+
+/// See the other architectures' version.
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+pub fn fork_sibling_into_namespaces_in_single_threaded_process(
+    _namespaces: i32,
+) -> SysResult<Fork> {
+    Err(Errno(libc::ENOSYS))
+}
+
 /// The raw `clone` of the two functions above: `flags` (with the child's
 /// exit signal in the low byte), no new stack.
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]

@@ -737,13 +737,51 @@ pub fn waiting_helpers(server: u32) -> Vec<i32> {
         .collect()
 }
 
-/// Sandboxes built ahead of their run: the server's helpers that have
-/// started an init, as (helper, init).
+/// Sandboxes built ahead of their run, as (the server's child, init): a
+/// helper and the init it started, or an init the server's fork server
+/// cloned straight into its namespaces (the same pid twice).
 pub fn prepared_sandboxes(server: u32) -> Vec<(i32, i32)> {
-    helpers_of(server)
+    let mut out: Vec<(i32, i32)> = helpers_of(server)
         .into_iter()
         .filter_map(|pid| children_of(pid).first().map(|init| (pid, *init)))
+        .collect();
+    out.extend(cloned_inits_of(server).into_iter().map(|init| (init, init)));
+    out
+}
+
+/// The server's children that are a sandbox's init themselves (cloned by
+/// a fork server, no helper above them): pid 1 of a pid namespace below
+/// the server's (`NSpid` in /proc/PID/status, proc(5)).
+pub fn cloned_inits_of(server: u32) -> Vec<i32> {
+    children_of_process(server)
+        .into_iter()
+        .filter(|pid| {
+            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix("NSpid:"))
+                .map(|ids| ids.split_whitespace().collect::<Vec<_>>())
+                .is_some_and(|ids| ids.len() >= 2 && ids.last() == Some(&"1"))
+        })
         .collect()
+}
+
+/// The children of any thread of `pid`, as the kernel lists them.
+pub fn children_of_process(pid: u32) -> Vec<i32> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|tasks| {
+            tasks
+                .flatten()
+                .flat_map(|t| {
+                    std::fs::read_to_string(t.path().join("children"))
+                        .unwrap_or_default()
+                        .split_whitespace()
+                        .filter_map(|p| p.parse::<i32>().ok())
+                        .collect::<Vec<_>>()
+                })
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// The server's children that run as sandbox helpers.
