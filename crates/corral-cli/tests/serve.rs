@@ -1202,6 +1202,39 @@ fn helpers_started_ahead_are_forked_by_a_fork_server_that_ends_with_the_server()
     });
 }
 
+/// A default profile whose plan is larger than a message carries inline
+/// (16 KiB; here a 24,000-byte variable it sets) still has its sandboxes
+/// built ahead by init cloned by the fork server: the plan goes in a
+/// sealed memfd, and a run gets the variable whole.
+#[test]
+fn a_plan_too_large_for_a_message_still_has_init_cloned_ahead() {
+    let big = "x".repeat(24_000);
+    let s = start_server(
+        &format!("[profile.code.env]\nset = {{ BIG = \"{big}\" }}\n"),
+        &["--max-concurrent", "1"],
+    );
+    let server = s.child.id();
+    let v2_root = is_root() && !std::path::Path::new("/sys/fs/cgroup/memory").is_dir();
+    wait_until(10, "a prepared sandbox", || {
+        prepared_sandboxes(server).len() == 1
+    });
+    if v2_root {
+        eprintln!("NOTE: cgroup v2 as root: sandboxes built ahead keep their helper");
+    } else {
+        let (child, init) = prepared_sandboxes(server)[0];
+        assert_eq!(child, init, "a prepared sandbox with a helper: {child}");
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let body = r#"{"command": ["python3", "-c", "import os, time; print(len(os.environ['BIG']), time.clock_gettime(time.CLOCK_BOOTTIME) - int(open('/proc/1/stat').read().rsplit(')', 1)[1].split()[19]) / os.sysconf('SC_CLK_TCK'))"]}"#;
+    let (status, v) = post(&s, None, body);
+    assert_eq!(status, 200, "{v}");
+    let out = v["stdout"].as_str().unwrap_or_default().to_string();
+    let mut words = out.split_whitespace();
+    assert_eq!(words.next(), Some("24000"), "{v}");
+    let ahead_s: f64 = words.next().unwrap().parse().unwrap();
+    assert!(ahead_s >= 0.2, "not a sandbox built ahead: {v}");
+}
+
 /// A request refused before its program starts (a command the profile
 /// does not allow) sent nothing to the sandbox built ahead it took: with
 /// no input files written into its workspace, that sandbox waits for the

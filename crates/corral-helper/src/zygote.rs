@@ -52,7 +52,7 @@ use corral_sys::fd;
 use corral_sys::process::{self, Fork};
 
 use crate::plan::SandboxPlan;
-use crate::protocol::{self, RunPayload, MAX_INLINE_BYTES};
+use crate::protocol::{self, RunPayload, MAX_INLINE_BYTES, MAX_PLAN_BYTES};
 use crate::EXIT_CORRAL_ERROR;
 
 /// The hidden subcommand that re-enters corral's binary as the fork
@@ -64,12 +64,14 @@ pub const ZYGOTE_SUBCOMMAND: &str = "__sandbox-zygote";
 pub const ZYGOTE_REQUEST: &[u8] = b"helper";
 
 /// The other request: clone a sandbox's init straight into its
-/// namespaces. The message is this tag, a NUL byte and the plan (JSON, at
-/// most [`MAX_INLINE_BYTES`]; see [`crate::inline_run_message`]), with,
-/// attached in this order: init's control socket, the read end of its
-/// lifeline (a pipe whose write end the owner holds while it lives), then
-/// the cgroup v1 `tasks` files init joins its group through, which the
-/// owner opened (none without a group). Only for a plan with namespaces
+/// namespaces. The message is framed as a run message (see
+/// [`crate::inline_run_message`]): this tag, a NUL byte and the plan
+/// (JSON, at most [`MAX_INLINE_BYTES`]), or this tag alone with the plan
+/// in a sealed memfd attached last. Attached in this order: init's
+/// control socket, the read end of its lifeline (a pipe whose write end
+/// the owner holds while it lives), the cgroup v1 `tasks` files init joins
+/// its group through, which the owner opened (none without a group), and
+/// the memfd if any. Only for a plan with namespaces
 /// whose group, if any, init can join itself (cgroup v1).
 pub const ZYGOTE_INIT_REQUEST: &[u8] = b"init";
 
@@ -130,14 +132,23 @@ pub fn main() -> ! {
         if n == 0 {
             process::exit_now(0);
         }
-        if let Some(RunPayload::Inline(plan)) =
-            protocol::parse_run_message(ZYGOTE_INIT_REQUEST, &request[..n])
-        {
-            if fds.len() < 2 {
-                process::exit_now(EXIT_CORRAL_ERROR);
+        match protocol::parse_run_message(ZYGOTE_INIT_REQUEST, &request[..n]) {
+            Some(RunPayload::Inline(plan)) if fds.len() >= 2 => {
+                clone_init(plan, fds);
+                continue;
             }
-            clone_init(plan, fds);
-            continue;
+            Some(RunPayload::InMemfd) if fds.len() >= 3 => {
+                let plan = fds
+                    .pop()
+                    .and_then(|memfd| fd::read_sealed_memfd(&memfd, MAX_PLAN_BYTES).ok());
+                let Some(plan) = plan else {
+                    process::exit_now(EXIT_CORRAL_ERROR);
+                };
+                clone_init(&plan, fds);
+                continue;
+            }
+            Some(_) => process::exit_now(EXIT_CORRAL_ERROR),
+            None => {}
         }
         let well_formed = fds.len() == 1 && &request[..n] == ZYGOTE_REQUEST;
         let (Some(helper_ctrl), true) = (fds.pop(), well_formed) else {

@@ -254,20 +254,21 @@ pub(crate) fn contain_new_helper(c: &dyn Containment, pid: i32) -> std::io::Resu
     Ok(join.iter().map(|p| p.display().to_string()).collect())
 }
 
-/// Sends a re-executed helper (or a held sandbox's init) the message that
-/// starts its run: `tag`, with the run's stdin, stdout and stderr attached
-/// and `payload` in the message when it is small (at most
-/// `MAX_INLINE_BYTES`), else in a sealed memfd attached fourth: a socket
+/// Sends a re-executed helper (or a held sandbox's init, or a fork server
+/// asked for an init) a message tagged `tag` with `fds` attached and
+/// `payload` in the message when it is small (at most
+/// `MAX_INLINE_BYTES`), else in a sealed memfd attached last: a socket
 /// message is bounded by the socket buffer (~208 KiB), a plan only by
-/// `MAX_PLAN_BYTES` (see `corral_helper::inline_run_message`).
+/// `MAX_PLAN_BYTES` (see `corral_helper::inline_run_message`). A run's
+/// message has its stdin, stdout and stderr as `fds`.
 pub(crate) fn send_run_message(
     sock: std::os::fd::RawFd,
     tag: &[u8],
-    stdio: [std::os::fd::RawFd; 3],
+    fds: &[std::os::fd::RawFd],
     payload: &[u8],
 ) -> std::io::Result<()> {
     if let Some(message) = corral_helper::inline_run_message(tag, payload) {
-        match fd::send_with_fds(sock, &message, &stdio) {
+        match fd::send_with_fds(sock, &message, fds) {
             // A host whose socket buffers are smaller than the message
             // (net.core.wmem_default) refuses it whole: the memfd way.
             Err(e) if e.0 == libc::EMSGSIZE => {}
@@ -275,8 +276,9 @@ pub(crate) fn send_run_message(
         }
     }
     let memfd = fd::sealed_memfd(c"corral-plan", payload)?;
-    let [stdin, stdout, stderr] = stdio;
-    fd::send_with_fds(sock, tag, &[stdin, stdout, stderr, memfd.as_raw_fd()])?;
+    let with_memfd: Vec<std::os::fd::RawFd> =
+        fds.iter().copied().chain([memfd.as_raw_fd()]).collect();
+    fd::send_with_fds(sock, tag, &with_memfd)?;
     Ok(())
 }
 
@@ -479,7 +481,7 @@ pub(crate) fn launch_settling(
                 serde_json::to_vec(&joining).map(|p| (PLAN_MESSAGE, p))
             };
             match message {
-                Ok((tag, payload)) => send_run_message(ctrl_fd, tag, stdio, &payload),
+                Ok((tag, payload)) => send_run_message(ctrl_fd, tag, &stdio, &payload),
                 Err(e) => return abort(spawn_err("encode plan")(e.into())),
             }
         }
@@ -870,7 +872,7 @@ mod tests {
             buf.truncate(len);
             (buf, fds)
         };
-        send_run_message(ours.as_raw_fd(), PLAN_MESSAGE, [n, n, n], b"{}").unwrap();
+        send_run_message(ours.as_raw_fd(), PLAN_MESSAGE, &[n, n, n], b"{}").unwrap();
         let (message, fds) = receive();
         assert_eq!(message, b"plan\0{}");
         assert_eq!(fds.len(), 3);
@@ -879,7 +881,7 @@ mod tests {
         fd::set_send_buffer(ours.as_raw_fd(), 4096).unwrap();
         let payload = vec![b'x'; 12 << 10];
         assert!(corral_helper::inline_run_message(PLAN_MESSAGE, &payload).is_some());
-        send_run_message(ours.as_raw_fd(), PLAN_MESSAGE, [n, n, n], &payload).unwrap();
+        send_run_message(ours.as_raw_fd(), PLAN_MESSAGE, &[n, n, n], &payload).unwrap();
         let (message, fds) = receive();
         assert_eq!(message, PLAN_MESSAGE);
         assert_eq!(fds.len(), 4);

@@ -200,7 +200,7 @@ fn start_helper(plan: &mut SandboxPlan, group: &RunCgroup) -> Result<ReadyHelper
     let null = std::fs::File::open("/dev/null").map_err(start("/dev/null"))?;
     use std::os::fd::AsRawFd;
     let n = null.as_raw_fd();
-    crate::launch::send_run_message(helper.ctrl_fd(), PLAN_MESSAGE, [n, n, n], &payload)
+    crate::launch::send_run_message(helper.ctrl_fd(), PLAN_MESSAGE, &[n, n, n], &payload)
         .map_err(start("send plan"))?;
     Ok(helper)
 }

@@ -102,8 +102,7 @@ impl ReadyHelper {
     /// process, and a run talks to it on the control socket.
     ///
     /// `None`, and nothing started, when the thread has no fork server
-    /// ([`fork_helpers_on_this_thread`]), the plan is larger than a
-    /// message holds (`MAX_INLINE_BYTES`) or there are more `tasks` files
+    /// ([`fork_helpers_on_this_thread`]), there are more `tasks` files
     /// than a message carries, or the fork server could not clone it (a
     /// missing kernel feature, say): the caller then starts a helper,
     /// whose failure, if any, names what is missing.
@@ -111,14 +110,14 @@ impl ReadyHelper {
         plan: &corral_helper::SandboxPlan,
         join: &[std::path::PathBuf],
     ) -> Option<ReadyHelper> {
-        if join.len() + 2 > fd::MAX_PASSED_FDS || plan.reduced.is_some() {
+        // init's socket, its lifeline, the files, and perhaps the memfd.
+        if join.len() + 3 > fd::MAX_PASSED_FDS || plan.reduced.is_some() {
             return None;
         }
         let payload = serde_json::to_vec(plan).ok()?;
-        let message = corral_helper::inline_run_message(ZYGOTE_INIT_REQUEST, &payload)?;
         let join = crate::contain::open_for_writing(join).ok()?;
         FORK_SERVER
-            .try_with(|s| s.borrow_mut().start(|z| z.clone_init(&message, &join)))
+            .try_with(|s| s.borrow_mut().start(|z| z.clone_init(&payload, &join)))
             .ok()
             .flatten()
     }
@@ -367,21 +366,24 @@ impl Zygote {
         }
     }
 
-    /// Asks for a sandbox's init (`message`: the [`ZYGOTE_INIT_REQUEST`]
-    /// with its plan), joined to its group through `join`. init's report
+    /// Asks for a sandbox's init for `plan` (JSON; in the
+    /// [`ZYGOTE_INIT_REQUEST`] or, when large, in a sealed memfd attached
+    /// last), joined to its group through `join`. init's report
     /// comes on its control socket with its credentials, which give its
     /// pid here (`SO_PASSCRED`, on only for that first message); the fork
     /// server's own report on that socket (pid 0) says why there is none.
     /// As for a helper, a fork server that does not answer within
     /// [`FORK_TIMEOUT`] is stopped, and then only init can hold the
     /// socket: its report, or the end of file, comes at once.
-    fn clone_init(&mut self, message: &[u8], join: &[OwnedFd]) -> Result<ReadyHelper, Unforked> {
+    fn clone_init(&mut self, plan: &[u8], join: &[OwnedFd]) -> Result<ReadyHelper, Unforked> {
         let (ours, theirs) = fd::seqpacket_pair().map_err(|_| Unforked::This)?;
         let (lifeline_r, lifeline_w) = fd::pipe().map_err(|_| Unforked::This)?;
         fd::set_pass_credentials(ours.as_raw_fd(), true).map_err(|_| Unforked::This)?;
         let mut fds = vec![theirs.as_raw_fd(), lifeline_r.as_raw_fd()];
         fds.extend(join.iter().map(AsRawFd::as_raw_fd));
-        if fd::send_with_fds(self.ctrl.as_raw_fd(), message, &fds).is_err() {
+        if crate::launch::send_run_message(self.ctrl.as_raw_fd(), ZYGOTE_INIT_REQUEST, &fds, plan)
+            .is_err()
+        {
             self.stop();
             return Err(Unforked::Server);
         }
