@@ -269,13 +269,25 @@ fn as_root_corral_takes_its_ids_back_and_init_keeps_none_of_them() {
     }
     let init = *pids.last().unwrap();
     let init_status = ["Uid", "Gid", "Groups"].map(|n| status_line(init, n));
-    let mut init_fds: Vec<i32> = std::fs::read_dir(format!("/proc/{init}/fd"))
-        .map(|d| {
-            d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-                .collect()
-        })
-        .unwrap_or_default();
-    init_fds.sort_unstable();
+    // Right after the program's start init still opens /dev/null for a
+    // moment (its own stdio): poll until it holds only what it keeps (one
+    // that keeps more fails here).
+    let init_fds = || {
+        let mut fds: Vec<i32> = std::fs::read_dir(format!("/proc/{init}/fd"))
+            .map(|d| {
+                d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+                    .collect()
+            })
+            .unwrap_or_default();
+        fds.sort_unstable();
+        fds
+    };
+    let mut kept = init_fds();
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while kept != [0, 1, 2, 3] && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+        kept = init_fds();
+    }
     let _ = run.kill();
     let _ = run.wait();
     assert_eq!(corral_ids, expected, "corral itself");
@@ -284,7 +296,7 @@ fn as_root_corral_takes_its_ids_back_and_init_keeps_none_of_them() {
         ["65534 65534 65534 65534", "65534 65534 65534 65534", ""],
         "init ({pids:?})"
     );
-    assert_eq!(init_fds, [0, 1, 2, 3], "init's descriptors");
+    assert_eq!(kept, [0, 1, 2, 3], "init's descriptors");
     // On cgroup v1 (the test machines') corral clones init itself: no
     // helper between them, or this test would be checking the helper's
     // layout instead.
