@@ -2,6 +2,10 @@
 //! printing and exit codes live here; decisions live in `corral-policy` and
 //! `corral-launcher`.
 #![forbid(unsafe_code)]
+// The C `main` comes from `corral_sys::entry!`, which skips the Rust
+// runtime's start (a `/proc/self/maps` read and an alternate signal stack
+// at every start; see `corral_sys::entry`).
+#![cfg_attr(not(test), no_main)]
 
 mod deploy;
 mod doctor;
@@ -135,7 +139,18 @@ enum Cmd {
     },
 }
 
+#[cfg(not(test))]
+corral_sys::entry!(corral_main);
+
+// Unit tests have the test harness's `main`; this keeps the program's
+// code checked as reachable there.
+#[cfg(test)]
 fn main() {
+    corral_main()
+}
+
+/// The program: what `main` would be (see `corral_sys::entry`).
+fn corral_main() -> ! {
     // Re-entered as the sandbox helper: go there before anything else runs
     // (no argument parsing, no threads, no async runtime).
     if corral_launcher::is_helper_invocation(std::env::args_os().nth(1).as_deref()) {

@@ -114,3 +114,31 @@ fn a_stalled_reader_does_not_defeat_the_timeout() {
     );
     assert!(out.iter().all(|&b| b == b'x'), "only the program's bytes");
 }
+
+/// corral started with stdin, stdout and stderr closed opens each on
+/// `/dev/null` first thing, so that no file, pipe or socket it opens later
+/// takes one of their numbers (and the program's output, say, is not
+/// written into its control socket). corral's entry does this itself since
+/// it skips the Rust runtime's start (`corral_sys::entry`); this fails if
+/// it does not.
+#[test]
+fn closed_standard_streams_are_opened_on_dev_null() {
+    let mut child = corral_run_via_bash("exec <&- >&- 2>&- \"$@\"", &[])
+        .args(["--", "sh", "-c", "sleep 30 # corral-closed-stdio"])
+        .spawn()
+        .expect("corral run");
+    let pid = child.id();
+    wait_until(10, "the sandboxed sleep never started", || {
+        process_running("sh", "corral-closed-stdio")
+    });
+    let links: Vec<String> = (0..3)
+        .map(|fd| {
+            std::fs::read_link(format!("/proc/{pid}/fd/{fd}"))
+                .map(|p| p.display().to_string())
+                .unwrap_or_else(|e| format!("unreadable: {e}"))
+        })
+        .collect();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(links, ["/dev/null"; 3], "corral's fds 0-2");
+}

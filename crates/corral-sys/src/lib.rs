@@ -8,6 +8,7 @@
 //! Callers compose these into the sandbox set-up sequence in
 //! `corral-helper` (and the launcher in `corral-launcher`); no policy lives here.
 
+pub mod entry;
 pub mod exec;
 pub mod fd;
 pub mod mount;

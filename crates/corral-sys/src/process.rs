@@ -13,11 +13,29 @@ pub enum Fork {
 
 /// `EDEADLK` unless the calling process has exactly one thread (a fork
 /// in a process with others could leave the child holding their locks).
-/// Reads `num_threads` from `/proc/self/stat` into a buffer on the stack:
-/// no allocation (the allocator's pages are shared copy-on-write with
-/// init, which checks this too), two system calls fewer than listing
-/// `/proc/self/task`.
+/// One `stat` of `/proc/self/task`, whose link count procfs makes 2 plus
+/// the number of threads: no allocation (the allocator's pages are shared
+/// copy-on-write with init, which checks this too).
 fn only_thread() -> SysResult<()> {
+    // SAFETY: `stat` is plain data, all-zero a valid value; the path is a
+    // static C string and `stat` writes only into `st`.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    cvt(unsafe { libc::stat(c"/proc/self/task".as_ptr(), &mut st) })?;
+    // procfs counts the threads into the task directory's link count: 2
+    // plus one per thread (`proc_task_getattr`). One system call, where
+    // the stat line takes four and the kernel's longest proc file.
+    match st.st_nlink {
+        3 => Ok(()),
+        n if n > 3 => Err(Errno(libc::EDEADLK)),
+        // A procfs that does not count them: read `num_threads`.
+        _ => only_thread_by_stat_line(),
+    }
+}
+
+/// [`only_thread`] from `num_threads` in `/proc/self/stat`, read into a
+/// buffer on the stack.
+fn only_thread_by_stat_line() -> SysResult<()> {
     use std::io::Read;
     let io = |e: std::io::Error| Errno(e.raw_os_error().unwrap_or(libc::EIO));
     let mut stat = std::fs::File::open("/proc/self/stat").map_err(io)?;
