@@ -47,8 +47,9 @@ pub struct RunStamp {
     pub run_id: String,
     /// The profile's name.
     pub profile: String,
-    /// [`command_sha256`] of the argv.
-    pub command_sha256: String,
+    /// [`command_sha256`] of the argv, written as `command_sha256`.
+    #[serde(rename = "command_sha256")]
+    command: CommandHash,
 }
 
 impl RunStamp {
@@ -57,8 +58,38 @@ impl RunStamp {
         RunStamp {
             run_id,
             profile: profile.to_string(),
-            command_sha256: command_sha256(argv),
+            command: CommandHash {
+                argv: argv.to_vec(),
+                hex: std::sync::OnceLock::new(),
+            },
         }
+    }
+
+    /// [`command_sha256`] of the run's argv.
+    pub fn command_sha256(&self) -> &str {
+        self.command.hex()
+    }
+}
+
+/// An argv's [`command_sha256`], computed when a line first needs it: a
+/// `corral run` that writes no event line never hashes (the SHA-256
+/// implementation's CPU feature probe alone is two `CPUID` instructions,
+/// each a trap to the hypervisor in a VM; issue 17).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct CommandHash {
+    argv: Vec<String>,
+    hex: std::sync::OnceLock<String>,
+}
+
+impl CommandHash {
+    fn hex(&self) -> &str {
+        self.hex.get_or_init(|| command_sha256(&self.argv))
+    }
+}
+
+impl Serialize for CommandHash {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.hex())
     }
 }
 
@@ -302,7 +333,7 @@ mod tests {
         let v: serde_json::Value = serde_json::from_str(text.trim_end()).unwrap();
         assert_eq!(v["run_id"], "00ff");
         assert_eq!(v["profile"], "code");
-        assert_eq!(v["command_sha256"], stamp.command_sha256);
+        assert_eq!(v["command_sha256"], stamp.command_sha256());
         assert_eq!(v["event"], "run");
         assert_eq!(v["code"], "run.start");
         assert!(v["ts"].as_str().unwrap().ends_with('Z'));
