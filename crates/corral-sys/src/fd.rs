@@ -30,6 +30,11 @@ pub fn seqpacket_pair() -> SysResult<(OwnedFd, OwnedFd)> {
 /// socket it bounds the largest message that can be sent at all: tests
 /// use it to stand for a host with small socket buffers.
 pub fn set_send_buffer(sock: RawFd, bytes: libc::c_int) -> SysResult<()> {
+    set_int_option(sock, libc::SO_SNDBUF, bytes)
+}
+
+/// `setsockopt(sock, SOL_SOCKET, option, &value)` for an `int` option.
+fn set_int_option(sock: RawFd, option: libc::c_int, value: libc::c_int) -> SysResult<()> {
     let len = libc::socklen_t::try_from(std::mem::size_of::<libc::c_int>())
         .map_err(|_| Errno(libc::EINVAL))?;
     // SAFETY: the option value points at a c_int alive for the call, and
@@ -38,8 +43,8 @@ pub fn set_send_buffer(sock: RawFd, bytes: libc::c_int) -> SysResult<()> {
         libc::setsockopt(
             sock,
             libc::SOL_SOCKET,
-            libc::SO_SNDBUF,
-            std::ptr::from_ref(&bytes).cast(),
+            option,
+            std::ptr::from_ref(&value).cast(),
             len,
         )
     })
@@ -48,25 +53,11 @@ pub fn set_send_buffer(sock: RawFd, bytes: libc::c_int) -> SysResult<()> {
 
 /// Sets or clears `SO_PASSCRED` on a unix socket (unix(7)): while set,
 /// each message received on it comes with its sender's credentials
-/// (`SCM_RIGHTS`' sibling `SCM_CREDENTIALS`), which the kernel fills in
+/// (`SCM_CREDENTIALS`), which the kernel fills in
 /// and translates into the receiver's pid namespace; see
 /// [`recv_with_sender_pid`].
 pub fn set_pass_credentials(sock: RawFd, on: bool) -> SysResult<()> {
-    let value: libc::c_int = on.into();
-    let len = libc::socklen_t::try_from(std::mem::size_of::<libc::c_int>())
-        .map_err(|_| Errno(libc::EINVAL))?;
-    // SAFETY: the option value points at a c_int alive for the call, and
-    // its length is passed with it.
-    cvt(unsafe {
-        libc::setsockopt(
-            sock,
-            libc::SOL_SOCKET,
-            libc::SO_PASSCRED,
-            std::ptr::from_ref(&value).cast(),
-            len,
-        )
-    })
-    .map(drop)
+    set_int_option(sock, libc::SO_PASSCRED, on.into())
 }
 
 /// Receives one message on a unix socket that has [`set_pass_credentials`]
@@ -79,57 +70,14 @@ pub fn set_pass_credentials(sock: RawFd, on: bool) -> SysResult<()> {
 /// one that brought descriptors (closed at once), is refused (`EMSGSIZE`,
 /// `EBADMSG`).
 pub fn recv_with_sender_pid(sock: RawFd, buf: &mut [u8]) -> SysResult<(usize, Option<i32>)> {
-    let mut iov = libc::iovec {
-        iov_base: buf.as_mut_ptr().cast(),
-        iov_len: buf.len(),
-    };
-    let mut space = [0u64; 8];
-    // SAFETY: msghdr is plain data; all-zero is a valid start.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = space.as_mut_ptr().cast();
-    msg.msg_controllen = std::mem::size_of_val(&space);
-    // SAFETY: `msg` points at `iov`/`buf` and `space`, all alive and
-    // writable for the call.
-    let n = cvt_len(unsafe { libc::recvmsg(sock, &mut msg, libc::MSG_CMSG_CLOEXEC) })?;
-    let truncated = msg.msg_flags & (libc::MSG_TRUNC | libc::MSG_CTRUNC) != 0;
-    let mut pid = None;
-    let mut had_fds = false;
-    // SAFETY: the kernel filled msg_control with well-formed headers within
-    // msg_controllen; CMSG_FIRSTHDR/NXTHDR stay inside it, and each header's
-    // data is as long as its type says (checked against cmsg_len).
-    unsafe {
-        let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
-        while !cmsg.is_null() {
-            let data_len = (*cmsg).cmsg_len as usize - libc::CMSG_LEN(0) as usize;
-            if (*cmsg).cmsg_level == libc::SOL_SOCKET {
-                if (*cmsg).cmsg_type == libc::SCM_CREDENTIALS
-                    && data_len >= std::mem::size_of::<libc::ucred>()
-                {
-                    let cred: libc::ucred =
-                        std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::ucred>());
-                    pid = (cred.pid > 0).then_some(cred.pid);
-                } else if (*cmsg).cmsg_type == libc::SCM_RIGHTS {
-                    had_fds = true;
-                    let data = libc::CMSG_DATA(cmsg).cast::<RawFd>();
-                    for i in 0..data_len / std::mem::size_of::<RawFd>() {
-                        // Not wanted here: each received fd is ours alone
-                        // and closed at once.
-                        drop(OwnedFd::from_raw_fd(std::ptr::read_unaligned(data.add(i))));
-                    }
-                }
-            }
-            cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
-        }
-    }
-    if truncated {
+    let got = recv_message(sock, buf)?;
+    if got.truncated {
         return Err(Errno(libc::EMSGSIZE));
     }
-    if had_fds {
+    if !got.fds.is_empty() {
         return Err(Errno(libc::EBADMSG));
     }
-    Ok((n, pid))
+    Ok((got.len, got.sender))
 }
 
 /// Closes every fd from `first` upwards (`close_range(2)`).
@@ -397,10 +345,36 @@ pub fn send_with_fds(sock: RawFd, data: &[u8], fds: &[RawFd]) -> SysResult<()> {
 /// Receives one message into `buf`, with any descriptors attached (made
 /// close-on-exec). Returns the byte count (0: peer closed) and the fds.
 pub fn recv_with_fds(sock: RawFd, buf: &mut [u8]) -> SysResult<(usize, Vec<OwnedFd>)> {
+    let got = recv_message(sock, buf)?;
+    // A message larger than `buf`, or with more descriptors than the
+    // control buffer holds, arrives cut short: refuse it rather than act
+    // on a part (the descriptors that did arrive are closed on drop).
+    if got.truncated {
+        return Err(Errno(libc::EMSGSIZE));
+    }
+    Ok((got.len, got.fds))
+}
+
+/// One message as [`recv_message`] received it.
+struct Received {
+    /// Its length in bytes (0: the peer closed).
+    len: usize,
+    /// The descriptors attached (`SCM_RIGHTS`), made close-on-exec.
+    fds: Vec<OwnedFd>,
+    /// The sender's pid here, when credentials came (`SCM_CREDENTIALS`).
+    sender: Option<i32>,
+    /// Cut short: the message or its control data did not fit.
+    truncated: bool,
+}
+
+/// Receives one message into `buf` with what came with it; the callers
+/// decide what they accept.
+fn recv_message(sock: RawFd, buf: &mut [u8]) -> SysResult<Received> {
     let mut iov = libc::iovec {
         iov_base: buf.as_mut_ptr().cast(),
         iov_len: buf.len(),
     };
+    // One header with up to 12 descriptors, or credentials and fewer.
     let mut space = [0u64; 8];
     // SAFETY: msghdr is plain data; all-zero is a valid start.
     let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
@@ -410,33 +384,41 @@ pub fn recv_with_fds(sock: RawFd, buf: &mut [u8]) -> SysResult<(usize, Vec<Owned
     msg.msg_controllen = std::mem::size_of_val(&space);
     // SAFETY: `msg` points at `iov`/`buf` and `space`, all alive and
     // writable for the call.
-    let n = cvt_len(unsafe { libc::recvmsg(sock, &mut msg, libc::MSG_CMSG_CLOEXEC) })?;
-    let mut fds = Vec::new();
-    // A message larger than `buf`, or with more descriptors than `space`
-    // holds, arrives cut short: refuse it rather than act on a part (the
-    // descriptors that did arrive are collected below and closed on drop).
-    let truncated = msg.msg_flags & (libc::MSG_TRUNC | libc::MSG_CTRUNC) != 0;
+    let len = cvt_len(unsafe { libc::recvmsg(sock, &mut msg, libc::MSG_CMSG_CLOEXEC) })?;
+    let mut got = Received {
+        len,
+        fds: Vec::new(),
+        sender: None,
+        truncated: msg.msg_flags & (libc::MSG_TRUNC | libc::MSG_CTRUNC) != 0,
+    };
     // SAFETY: the kernel filled msg_control with well-formed headers within
-    // msg_controllen; CMSG_FIRSTHDR/NXTHDR stay inside it.
+    // msg_controllen; CMSG_FIRSTHDR/NXTHDR stay inside it, and each header's
+    // data is as long as its `cmsg_len` says (checked against the type's
+    // size before reading).
     unsafe {
         let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
         while !cmsg.is_null() {
-            if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
-                let data_len = (*cmsg).cmsg_len as usize - libc::CMSG_LEN(0) as usize;
-                let count = data_len / std::mem::size_of::<RawFd>();
-                let data = libc::CMSG_DATA(cmsg).cast::<RawFd>();
-                for i in 0..count {
-                    // Each received fd is new and owned by us alone.
-                    fds.push(OwnedFd::from_raw_fd(std::ptr::read_unaligned(data.add(i))));
+            let data_len = (*cmsg).cmsg_len as usize - libc::CMSG_LEN(0) as usize;
+            if (*cmsg).cmsg_level == libc::SOL_SOCKET {
+                if (*cmsg).cmsg_type == libc::SCM_RIGHTS {
+                    let data = libc::CMSG_DATA(cmsg).cast::<RawFd>();
+                    for i in 0..data_len / std::mem::size_of::<RawFd>() {
+                        // Each received fd is new and owned by us alone.
+                        got.fds
+                            .push(OwnedFd::from_raw_fd(std::ptr::read_unaligned(data.add(i))));
+                    }
+                } else if (*cmsg).cmsg_type == libc::SCM_CREDENTIALS
+                    && data_len >= std::mem::size_of::<libc::ucred>()
+                {
+                    let cred: libc::ucred =
+                        std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::ucred>());
+                    got.sender = (cred.pid > 0).then_some(cred.pid);
                 }
             }
             cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
         }
     }
-    if truncated {
-        return Err(Errno(libc::EMSGSIZE));
-    }
-    Ok((n, fds))
+    Ok(got)
 }
 
 /// The seals of a sealed memfd: neither its size nor its contents can
