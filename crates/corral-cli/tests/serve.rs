@@ -1202,6 +1202,71 @@ fn helpers_started_ahead_are_forked_by_a_fork_server_that_ends_with_the_server()
     });
 }
 
+/// A fork server acts as the sandbox uid for each clone of an init, and
+/// a process of that uid may meanwhile change its nice value, affinity,
+/// scheduling policy or I/O priority, which every later sandbox would
+/// inherit. So a fork server whose scheduling differs after a clone from
+/// what it had at start makes no more: it exits after that clone (whose
+/// init is reaped as usual) and the server starts another. Here root
+/// renices the fork servers by hand; the one that clones the next init
+/// goes, is replaced, and runs go on.
+#[test]
+fn a_fork_server_whose_scheduling_changed_is_replaced_after_its_next_clone() {
+    if !is_root() || !std::path::Path::new("/sys/fs/cgroup/memory").is_dir() {
+        eprintln!("SKIP: root on cgroup v1 only (elsewhere no fork server acts as another uid; CI is both)");
+        return;
+    }
+    require_tool("renice");
+    let s = start_server("", &["--max-concurrent", "1"]);
+    let server = s.child.id();
+    wait_until(10, "a prepared sandbox", || {
+        prepared_sandboxes(server).len() == 1
+    });
+    let reniced = fork_servers(server);
+    assert!(!reniced.is_empty(), "no fork server");
+    for z in &reniced {
+        let status = std::process::Command::new("renice")
+            .args(["-n", "5", "-p", &z.to_string()])
+            .stdout(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(status.success(), "renice {z}");
+    }
+    // The run takes the prepared sandbox; its replacement is cloned by
+    // a reniced fork server, which then exits.
+    let run = |i: u32| {
+        let body = format!(r#"{{"command": ["sh", "-c", "echo {i}"]}}"#);
+        let (status, v) = post(&s, None, &body);
+        assert_eq!(
+            (status, v["stdout"].clone()),
+            (200, format!("{i}\n").into()),
+            "{v}"
+        );
+    };
+    let ended = |z: &i32| {
+        std::fs::read_to_string(format!("/proc/{z}/stat"))
+            .map(|st| st.rsplit(") ").next().is_some_and(|r| r.starts_with('Z')))
+            .unwrap_or(true)
+    };
+    run(1);
+    wait_until(10, "a reniced fork server to exit", || {
+        reniced.iter().any(ended)
+    });
+    // Found out (and reaped) at its thread's next request, and replaced.
+    for i in 2..5 {
+        run(i);
+    }
+    wait_until(10, "the fork server replaced", || {
+        let now = fork_servers(server);
+        now.len() == reniced.len() && now.iter().any(|z| !reniced.contains(z))
+    });
+    wait_until(10, "a prepared sandbox cloned by a fork server", || {
+        prepared_sandboxes(server)
+            .iter()
+            .any(|(child, init)| child == init)
+    });
+}
+
 /// A default profile whose plan is larger than a message carries inline
 /// (16 KiB; here a 24,000-byte variable it sets) still has its sandboxes
 /// built ahead by init cloned by the fork server: the plan goes in a

@@ -30,19 +30,24 @@
 //! `corral run` clones its init: one process fewer per sandbox than a
 //! helper that unshares the namespaces and forks init (the helper's
 //! `unshare`, fork and exit; docs/PERFORMANCE.md, issue 17). The clone is
-//! the fork server's sibling too. Its first message is its report, with
-//! its own pid (1, in its pid namespace): the owner reads the pid it
-//! reaps from the message's credentials (`SO_PASSCRED`), which the kernel
-//! translates into the owner's pid namespace, so init is known by its pid
-//! whatever happens to the fork server meanwhile. The fork server reports
-//! only what stopped the clone (pid 0 and the errno). For the clone it
-//! acts as the sandbox identity, keeping only its saved uid 0, exactly as
-//! `corral run` does, and takes its own ids back at once; it stops should
-//! that fail.
+//! the fork server's sibling too. The fork server replies on its own
+//! socket with init's pid (or 0 and what stopped the clone); init's own
+//! first message is its report, with its own pid (1, in its pid
+//! namespace), from whose credentials (`SO_PASSCRED`) the kernel gives the
+//! owner the same pid, translated into the owner's pid namespace: so the
+//! owner knows whom to kill and reap if either of them fails it. For the
+//! clone the fork server acts as the sandbox identity, keeping only its
+//! saved uid 0, exactly as `corral run` does, and takes its own ids back
+//! at once; it stops should that fail, or should its scheduling (nice
+//! value, policy, affinity, I/O priority: what another process of that
+//! uid may change meanwhile, and later sandboxes would inherit) differ
+//! afterwards.
 //!
-//! The fork server never reads anything but requests, holds no other
-//! descriptor between them, and exits at end of file on its socket (its
-//! owner is gone) or on anything but a well-formed request. It dies with
+//! The fork server reads nothing but requests and what they carry (a
+//! plan, parsed; as root it opens the host paths of idmapped binds),
+//! holds no descriptor of a request after it, and exits at end of file on
+//! its socket (its owner is gone) or on anything but a well-formed
+//! request. It dies with
 //! the thread that started it (`PR_SET_PDEATHSIG`), as the helpers and
 //! inits it forks do.
 
@@ -72,7 +77,9 @@ pub const ZYGOTE_REQUEST: &[u8] = b"helper";
 /// the owner holds while it lives), the cgroup v1 `tasks` files init joins
 /// its group through, which the owner opened (none without a group), and
 /// the memfd if any. Only for a plan with namespaces
-/// whose group, if any, init can join itself (cgroup v1).
+/// whose group, if any, init can join itself (cgroup v1). The fork
+/// server replies on its own socket with a [`ForkReport`]: init's pid, or
+/// 0 and the errno that stopped the clone.
 pub const ZYGOTE_INIT_REQUEST: &[u8] = b"init";
 
 /// The command line a forked helper shows (`/proc/PID/cmdline`): a
@@ -120,6 +127,11 @@ pub fn main() -> ! {
     if process::kill_with_parent().is_err() {
         process::exit_now(EXIT_CORRAL_ERROR);
     }
+    // What a process of the sandbox uid could change about this one while
+    // it acts as that uid for a clone (see `clone_init`).
+    let Ok(scheduling) = process::scheduling() else {
+        process::exit_now(EXIT_CORRAL_ERROR);
+    };
     // Room for the largest request and one byte more, so that a longer
     // one is cut short and refused rather than read in part.
     let mut request = vec![0u8; ZYGOTE_INIT_REQUEST.len() + 2 + MAX_INLINE_BYTES];
@@ -134,17 +146,17 @@ pub fn main() -> ! {
         }
         match protocol::parse_run_message(ZYGOTE_INIT_REQUEST, &request[..n]) {
             Some(RunPayload::Inline(plan)) if fds.len() >= 2 => {
-                clone_init(plan, fds);
+                clone_init(plan, fds, &ctrl, &scheduling);
                 continue;
             }
             Some(RunPayload::InMemfd) if fds.len() >= 3 => {
                 let plan = fds
                     .pop()
                     .and_then(|memfd| fd::read_sealed_memfd(&memfd, MAX_PLAN_BYTES).ok());
-                let Some(plan) = plan else {
-                    process::exit_now(EXIT_CORRAL_ERROR);
-                };
-                clone_init(&plan, fds);
+                match plan {
+                    Some(plan) => clone_init(&plan, fds, &ctrl, &scheduling),
+                    None => reply(&ctrl, 0, libc::EINVAL),
+                }
                 continue;
             }
             Some(_) => process::exit_now(EXIT_CORRAL_ERROR),
@@ -173,37 +185,36 @@ pub fn main() -> ! {
 
 /// Clones init for `plan` (JSON) into its namespaces as this process's
 /// sibling; `fds` are the request's descriptors (init's control socket,
-/// its lifeline, the `tasks` files to join through). What stops the clone
-/// is reported on init's control socket (pid 0 and the errno; the owner
+/// its lifeline, the `tasks` files to join through). Replies on its own
+/// socket `ctrl`: init's pid, or 0 and what stopped the clone (the owner
 /// then builds the sandbox with a helper, whose failure, if any, says
 /// precisely what is missing). Holds nothing of the request afterwards.
-fn clone_init(plan: &[u8], fds: Vec<OwnedFd>) {
+/// Exits when its ids cannot be taken back, or when what another process
+/// of the sandbox uid may change about it (`scheduling`, taken at start)
+/// changed while it acted as that uid: the change would be inherited by
+/// every later sandbox it makes, so it leaves that to a new fork server.
+fn clone_init(plan: &[u8], fds: Vec<OwnedFd>, ctrl: &OwnedFd, scheduling: &process::Scheduling) {
     let mut fds = fds.into_iter();
     let (Some(init_ctrl), Some(lifeline)) = (fds.next(), fds.next()) else {
-        return;
+        return reply(ctrl, 0, libc::EINVAL);
     };
     let join: Vec<OwnedFd> = fds.collect();
-    let refuse = |errno: i32| {
-        let report = ForkReport { pid: 0, errno };
-        // Lost only when the owner already gave up on this sandbox.
-        let _ = fd::send_with_fds(init_ctrl.as_raw_fd(), &report.encode(), &[]);
-    };
     let plan: SandboxPlan = match serde_json::from_slice(plan) {
         Ok(plan) => plan,
-        Err(_) => return refuse(libc::EINVAL),
+        Err(_) => return reply(ctrl, 0, libc::EINVAL),
     };
     if plan.reduced.is_some() {
-        return refuse(libc::EINVAL);
+        return reply(ctrl, 0, libc::EINVAL);
     }
     // Still root: the idmapped clones of the binds that ask for one.
     let Ok(prepared) = crate::prepare_idmapped(&plan) else {
-        return refuse(libc::EPERM);
+        return reply(ctrl, 0, libc::EPERM);
     };
     let id = plan.identity;
     let held = if id.drop_from_root {
         match process::act_as_keeping_root(id.uid, id.gid) {
             Ok(held) => Some(held),
-            Err(e) => return refuse(e.0),
+            Err(e) => return reply(ctrl, 0, e.0),
         }
     } else {
         None
@@ -217,15 +228,26 @@ fn clone_init(plan: &[u8], fds: Vec<OwnedFd>) {
         let _ = std::panic::catch_unwind(body);
         process::exit_now(EXIT_CORRAL_ERROR);
     }
-    if held.map(process::RootIds::restore).transpose().is_err() {
-        // Acting as another user, without its groups: nothing more may
-        // be forked with these ids. The owner starts another fork server;
-        // init, if cloned, reports to it on its own.
+    let restored = held.map(process::RootIds::restore).transpose();
+    match cloned {
+        Ok(Fork::Parent(pid)) => reply(ctrl, pid, 0),
+        Ok(Fork::Child) => {}
+        Err(e) => reply(ctrl, 0, e.0),
+    }
+    // Acting as another user, without its groups, or changed by one: no
+    // more sandboxes from this fork server. The owner starts another;
+    // init, if cloned, is known to it by the reply above.
+    if restored.is_err() || (id.drop_from_root && process::scheduling().as_ref() != Ok(scheduling))
+    {
         process::exit_now(EXIT_CORRAL_ERROR);
     }
-    if let Err(e) = cloned {
-        refuse(e.0);
-    }
+}
+
+/// The fork server's reply to an init request, on its own socket: init's
+/// pid, or 0 and the errno that stopped the clone. Lost only when the
+/// owner already gave up on the fork server.
+fn reply(ctrl: &OwnedFd, pid: i32, errno: i32) {
+    let _ = fd::send_with_fds(ctrl.as_raw_fd(), &ForkReport { pid, errno }.encode(), &[]);
 }
 
 /// In the cloned init: die with the owner's thread, report (first, before

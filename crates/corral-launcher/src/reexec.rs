@@ -368,13 +368,14 @@ impl Zygote {
 
     /// Asks for a sandbox's init for `plan` (JSON; in the
     /// [`ZYGOTE_INIT_REQUEST`] or, when large, in a sealed memfd attached
-    /// last), joined to its group through `join`. init's report
-    /// comes on its control socket with its credentials, which give its
-    /// pid here (`SO_PASSCRED`, on only for that first message); the fork
-    /// server's own report on that socket (pid 0) says why there is none.
-    /// As for a helper, a fork server that does not answer within
-    /// [`FORK_TIMEOUT`] is stopped, and then only init can hold the
-    /// socket: its report, or the end of file, comes at once.
+    /// last), joined to its group through `join`. The fork server replies
+    /// with init's pid (or 0 and what stopped the clone); init's own
+    /// report follows on its control socket, whose credentials give the
+    /// same pid (`SO_PASSCRED`, on only for that first message). Each is
+    /// waited for at most [`FORK_TIMEOUT`]: a fork server that does not
+    /// reply is stopped, and an init that does not report (stopped, or
+    /// dead before its report) is killed and reaped by the pid the fork
+    /// server gave. Only when both fail at once is an init left unknown.
     fn clone_init(&mut self, plan: &[u8], join: &[OwnedFd]) -> Result<ReadyHelper, Unforked> {
         let (ours, theirs) = fd::seqpacket_pair().map_err(|_| Unforked::This)?;
         let (lifeline_r, lifeline_w) = fd::pipe().map_err(|_| Unforked::This)?;
@@ -390,44 +391,65 @@ impl Zygote {
         drop(theirs);
         drop(lifeline_r);
         self.forks += 1;
-        if !readable_within(ours.as_raw_fd(), FORK_TIMEOUT) {
-            self.stop();
-        }
+        // The fork server's reply.
         let mut buf = [0u8; ForkReport::LEN + 1];
+        let replied = readable_within(self.ctrl.as_raw_fd(), FORK_TIMEOUT)
+            .then(|| fd::recv_with_fds(self.ctrl.as_raw_fd(), &mut buf).ok())
+            .flatten()
+            .and_then(|(n, _)| ForkReport::decode(&buf[..n]));
+        let known = match replied {
+            Some(ForkReport { pid, errno: 0 }) if pid > 0 => Some(pid),
+            Some(ForkReport { pid: 0, errno }) if errno == libc::ENOSYS => {
+                return Err(Unforked::Never)
+            }
+            Some(ForkReport { pid: 0, errno }) if errno != 0 => return Err(Unforked::This),
+            // Gone, stuck or confused: init, if it was cloned, still
+            // reports on its own.
+            _ => {
+                self.stop();
+                None
+            }
+        };
+        let give_up = |pid: Option<i32>| {
+            if let Some(pid) = pid {
+                let _ = process::kill(pid, libc::SIGKILL);
+                let _ = process::wait4(pid);
+            }
+            Err(if known.is_some() {
+                Unforked::This
+            } else {
+                Unforked::Server
+            })
+        };
+        // init's report.
+        if !readable_within(ours.as_raw_fd(), FORK_TIMEOUT) {
+            return give_up(known);
+        }
         let (report, sender) = match fd::recv_with_sender_pid(ours.as_raw_fd(), &mut buf) {
             Ok((n, sender)) => (ForkReport::decode(&buf[..n]), sender),
             Err(_) => (None, None),
         };
-        match (report, sender) {
-            (Some(ForkReport { pid, errno: 0 }), Some(init)) if pid > 0 && init > 0 => {
-                let cloned = ReadyHelper {
-                    ctrl: ours,
-                    lifeline: Some(lifeline_w),
-                    reap: Reap {
-                        pid: init,
-                        armed: true,
-                    },
-                };
-                // Its later messages (a run's) come without credentials.
-                match fd::set_pass_credentials(cloned.ctrl_fd(), false) {
-                    Ok(()) => Ok(cloned),
-                    Err(_) => {
-                        let _ = process::kill(init, libc::SIGKILL);
-                        Err(Unforked::This)
-                    }
-                }
-            }
-            (Some(ForkReport { pid: 0, errno }), _) if errno == libc::ENOSYS => {
-                Err(Unforked::Never)
-            }
-            (Some(ForkReport { pid: 0, errno }), _) if errno != 0 => Err(Unforked::This),
-            // End of file (the fork server died before cloning) or a
-            // malformed report.
-            _ => {
-                self.stop();
-                Err(Unforked::Server)
-            }
+        let init = match (known, sender) {
+            (Some(pid), Some(from)) if pid == from => pid,
+            (None, Some(from)) => from,
+            // Not init's (another sender, or none): kill what is known.
+            _ => return give_up(known),
+        };
+        if !matches!(report, Some(ForkReport { pid, errno: 0 }) if pid > 0) {
+            return give_up(Some(init));
         }
+        // Its later messages (a run's) come without credentials.
+        if fd::set_pass_credentials(ours.as_raw_fd(), false).is_err() {
+            return give_up(Some(init));
+        }
+        Ok(ReadyHelper {
+            ctrl: ours,
+            lifeline: Some(lifeline_w),
+            reap: Reap {
+                pid: init,
+                armed: true,
+            },
+        })
     }
 }
 

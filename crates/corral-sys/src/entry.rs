@@ -48,22 +48,37 @@ pub fn start() {
         events: 0,
         revents: 0,
     });
-    // SAFETY: three valid pollfds, zero timeout.
-    let polled = unsafe { libc::poll(fds.as_mut_ptr(), 3, 0) };
-    if polled < 0 {
-        crate::process::exit_now(125);
-    }
-    for p in fds {
-        if p.revents & libc::POLLNVAL != 0 {
+    let closed: [bool; 3] = loop {
+        // SAFETY: three valid pollfds, zero timeout.
+        if unsafe { libc::poll(fds.as_mut_ptr(), 3, 0) } >= 0 {
+            break fds.map(|p| p.revents & libc::POLLNVAL != 0);
+        }
+        match crate::Errno::last().0 {
+            libc::EINTR => continue,
+            // poll refused (RLIMIT_NOFILE below 3, no memory): ask each
+            // fd, as the Rust runtime does then.
+            libc::EINVAL | libc::EAGAIN | libc::ENOMEM => break [0, 1, 2].map(fd_is_closed),
+            _ => crate::process::exit_now(125),
+        }
+    };
+    for (fd, closed) in (0..3).zip(closed) {
+        if closed {
             // SAFETY: a static NUL-terminated path; the lowest free number
             // is the closed one (the lower ones are open, or were opened
             // here just before).
-            let fd = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDWR) };
-            if fd != p.fd {
+            let opened = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDWR) };
+            if opened != fd {
                 crate::process::exit_now(125);
             }
         }
     }
     // SAFETY: installing SIG_IGN for SIGPIPE touches no memory of ours.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
+}
+
+/// Whether `fd` is closed (`fcntl(F_GETFD)` fails with `EBADF`).
+fn fd_is_closed(fd: libc::c_int) -> bool {
+    // SAFETY: F_GETFD on an integer; no memory is touched.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFD) };
+    flags == -1 && crate::Errno::last().0 == libc::EBADF
 }

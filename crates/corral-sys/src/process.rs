@@ -780,6 +780,62 @@ impl Usage {
     }
 }
 
+/// What another process with this process's real or effective uid may
+/// change about it without any privilege (setpriority(2),
+/// sched_setaffinity(2), sched_setscheduler(2), ioprio_set(2)), and what
+/// its children inherit: the nice value, the scheduling policy and
+/// priority, the CPU affinity, the I/O priority. A process that acts as
+/// another uid for a moment compares a snapshot from before with one
+/// from after.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Scheduling {
+    nice: i32,
+    policy: i32,
+    priority: i32,
+    affinity: Vec<u8>,
+    io_priority: i64,
+}
+
+/// This process's [`Scheduling`] now.
+pub fn scheduling() -> SysResult<Scheduling> {
+    // getpriority returns the nice value, and -1 both as a value and as an
+    // error: errno is cleared first and checked after.
+    // SAFETY: __errno_location returns this thread's errno, writable.
+    unsafe { *libc::__errno_location() = 0 };
+    // SAFETY: integer arguments only.
+    let nice = unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) };
+    if nice == -1 && Errno::last().0 != 0 {
+        return Err(Errno::last());
+    }
+    // SAFETY: integer argument only.
+    let policy = cvt(unsafe { libc::sched_getscheduler(0) })?;
+    let mut param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: `param` is a live, writable sched_param.
+    cvt(unsafe { libc::sched_getparam(0, &mut param) })?;
+    // SAFETY: cpu_set_t is plain data; all-zero is a valid value.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is live and writable, and its size is passed.
+    cvt(unsafe { libc::sched_getaffinity(0, std::mem::size_of_val(&set), &mut set) })?;
+    // SAFETY: cpu_set_t is plain data; viewing it as bytes reads only it.
+    let affinity = unsafe {
+        std::slice::from_raw_parts(
+            std::ptr::from_ref(&set).cast::<u8>(),
+            std::mem::size_of_val(&set),
+        )
+    }
+    .to_vec();
+    // ioprio_get(IOPRIO_WHO_PROCESS = 1, 0): this process.
+    // SAFETY: integer arguments only.
+    let io_priority = cvt(unsafe { libc::syscall(libc::SYS_ioprio_get, 1, 0) })?;
+    Ok(Scheduling {
+        nice,
+        policy,
+        priority: param.sched_priority,
+        affinity,
+        io_priority,
+    })
+}
+
 /// Reads a resource limit as (soft, hard).
 pub fn get_rlimit(resource: libc::__rlimit_resource_t) -> SysResult<(u64, u64)> {
     let mut lim = libc::rlimit {
