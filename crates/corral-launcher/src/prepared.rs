@@ -4,9 +4,9 @@
 //! whole plan with [`SandboxPlan::hold`] set, or, where the thread has a
 //! fork server and init can join its group itself, an init that fork
 //! server cloned for that plan (see [`ReadyHelper::clone_init`]): it has
-//! created its user and other namespaces, init has built the root filesystem, pivoted into it,
-//! set the hostname and brought loopback up, and then waits for the
-//! program. Nothing untrusted has run in it. When a run comes with the
+//! created its user and other namespaces, init has built the root
+//! filesystem, pivoted into it, set the hostname and brought loopback up,
+//! and then waits for the program. Nothing untrusted has run in it. When a run comes with the
 //! inputs it was built from (the same profile, identity, workspace and
 //! binds: [`SandboxInputs`]) and cgroup limits its group was made for,
 //! [`crate::execute`] plans only the run's program (argv, environment,
@@ -73,8 +73,9 @@ impl PreparedSandbox {
     /// cgroup, and has init cloned for the plan with `hold` set (see
     /// [`ReadyHelper::clone_init`]), or starts a helper in the group and
     /// sends it that plan. Returns as soon as init is cloned or the plan
-    /// sent; the helper and init do the rest on their own and then wait. A failure on their side ends
-    /// them (see [`PreparedSandbox::is_alive`]).
+    /// sent; the helper and init do the rest on their own and then wait.
+    /// A failure on their side ends them (see
+    /// [`PreparedSandbox::is_alive`]).
     pub fn prepare(
         profile: &Profile,
         commands: &CommandTable,
