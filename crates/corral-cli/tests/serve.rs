@@ -779,11 +779,7 @@ fn helpers_and_sandboxes_wait_ahead_and_leave_with_the_server() {
     }
     // Dead (zombies until the pools reap them) before the next request.
     for pid in [waiting[0], prepared[0].0] {
-        wait_until(10, "the killed one to be a zombie", || {
-            std::fs::read_to_string(format!("/proc/{pid}/stat"))
-                .map(|st| st.rsplit(") ").next().is_some_and(|r| r.starts_with('Z')))
-                .unwrap_or(true)
-        });
+        wait_until(10, "the killed one to be a zombie", || ended(pid));
     }
     for _ in 0..3 {
         let (status, v) = post(&s, None, r#"{"command": ["python3", "-c", "print(1)"]}"#);
@@ -1037,6 +1033,25 @@ fn a_sandbox_built_ahead_counts_its_program_in_its_group() {
     assert_eq!(v["enforced"]["cgroup"]["version"], "v1", "{v}");
 }
 
+/// Runs `sh -c 'echo i'` on `s` (with `extra` JSON members after the
+/// command, e.g. `, "limits": {...}`) and asserts it printed `i`.
+fn echo_runs(s: &Server, i: usize, extra: &str) {
+    let body = format!(r#"{{"command": ["sh", "-c", "echo {i}"]{extra}}}"#);
+    let (status, v) = post(s, None, &body);
+    assert_eq!(
+        (status, v["stdout"].clone()),
+        (200, format!("{i}\n").into()),
+        "{v}"
+    );
+}
+
+/// Whether `pid` has ended: gone, or a zombie not yet reaped.
+fn ended(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|st| st.rsplit(") ").next().is_some_and(|r| r.starts_with('Z')))
+        .unwrap_or(true)
+}
+
 /// Where corral's binary is mapped in `pid` (the start of its first
 /// mapping), if its maps can be read.
 fn image_base(pid: i32) -> Option<String> {
@@ -1152,13 +1167,7 @@ fn helpers_started_ahead_are_forked_by_a_fork_server_that_ends_with_the_server()
     let runs_from_both_pools = |n: usize| {
         for i in 0..n {
             for limits in ["", r#", "limits": {"memory_bytes": 268435456}"#] {
-                let body = format!(r#"{{"command": ["sh", "-c", "echo {i}"]{limits}}}"#);
-                let (status, v) = post(&s, None, &body);
-                assert_eq!(
-                    (status, v["stdout"].clone()),
-                    (200, format!("{i}\n").into()),
-                    "{v}"
-                );
+                echo_runs(&s, i, limits);
             }
         }
     };
@@ -1194,11 +1203,7 @@ fn helpers_started_ahead_are_forked_by_a_fork_server_that_ends_with_the_server()
     let _ = s.child.kill();
     let _ = s.child.wait();
     wait_until(10, "the fork servers gone with the server", || {
-        zygotes.iter().all(|z| {
-            std::fs::read_to_string(format!("/proc/{z}/stat"))
-                .map(|st| st.rsplit(") ").next().is_some_and(|r| r.starts_with('Z')))
-                .unwrap_or(true)
-        })
+        zygotes.iter().all(|z| ended(*z))
     });
 }
 
@@ -1234,23 +1239,10 @@ fn a_fork_server_whose_scheduling_changed_is_replaced_after_its_next_clone() {
     }
     // The run takes the prepared sandbox; its replacement is cloned by
     // a reniced fork server, which then exits.
-    let run = |i: u32| {
-        let body = format!(r#"{{"command": ["sh", "-c", "echo {i}"]}}"#);
-        let (status, v) = post(&s, None, &body);
-        assert_eq!(
-            (status, v["stdout"].clone()),
-            (200, format!("{i}\n").into()),
-            "{v}"
-        );
-    };
-    let ended = |z: &i32| {
-        std::fs::read_to_string(format!("/proc/{z}/stat"))
-            .map(|st| st.rsplit(") ").next().is_some_and(|r| r.starts_with('Z')))
-            .unwrap_or(true)
-    };
+    let run = |i: usize| echo_runs(&s, i, "");
     run(1);
     wait_until(10, "a reniced fork server to exit", || {
-        reniced.iter().any(ended)
+        reniced.iter().any(|z| ended(*z))
     });
     // Found out (and reaped) at its thread's next request, and replaced.
     for i in 2..5 {

@@ -86,8 +86,10 @@ pub const ZYGOTE_INIT_REQUEST: &[u8] = b"init";
 /// re-executed helper's.
 const HELPER_CMDLINE: &[u8] = b"corral-sandbox\0__sandbox-helper";
 
-/// The first message on a forked helper's control socket: who it is, or
-/// why there is none.
+/// Who was forked, or why nobody was: the first message on a forked
+/// helper's control socket (or the fork server's, there, when the fork
+/// failed), and the fork server's reply to an init request on its own
+/// socket (and init's own first message, with its pid inside).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ForkReport {
     /// The helper's pid; 0 when the fork failed.
