@@ -347,6 +347,72 @@ pub fn cloned_init_namespaces(plan: &SandboxPlan) -> i32 {
     ns::CLONE_NEWUSER | (namespaces(plan) & !ns::CLONE_NEWCGROUP)
 }
 
+/// Whose child [`clone_init_as_identity`] makes init.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InitParent {
+    /// The caller's (`corral run`): it reaps init and learns its pid from
+    /// the clone.
+    Caller,
+    /// The caller's parent (`CLONE_PARENT`, the fork server): the server
+    /// that asked for init reaps it.
+    CallersParent,
+}
+
+/// What [`clone_init_as_identity`] left in the caller.
+#[derive(Debug)]
+pub struct ClonedInit {
+    /// init's pid in the caller's pid namespace, or what stopped the clone.
+    pub pid: Result<i32, Errno>,
+    /// Whether the caller has its own ids back. An error leaves it acting
+    /// as the sandbox identity, maybe without its groups: it must run
+    /// nothing more and stop (init, if cloned, is in `pid`).
+    pub ids_restored: Result<(), Errno>,
+}
+
+/// Clones `plan`'s init straight into [`cloned_init_namespaces`], the
+/// one sequence both `corral run` and the fork server use:
+///
+/// 1. A root caller dropping to the sandbox identity first acts as that
+///    identity while keeping saved uid 0 ([`process::act_as_keeping_root`]),
+///    so the new user namespace is owned by the unprivileged uid (never by
+///    host root) and init starts with the identity's ids and no groups.
+/// 2. The clone (the caller must be single-threaded): the child runs
+///    `child`, which never returns; a panic in it ends the child with
+///    [`EXIT_CORRAL_ERROR`] rather than unwinding into the caller's
+///    destructors on a copy of its stack.
+/// 3. The caller takes its ids back, whether or not the clone worked.
+///
+/// `Err` only when step 1 failed, with nothing changed.
+pub fn clone_init_as_identity(
+    plan: &SandboxPlan,
+    parent: InitParent,
+    child: impl FnOnce() -> std::convert::Infallible,
+) -> Result<ClonedInit, Errno> {
+    let id = plan.identity;
+    let held = if id.drop_from_root {
+        Some(process::act_as_keeping_root(id.uid, id.gid)?)
+    } else {
+        None
+    };
+    let namespaces = cloned_init_namespaces(plan);
+    let cloned = match parent {
+        InitParent::Caller => process::fork_into_namespaces_in_single_threaded_process(namespaces),
+        InitParent::CallersParent => {
+            process::fork_sibling_into_namespaces_in_single_threaded_process(namespaces)
+        }
+    };
+    let pid = match cloned {
+        Ok(Fork::Child) => {
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(child));
+            process::exit_now(EXIT_CORRAL_ERROR)
+        }
+        Ok(Fork::Parent(pid)) => Ok(pid),
+        Err(e) => Err(e),
+    };
+    let ids_restored = held.map_or(Ok(()), process::RootIds::restore);
+    Ok(ClonedInit { pid, ids_restored })
+}
+
 /// The namespaces besides the user namespace a sandbox gets: all of
 /// mount, pid, ipc, uts, net (unless network mode `host`, which keeps the
 /// host's, explicit and reported loudly by the caller) and cgroup.

@@ -58,7 +58,7 @@ use corral_sys::process::{self, Fork};
 
 use crate::plan::SandboxPlan;
 use crate::protocol::{self, RunPayload, MAX_INLINE_BYTES, MAX_PLAN_BYTES};
-use crate::EXIT_CORRAL_ERROR;
+use crate::{InitParent, EXIT_CORRAL_ERROR};
 
 /// The hidden subcommand that re-enters corral's binary as the fork
 /// server. As long as [`crate::HELPER_SUBCOMMAND`], so a forked helper
@@ -212,35 +212,22 @@ fn clone_init(plan: &[u8], fds: Vec<OwnedFd>, ctrl: &OwnedFd, scheduling: &proce
     let Ok(prepared) = crate::prepare_idmapped(&plan) else {
         return reply(ctrl, 0, libc::EPERM);
     };
-    let id = plan.identity;
-    let held = if id.drop_from_root {
-        match process::act_as_keeping_root(id.uid, id.gid) {
-            Ok(held) => Some(held),
-            Err(e) => return reply(ctrl, 0, e.0),
-        }
-    } else {
-        None
+    let cloned = crate::clone_init_as_identity(&plan, InitParent::CallersParent, || {
+        become_init(&plan, init_ctrl, lifeline, join, prepared)
+    });
+    let cloned = match cloned {
+        Ok(cloned) => cloned,
+        Err(e) => return reply(ctrl, 0, e.0),
     };
-    let namespaces = crate::cloned_init_namespaces(&plan);
-    let cloned = process::fork_sibling_into_namespaces_in_single_threaded_process(namespaces);
-    if let Ok(Fork::Child) = cloned {
-        let body = std::panic::AssertUnwindSafe(|| {
-            become_init(&plan, init_ctrl, lifeline, join, prepared)
-        });
-        let _ = std::panic::catch_unwind(body);
-        process::exit_now(EXIT_CORRAL_ERROR);
-    }
-    let restored = held.map(process::RootIds::restore).transpose();
-    match cloned {
-        Ok(Fork::Parent(pid)) => reply(ctrl, pid, 0),
-        Ok(Fork::Child) => {}
+    match cloned.pid {
+        Ok(pid) => reply(ctrl, pid, 0),
         Err(e) => reply(ctrl, 0, e.0),
     }
     // Acting as another user, without its groups, or changed by one: no
     // more sandboxes from this fork server. The owner starts another;
     // init, if cloned, is known to it by the reply above.
-    if restored.is_err() || (id.drop_from_root && process::scheduling().as_ref() != Ok(scheduling))
-    {
+    let changed = plan.identity.drop_from_root && process::scheduling().as_ref() != Ok(scheduling);
+    if cloned.ids_restored.is_err() || changed {
         process::exit_now(EXIT_CORRAL_ERROR);
     }
 }

@@ -23,7 +23,7 @@ use corral_sys::signal::SignalFd;
 
 use crate::pump::{Exit, Finished, Pump};
 use corral_helper::{
-    FailureKind, LandlockOutcome, SandboxPlan, EXIT_CORRAL_ERROR, EXIT_NOT_EXECUTABLE,
+    FailureKind, InitParent, LandlockOutcome, SandboxPlan, EXIT_CORRAL_ERROR, EXIT_NOT_EXECUTABLE,
     EXIT_NOT_FOUND, GO_AHEAD, HELPER_SUBCOMMAND, JOIN_MESSAGE, PLAN_MESSAGE, PROGRAM_MESSAGE,
 };
 
@@ -779,32 +779,23 @@ fn clone_init(
     if kept.map(|f| f.as_raw_fd()).any(|n| n < 4) {
         return None;
     }
-    let id = plan.identity;
-    let held = if id.drop_from_root {
-        match process::act_as_keeping_root(id.uid, id.gid) {
-            Ok(held) => Some(held),
-            Err(_) => return None,
+    // init must not hold the lifeline's write end: the child closes its
+    // copy by number, corral keeps the descriptor.
+    let lifeline_w_in_child = lifeline_w.as_raw_fd();
+    let cloned = corral_helper::clone_init_as_identity(plan, InitParent::Caller, move || {
+        fd::close_raw(lifeline_w_in_child);
+        // Die with corral from here on; init::run arms it again and checks
+        // the lifeline.
+        let placed = place_child_fds(opts, fds)
+            .and_then(|_| process::set_parent_death_signal(libc::SIGKILL));
+        if placed.is_err() {
+            process::exit_now(EXIT_CORRAL_ERROR);
         }
-    } else {
-        None
-    };
-    let namespaces = corral_helper::cloned_init_namespaces(plan);
-    let init_pid = match process::fork_into_namespaces_in_single_threaded_process(namespaces) {
-        Ok(process::Fork::Child) => guard_forked_child(|| {
-            drop(lifeline_w);
-            // Die with corral from here on; init::run arms it again and
-            // checks the lifeline.
-            let placed = place_child_fds(opts, fds)
-                .and_then(|_| process::set_parent_death_signal(libc::SIGKILL));
-            if placed.is_err() {
-                process::exit_now(EXIT_CORRAL_ERROR);
-            }
-            corral_helper::init_cloned(plan, join, join_later, lifeline_r, prepared)
-        }),
-        Ok(process::Fork::Parent(pid)) => Some(pid),
-        Err(_) => None,
-    };
-    if let Err(e) = held.map(process::RootIds::restore).transpose() {
+        corral_helper::init_cloned(plan, join, join_later, lifeline_r, prepared)
+    })
+    .ok()?;
+    let init_pid = cloned.pid.ok();
+    if let Err(e) = cloned.ids_restored {
         if let Some(pid) = init_pid {
             let _ = process::kill(pid, libc::SIGKILL);
             let _ = process::wait4(pid);
