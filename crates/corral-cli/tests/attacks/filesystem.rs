@@ -352,6 +352,31 @@ fn attack_dev_mem_kmem_port_and_disks_are_absent() {
 }
 
 #[test]
+fn attack_root_and_dev_are_read_only_run_nothing_and_hide_the_scratch_tmpfs() {
+    // The sandbox's / and /dev are directories of the tmpfs corral builds
+    // the root in; that tmpfs also holds the host root's parking place and
+    // the stand-ins for denied paths, none of which may be reachable, and
+    // nothing may be created in / or /dev.
+    expect(
+        r#"for p in ('/x', '/dev/x', '/dev/shm/../x', '/etc/x'):
+    say('create ' + p, try_(lambda: open(p, 'w')))
+say('mkdir /dev/d', try_(lambda: os.mkdir('/dev/d')))
+say('symlink in /dev', try_(lambda: os.symlink('/proc/self/mem', '/dev/mem')))
+say('chmod /dev', try_(lambda: os.chmod('/dev', 0o777)))
+names = set(os.listdir('/')) | set(os.listdir('/..')) | set(os.listdir('/proc/self/root/..'))
+say('scratch entries', sorted(names & {'oldroot', 'newroot', 'empty-dir', 'empty-file'}))
+mounts = [l.split() for l in open('/proc/self/mountinfo')]
+root = [m for m in mounts if m[4] == '/'][0]
+say('/ options', sorted(set(root[5].split(',')) & {'ro', 'noexec', 'nosuid', 'nodev'}))
+say('/dev mounts', sorted(m[4] for m in mounts if m[4] == '/dev'))
+"#,
+        "create /x EROFS\ncreate /dev/x EROFS\ncreate /dev/shm/../x EROFS\ncreate /etc/x EROFS\n\
+         mkdir /dev/d EROFS\nsymlink in /dev EROFS\nchmod /dev EROFS\nscratch entries []\n\
+         / options ['nodev', 'noexec', 'nosuid', 'ro']\n/dev mounts []\n",
+    );
+}
+
+#[test]
 fn attack_sys_is_absent_and_cannot_be_mounted() {
     expect(
         r#"for p in ('/sys', '/sys/kernel', '/sys/fs/cgroup', '/sys/firmware', '/sys/class/net'):

@@ -23,6 +23,10 @@ use crate::{Control, Failure, Next};
 const PARENT: i32 = 4242;
 const STRICT: u64 = m::RESOLVE_BENEATH | m::RESOLVE_NO_SYMLINKS | m::RESOLVE_NO_MAGICLINKS;
 const EMPTY_PATH: u32 = libc::AT_EMPTY_PATH as u32;
+/// What the finished root is sealed with: read-only, and nothing on it
+/// (its /dev included) is a set-id program, a device or runnable.
+const ROOT_SEAL: u64 =
+    m::MOUNT_ATTR_RDONLY | m::MOUNT_ATTR_NOSUID | m::MOUNT_ATTR_NODEV | m::MOUNT_ATTR_NOEXEC;
 
 fn path(s: &str) -> SandboxPath {
     SandboxPath::new(s).unwrap()
@@ -378,21 +382,16 @@ fn tmpfs_mounts_have_their_sizes_modes_and_flags() {
         })
         .collect();
     let nosuid_nodev = libc::MS_NOSUID | libc::MS_NODEV;
+    // The scratch tmpfs holds the sandbox's root and /dev as directories.
     let expected = [
-        ("/tmp", nosuid_nodev, "mode=0755,size=64k"),
-        ("/newroot", nosuid_nodev, "mode=0755,size=1m"),
+        ("/tmp", nosuid_nodev, "mode=0755,size=1m"),
         ("/newroot/workspace", nosuid_nodev, "mode=755,size=8388608"),
         ("/newroot/tmp", nosuid_nodev, "mode=1777,size=1048576"),
-        (
-            "/newroot/dev",
-            libc::MS_NOSUID | libc::MS_NOEXEC,
-            "mode=0755,size=64k",
-        ),
         ("/newroot/dev/shm", nosuid_nodev, "mode=1777,size=1048576"),
     ]
     .map(|(t, f, d)| (t.to_string(), f, d.to_string()));
     assert_eq!(tmpfs, expected);
-    // The other filesystems: nothing propagates to the host, /proc and
+    // The other mounts: nothing propagates to the host, /proc and
     // /dev/pts are nosuid and noexec.
     let others: Vec<&Step> = k
         .steps
@@ -407,6 +406,16 @@ fn tmpfs_mounts_have_their_sizes_modes_and_flags() {
                 target: "/".into(),
                 fstype: None,
                 flags: libc::MS_REC | libc::MS_PRIVATE,
+                data: None,
+            },
+            // The sandbox's root: a directory of the scratch tmpfs, made a
+            // mount point for pivot_root by a (non-recursive) bind onto
+            // itself.
+            &Step::Mount {
+                source: Some("/newroot".into()),
+                target: "/newroot".into(),
+                fstype: None,
+                flags: libc::MS_BIND,
                 data: None,
             },
             &Step::Mount {
@@ -429,15 +438,28 @@ fn tmpfs_mounts_have_their_sizes_modes_and_flags() {
 }
 
 #[test]
-fn dev_is_made_read_only_after_everything_in_it() {
+fn dev_is_a_directory_of_the_root_sealed_with_it_after_everything_in_it() {
     let plan = plan();
     let mut k = fake();
     build(&mut k, &plan).unwrap();
+    // No filesystem of its own: only /dev/shm and (asked for by this
+    // plan) /dev/pts are mounted below /newroot/dev.
+    let mounted_in_dev: Vec<&str> = k
+        .steps
+        .iter()
+        .filter_map(|s| match s {
+            Step::Mount { target, .. } if target.starts_with("/newroot/dev") => {
+                Some(target.as_str())
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(mounted_in_dev, ["/newroot/dev/shm", "/newroot/dev/pts"]);
     let sealed = pos(&k.steps, |s| {
         *s == Step::SetAttr {
-            path: "/newroot/dev".into(),
-            flags: EMPTY_PATH,
-            set: m::MOUNT_ATTR_RDONLY,
+            path: "/".into(),
+            flags: 0,
+            set: ROOT_SEAL,
             clear: 0,
         }
     });
@@ -535,7 +557,7 @@ fn pivot_root_comes_after_every_mount_and_the_host_root_is_detached() {
             Step::SetAttr {
                 path: "/".into(),
                 flags: 0,
-                set: m::MOUNT_ATTR_RDONLY | m::MOUNT_ATTR_NOSUID | m::MOUNT_ATTR_NODEV,
+                set: ROOT_SEAL,
                 clear: 0,
             },
         ],
@@ -741,7 +763,7 @@ fn init_builds_the_root_then_hostname_loopback_and_non_dumpable() {
             Step::SetAttr {
                 path: "/".into(),
                 flags: 0,
-                set: m::MOUNT_ATTR_RDONLY | m::MOUNT_ATTR_NOSUID | m::MOUNT_ATTR_NODEV,
+                set: ROOT_SEAL,
                 clear: 0,
             },
             Step::Sethostname("corral".into()),
