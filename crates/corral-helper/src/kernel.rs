@@ -45,16 +45,6 @@ pub(crate) enum At<'a, F> {
     Fd(&'a F),
 }
 
-/// Why the file type of an open descriptor could not be read. The two
-/// causes keep their own messages (`dup: ...`, `stat PATH: ...`).
-#[derive(Debug)]
-pub(crate) enum StatError {
-    /// Duplicating the descriptor failed.
-    Dup(io::Error),
-    /// Reading its status failed.
-    Stat(io::Error),
-}
-
 /// How much of a Landlock ruleset the kernel put in force.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Enforcement {
@@ -155,7 +145,7 @@ pub(crate) trait Kernel {
         resolve: u64,
     ) -> SysResult<Self::Fd>;
     /// Whether `fd` is a directory.
-    fn is_dir(&mut self, fd: &Self::Fd) -> Result<bool, StatError>;
+    fn is_dir(&mut self, fd: &Self::Fd) -> SysResult<bool>;
     /// `open_tree(2)`: a detached mount tree.
     fn open_tree(&mut self, dir: At<'_, Self::Fd>, path: &CStr, flags: u32) -> SysResult<Self::Fd>;
     /// `mount_setattr(2)`: sets `set` and clears `clear`.
@@ -324,10 +314,9 @@ impl Kernel for Sys {
     ) -> SysResult<OwnedFd> {
         mount::openat2(raw(dir), path, flags, 0, resolve)
     }
-    fn is_dir(&mut self, fd: &OwnedFd) -> Result<bool, StatError> {
-        let dup = fd.try_clone().map_err(StatError::Dup)?;
-        let meta = File::from(dup).metadata().map_err(StatError::Stat)?;
-        Ok(meta.is_dir())
+    fn is_dir(&mut self, fd: &OwnedFd) -> SysResult<bool> {
+        // One fstatat on the fd itself (O_PATH included).
+        Ok(mount::fstat(fd.as_fd())?.is_dir())
     }
     fn open_tree(&mut self, dir: At<'_, OwnedFd>, path: &CStr, flags: u32) -> SysResult<OwnedFd> {
         mount::open_tree(raw(dir), path, flags)

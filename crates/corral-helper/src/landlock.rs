@@ -6,6 +6,7 @@
 //! sandbox's own paths) and enforced by the program's process just before
 //! the seccomp filter and `execve`.
 
+use std::os::fd::AsFd;
 use std::path::Path;
 
 use landlock::{
@@ -71,18 +72,23 @@ fn add_path(
     path: &str,
     access: BitFlags<AccessFs>,
 ) -> Result<RulesetCreated, String> {
-    // A path the plan lists but the sandbox lacks (an absent /lib64) needs
-    // no rule.
-    if !Path::new(path).exists() {
-        return Ok(ruleset);
-    }
-    let is_dir = Path::new(path).is_dir();
+    // One open and one fstat per rule (the rules are built at every
+    // sandbox start): the object opened is the one whose type is checked.
+    let fd = match PathFd::new(path) {
+        Ok(fd) => fd,
+        // A path the plan lists but the sandbox lacks (an absent /lib64)
+        // needs no rule.
+        Err(_) if !Path::new(path).exists() => return Ok(ruleset),
+        Err(e) => return Err(err(&format!("opening {path}"), e)),
+    };
+    let is_dir = corral_sys::mount::fstat(fd.as_fd())
+        .map_err(|e| err(&format!("stat {path}"), e))?
+        .is_dir();
     let access = if is_dir {
         access
     } else {
         access & AccessFs::from_file(TARGET_ABI)
     };
-    let fd = PathFd::new(path).map_err(|e| err(&format!("opening {path}"), e))?;
     ruleset
         .add_rule(PathBeneath::new(fd, access))
         .map_err(|e| err(&format!("rule for {path}"), e))

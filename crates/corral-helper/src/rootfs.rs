@@ -23,7 +23,7 @@ use std::ffi::CString;
 use corral_sys::mount::{self as m, AT_RECURSIVE};
 use corral_sys::Errno;
 
-use crate::kernel::{At, Kernel, StatError};
+use crate::kernel::{At, Kernel};
 use crate::plan::{MountOp, SandboxPlan};
 use crate::protocol::FailureKind;
 use crate::StepError;
@@ -41,12 +41,8 @@ fn mount_err(what: String) -> impl FnOnce(Errno) -> StepError {
     move |e| (FailureKind::Mount, format!("{what}: {e}"))
 }
 
-/// `stat` names the path in its message; a failed `dup` does not.
-fn stat_err(what: &str) -> impl FnOnce(StatError) -> StepError + '_ {
-    move |e| match e {
-        StatError::Dup(e) => (FailureKind::Mount, format!("dup: {e}")),
-        StatError::Stat(e) => (FailureKind::Mount, format!("stat {what}: {e}")),
-    }
+fn stat_err(what: &str) -> impl FnOnce(Errno) -> StepError + '_ {
+    move |e| (FailureKind::Mount, format!("stat {what}: {e}"))
 }
 
 const MS_FLAGS_TMPFS: u64 = libc::MS_NOSUID | libc::MS_NODEV;
@@ -106,9 +102,7 @@ pub(super) fn build<K: Kernel>(
         .open_at(At::Cwd, c"/newroot", libc::O_PATH | libc::O_DIRECTORY, 0)
         .map_err(mount_err("opening /newroot".into()))?;
 
-    for file in &plan.files {
-        write_file(k, &newroot, file.path.relative(), file.contents.as_bytes())?;
-    }
+    write_files(k, &newroot, &plan.files)?;
     for (i, op) in plan.mounts.iter().enumerate() {
         match prepared.iter().position(|(j, _)| *j == i) {
             Some(at) => {
@@ -223,24 +217,42 @@ fn ensure_target<K: Kernel>(
     }
 }
 
-/// Splits `rel` into its parent's fd and the last component.
-fn parent_of<K: Kernel>(k: &mut K, root: &K::Fd, rel: &str) -> Result<(K::Fd, CString), StepError> {
-    let (parent, leaf) = rel.rsplit_once('/').unwrap_or(("", rel));
-    Ok((ensure_target(k, root, parent, true)?, cstr(leaf)?))
-}
-
-fn write_file<K: Kernel>(
+/// Splits `rel` into its parent's fd and the last component; `None` for
+/// the parent when it is the root itself (no second fd of it to open).
+fn parent_of<K: Kernel>(
     k: &mut K,
     root: &K::Fd,
     rel: &str,
-    contents: &[u8],
+) -> Result<(Option<K::Fd>, CString), StepError> {
+    match rel.rsplit_once('/') {
+        Some((parent, leaf)) => Ok((Some(ensure_target(k, root, parent, true)?), cstr(leaf)?)),
+        None => Ok((None, cstr(rel)?)),
+    }
+}
+
+/// Writes the generated files, each parent directory opened (and made)
+/// once for the files that follow in it (`/etc/passwd`, `/etc/group`...).
+fn write_files<K: Kernel>(
+    k: &mut K,
+    root: &K::Fd,
+    files: &[crate::plan::GeneratedFile],
 ) -> Result<(), StepError> {
-    let (parent, leaf) = parent_of(k, root, rel)?;
-    let fd = k
-        .create_file_at(At::Fd(&parent), &leaf, 0o644)
-        .map_err(mount_err(format!("creating /{rel}")))?;
-    k.write_all(fd, contents)
-        .map_err(|e| (FailureKind::Mount, format!("writing /{rel}: {e}")))
+    let mut open_dir: Option<(&str, K::Fd)> = None;
+    for file in files {
+        let rel = file.path.relative();
+        let (parent, leaf) = rel.rsplit_once('/').unwrap_or(("", rel));
+        let dir = match open_dir.take() {
+            Some((open, fd)) if open == parent => (open, fd),
+            _ => (parent, ensure_target(k, root, parent, true)?),
+        };
+        let fd = k
+            .create_file_at(At::Fd(&dir.1), &cstr(leaf)?, 0o644)
+            .map_err(mount_err(format!("creating /{rel}")))?;
+        open_dir = Some(dir);
+        k.write_all(fd, file.contents.as_bytes())
+            .map_err(|e| (FailureKind::Mount, format!("writing /{rel}: {e}")))?;
+    }
+    Ok(())
 }
 
 /// Clones the host tree at `source` (resolved inside the host root, and
@@ -325,8 +337,12 @@ fn apply<K: Kernel>(
         } => protect(k, newroot, source, dest.relative(), *read_only),
         MountOp::Symlink { target, dest } => {
             let (parent, leaf) = parent_of(k, newroot, dest.relative())?;
-            k.symlink_at(&cstr(target)?, At::Fd(&parent), &leaf)
-                .map_err(mount_err(format!("creating symlink {dest} -> {target}")))
+            k.symlink_at(
+                &cstr(target)?,
+                At::Fd(parent.as_ref().unwrap_or(newroot)),
+                &leaf,
+            )
+            .map_err(mount_err(format!("creating symlink {dest} -> {target}")))
         }
         MountOp::Tmpfs { dest, size, mode } => {
             ensure_target(k, newroot, dest.relative(), true)?;

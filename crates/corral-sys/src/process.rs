@@ -33,27 +33,41 @@ fn only_thread() -> SysResult<()> {
     }
 }
 
-/// [`only_thread`] from `num_threads` in `/proc/self/stat`, read into a
-/// buffer on the stack.
+/// [`only_thread`] from `num_threads` in `/proc/self/stat`.
 fn only_thread_by_stat_line() -> SysResult<()> {
-    use std::io::Read;
     let io = |e: std::io::Error| Errno(e.raw_os_error().unwrap_or(libc::EIO));
-    let mut stat = std::fs::File::open("/proc/self/stat").map_err(io)?;
-    // A stat line is a few hundred bytes: pid, a command name of at most
-    // 16 bytes, 50 numbers.
-    let mut buf = [0u8; 1024];
-    let mut len = 0;
-    while len < buf.len() {
-        match stat.read(&mut buf[len..]).map_err(io)? {
-            0 => break,
-            n => len += n,
-        }
-    }
+    let mut buf = [0u8; STAT_LINE_MAX];
     // Field 20: num_threads.
-    if stat_field(&buf[..len], 20) != Some("1") {
+    if stat_field(read_own_stat_line(&mut buf).map_err(io)?, 20) != Some("1") {
         return Err(Errno(libc::EDEADLK));
     }
     Ok(())
+}
+
+/// Room for a `/proc/self/stat` line: pid, a command name of at most 16
+/// bytes and 50 numbers, about 300 bytes in practice and under 1.2 KB
+/// with every number at its widest.
+const STAT_LINE_MAX: usize = 2048;
+
+/// `/proc/self/stat` read into `buf` on the caller's stack: an `open`, one
+/// `read` (procfs produces the line at once) and the `read` of its end,
+/// where `fs::read` adds a `statx`, growing reads and an allocation.
+fn read_own_stat_line(buf: &mut [u8; STAT_LINE_MAX]) -> std::io::Result<&[u8]> {
+    use std::io::Read;
+    let mut stat = std::fs::File::open("/proc/self/stat")?;
+    let mut len = 0;
+    loop {
+        match stat.read(&mut buf[len..])? {
+            0 => return Ok(&buf[..len]),
+            n => len += n,
+        }
+        if len == buf.len() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                "/proc/self/stat is longer than a stat line can be",
+            ));
+        }
+    }
 }
 
 /// Field `n` of a `/proc/PID/stat` line, numbered from 1 as proc(5)
@@ -867,10 +881,11 @@ pub fn set_child_subreaper() -> SysResult<()> {
 ///
 /// The bounds come from the kernel (`/proc/self/stat` fields 48-51).
 pub fn wipe_args_and_env(argv0_replacement: &[u8]) -> std::io::Result<()> {
-    let stat = std::fs::read("/proc/self/stat")?;
+    let mut buf = [0u8; STAT_LINE_MAX];
+    let stat = read_own_stat_line(&mut buf)?;
     // arg_start is field 48 ... env_end field 51.
     let field = |n: usize| -> usize {
-        stat_field(&stat, n)
+        stat_field(stat, n)
             .and_then(|f| f.parse().ok())
             .unwrap_or(0)
     };

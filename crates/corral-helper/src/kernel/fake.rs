@@ -15,7 +15,7 @@ use corral_sys::exec::ExecArgs;
 use crate::plan::ProgramPlan;
 use corral_sys::{Errno, SysResult};
 
-use super::{At, Enforcement, Kernel, LandlockStatus, StatError};
+use super::{At, Enforcement, Kernel, LandlockStatus};
 
 /// A fake descriptor: the label of what it refers to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -346,9 +346,8 @@ impl Kernel for Fake {
         })?;
         Ok(FakeFd(path))
     }
-    fn is_dir(&mut self, fd: &FakeFd) -> Result<bool, StatError> {
-        self.record(Step::IsDir(fd.0.clone()))
-            .map_err(|e| StatError::Stat(e.into()))?;
+    fn is_dir(&mut self, fd: &FakeFd) -> SysResult<bool> {
+        self.record(Step::IsDir(fd.0.clone()))?;
         Ok(!self.files.contains(&fd.0))
     }
     fn open_tree(&mut self, dir: At<'_, FakeFd>, path: &CStr, flags: u32) -> SysResult<FakeFd> {
