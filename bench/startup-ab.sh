@@ -2,7 +2,8 @@
 # Interleaved A/B of `corral run ... true`: two (or more) corral builds,
 # `perf stat -r RUNS` of each in turn, PAIRS times, with the full sandbox
 # of bench/startup.sh's profile. Prints elapsed time, CPU time (task-clock
-# of corral and every process it starts) and page faults per launch.
+# of corral and every process it starts), page faults and the whole
+# machine's busy time per launch, then each binary's means.
 # This VM's noise between minutes is as large as most single changes, so
 # only interleaved runs like this one tell two builds apart.
 #
@@ -29,17 +30,38 @@ for bin in "$@"; do
     "$bin" run --config "$PROFILE_TOML" --profile bench "${flags[@]}" -- true ||
         { echo "$0: $bin cannot run the benchmark's sandbox" >&2; exit 1; }
 done
-printf '%-40s %12s %10s %8s\n' binary "elapsed ms" "CPU ms" faults
+# Busy time of the whole machine (user, nice, system, irq, softirq,
+# steal) from /proc/stat, in clock ticks: what every process of a launch
+# costs, the kernel's workers included (the network namespace's cleanup,
+# the cgroup's release), which perf's task-clock of corral's tree leaves out.
+busy_ticks() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 + $9; exit }' /proc/stat; }
+tick_ms=$(awk -v hz="$(getconf CLK_TCK)" 'BEGIN { print 1000 / hz }')
+declare -A sum_el sum_cpu sum_busy
+printf '%-40s %12s %10s %8s %14s\n' binary "elapsed ms" "CPU ms" faults "machine CPU ms"
 for ((round = 1; round <= PAIRS; round++)); do
     for bin in "$@"; do
         perf stat -r "$RUNS" -x, -e task-clock,page-faults -o "$TMP/stat" -- \
             "$bin" run --config "$PROFILE_TOML" --profile bench "${flags[@]}" -- true >/dev/null
-        # perf's -x output has no elapsed time: a second, plain run for it.
+        # perf's -x output has no elapsed time: a second, plain run for it,
+        # which the machine's busy time is also taken around.
+        before=$(busy_ticks)
         perf stat -r "$RUNS" -o "$TMP/elapsed" -- \
             "$bin" run --config "$PROFILE_TOML" --profile bench "${flags[@]}" -- true >/dev/null
-        awk -F, -v bin="$bin" -v el="$(awk '/elapsed/ { print $1 * 1000 }' "$TMP/elapsed")" '
+        after=$(busy_ticks)
+        line=$(awk -F, -v bin="$bin" -v el="$(awk '/elapsed/ { print $1 * 1000 }' "$TMP/elapsed")" \
+            -v busy="$(awk -v d=$((after - before)) -v t="$tick_ms" -v n="$RUNS" 'BEGIN { print d * t / n }')" '
             /task-clock/ { cpu = $1 }
             /page-faults/ { faults = $1 }
-            END { printf "%-40s %12.3f %10.3f %8d\n", bin, el, cpu, faults }' "$TMP/stat"
+            END { printf "%-40s %12.3f %10.3f %8d %14.3f\n", bin, el, cpu, faults, busy }' "$TMP/stat")
+        echo "$line"
+        read -r _ el cpu _ machine <<<"$line"
+        sum_el[$bin]=$(awk -v a="${sum_el[$bin]:-0}" -v b="$el" 'BEGIN { print a + b }')
+        sum_cpu[$bin]=$(awk -v a="${sum_cpu[$bin]:-0}" -v b="$cpu" 'BEGIN { print a + b }')
+        sum_busy[$bin]=$(awk -v a="${sum_busy[$bin]:-0}" -v b="$machine" 'BEGIN { print a + b }')
     done
+done
+echo "means over $PAIRS rounds:"
+for bin in "$@"; do
+    awk -v bin="$bin" -v n="$PAIRS" -v el="${sum_el[$bin]}" -v cpu="${sum_cpu[$bin]}" -v busy="${sum_busy[$bin]}" \
+        'BEGIN { printf "%-40s %12.3f %10.3f %8s %14.3f\n", bin, el / n, cpu / n, "", busy / n }'
 done

@@ -1292,6 +1292,54 @@ fn a_plan_too_large_for_a_message_still_has_init_cloned_ahead() {
     assert!(ahead_s >= 0.2, "not a sandbox built ahead: {v}");
 }
 
+/// A sandbox built ahead holds its program's process with the seccomp
+/// filters already installed (their attach is then off the run's path),
+/// and under the strict allowlist that process still receives its run,
+/// small or too large for a message (a sealed memfd), sets it up and
+/// executes it.
+#[test]
+fn a_held_programs_process_waits_under_its_seccomp_filters_and_still_runs() {
+    let s = start_server(
+        "[profile.code.security]\nseccomp = \"strict\"\n",
+        &["--max-concurrent", "1"],
+    );
+    let server = s.child.id();
+    let seccomp_of = |pid: i32| {
+        std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .unwrap_or_default()
+            .lines()
+            .find_map(|l| l.strip_prefix("Seccomp:").map(|v| v.trim().to_string()))
+    };
+    let held = || -> Vec<i32> {
+        prepared_sandboxes(server)
+            .into_iter()
+            .flat_map(|(_, init)| children_of_process(init.unsigned_abs()))
+            .collect()
+    };
+    wait_until(
+        10,
+        "a sandbox built ahead with its program's process",
+        || held().len() == 1,
+    );
+    let pid = held()[0];
+    wait_until(5, "the held process's seccomp filters", || {
+        seccomp_of(pid).as_deref() == Some("2")
+    });
+    let body = r#"{"command": ["sh", "-c", "grep '^Seccomp:' /proc/self/status; echo ok"]}"#;
+    let (status, v) = post(&s, None, body);
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["exit_code"], 0, "{v}");
+    assert_eq!(v["stdout"], "Seccomp:\t2\nok\n", "{v}");
+    // Over 16 KiB of argv: the run travels in a sealed memfd, which the
+    // held process reads under the strict allowlist.
+    wait_until(10, "the next sandbox built ahead", || held().len() == 1);
+    let big = "y".repeat(20_000);
+    let body = format!(r#"{{"command": ["sh", "-c", "echo ${{#1}}", "sh", "{big}"]}}"#);
+    let (status, v) = post(&s, None, &body);
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["stdout"], "20000\n", "{v}");
+}
+
 /// A request refused before its program starts (a command the profile
 /// does not allow) sent nothing to the sandbox built ahead it took: with
 /// no input files written into its workspace, that sandbox waits for the

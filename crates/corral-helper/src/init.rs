@@ -265,15 +265,20 @@ impl ProgramArgs {
 }
 
 /// The program's steps up to and including `execve`: first every step that
-/// does not depend on the program part, then (a held sandbox's process
-/// reports its `layers` and waits here for its run; `ready` is `None`) the
-/// rlimits, the working directory, the `layers` report (when not made
-/// yet) and the seccomp filters. Nothing here allocates before the wait
-/// except for the `layers` report, the wait's own receiving buffer and a
-/// failure's message; seccomp goes
-/// last so every earlier step may still use the syscalls it denies.
-/// Returns only when something failed, `execve` included: what to report
-/// and the exit status.
+/// does not depend on the program part, then the rlimits, the working
+/// directory, the `layers` report (when not made yet) and the seccomp
+/// filters, last before `execve`, so every earlier step may still use the
+/// syscalls they deny.
+///
+/// A held sandbox's process (`ready` is `None`) reports its `layers`,
+/// installs the seccomp filters and only then waits for its run: after
+/// them come the receive, `setrlimit` on itself, `chdir` and `execve`,
+/// which every filter corral builds allows (a program makes them too),
+/// and the filters' attach (their check and JIT, ~80 us) is off the
+/// run's path. Nothing here allocates before the wait except for the
+/// `layers` report, the wait's own receiving buffer and a failure's
+/// message. Returns only when something failed, `execve` included: what
+/// to report and the exit status.
 pub(crate) fn program_steps<K: Kernel>(
     k: &mut K,
     last: &LastSteps<'_>,
@@ -290,13 +295,17 @@ pub(crate) fn program_steps<K: Kernel>(
         Ok(l) => l,
         Err(e) => return setup_failed(e),
     };
-    let (program, unreported) = match ready {
-        Some(p) => (p, Some(landlock)),
+    // What is left of the filters for `finish` to install.
+    let (program, unreported, filters) = match ready {
+        Some(p) => (p, Some(landlock), last.filters),
         None => {
             // What is in force is known now: reported before the wait, it
             // is read with the run's start instead of waking corral on
             // the way to the run's execve.
             ctrl.send(&HelperMessage::Layers { landlock });
+            if let Err(e) = install(k, last.filters) {
+                return setup_failed(e);
+            }
             // End of file (corral let the sandbox go) exits quietly in
             // there.
             match k
@@ -304,12 +313,12 @@ pub(crate) fn program_steps<K: Kernel>(
                 .map_err(|msg| (FailureKind::Protocol, msg))
                 .and_then(|p| ProgramArgs::of_program(&p))
             {
-                Ok(p) => (p, None),
+                Ok(p) => (p, None, &[][..]),
                 Err(e) => return setup_failed(e),
             }
         }
     };
-    if let Err(e) = finish(k, last, &program, unreported, ctrl) {
+    if let Err(e) = finish(k, filters, &program, unreported, ctrl) {
         return setup_failed(e);
     }
     let err = k.execve(&program.exec);
@@ -363,10 +372,11 @@ fn harden<K: Kernel>(
 }
 
 /// The program's steps that depend on its program part, in order, up to
-/// `execve`.
+/// `execve`; `filters` are the seccomp filters not installed yet (none for
+/// a held sandbox's process, which installed them before its wait).
 fn finish<K: Kernel>(
     k: &mut K,
-    last: &LastSteps<'_>,
+    filters: &[seccompiler::BpfProgram],
     program: &ProgramArgs,
     unreported: Option<crate::landlock::LandlockOutcome>,
     ctrl: &mut Control,
@@ -392,7 +402,12 @@ fn finish<K: Kernel>(
         ctrl.send(&HelperMessage::Layers { landlock });
     }
     // seccomp last (seccomp(2)): nothing after this but execve.
-    for prog in last.filters {
+    install(k, filters)
+}
+
+/// Installs seccomp filters, in order.
+fn install<K: Kernel>(k: &mut K, filters: &[seccompiler::BpfProgram]) -> Result<(), StepError> {
+    for prog in filters {
         k.seccomp_install(prog).map_err(|e| {
             (
                 FailureKind::Security,

@@ -927,8 +927,9 @@ fn program_steps_follow_the_hardening_order() {
 
 /// A held sandbox forks its program's process ahead of the run: it takes
 /// every step that does not depend on the program part, reports its
-/// layers, then waits for it, and only then sets the run's rlimits and
-/// working directory and installs seccomp (the layers once, not twice).
+/// layers, installs seccomp (its attach is then off the run's path), then
+/// waits, and only then sets the run's rlimits and working directory (the
+/// layers once, not twice).
 #[test]
 fn a_held_program_waits_for_its_run_after_every_step_that_does_not_need_it() {
     let plan = plan();
@@ -948,6 +949,8 @@ fn a_held_program_waits_for_its_run_after_every_step_that_does_not_need_it() {
         [
             needs_no_run().as_slice(),
             &[
+                Step::SeccompInstall { instructions: 3 },
+                Step::SeccompInstall { instructions: 2 },
                 Step::ReceiveProgram,
                 // The run's rlimits and directory, not the held plan's.
                 Step::GetRlimit(libc::RLIMIT_CPU),
@@ -957,8 +960,6 @@ fn a_held_program_waits_for_its_run_after_every_step_that_does_not_need_it() {
                     hard: 7,
                 },
                 Step::Chdir("/workspace/sub".into()),
-                Step::SeccompInstall { instructions: 3 },
-                Step::SeccompInstall { instructions: 2 },
                 Step::Execve,
             ],
         ]
@@ -969,8 +970,42 @@ fn a_held_program_waits_for_its_run_after_every_step_that_does_not_need_it() {
     assert_eq!(failure.kind, FailureKind::ExecFailed);
 }
 
+/// What a held program's process does under its seccomp filters: only
+/// what a program may do itself (receive on its socket, set its own
+/// rlimits, change directory, execve), never a hardening step.
 #[test]
-fn a_held_program_given_no_valid_program_stops_before_seccomp() {
+fn after_a_held_programs_seccomp_come_only_steps_a_program_may_take() {
+    let plan = plan();
+    let mut k = fake();
+    let mut run = plan.program();
+    run.rlimits = plan.rlimits.clone();
+    k.program = Some(run);
+    program_with(&mut k, &plan, None);
+    let last_seccomp = rpos(&k.steps, |x| matches!(x, Step::SeccompInstall { .. }));
+    let after = &k.steps[last_seccomp + 1..];
+    assert!(!after.is_empty());
+    for step in after {
+        assert!(
+            matches!(
+                step,
+                Step::ReceiveProgram
+                    | Step::GetRlimit(_)
+                    | Step::SetRlimit { .. }
+                    | Step::Chdir(_)
+                    | Step::Execve
+            ),
+            "{step:?} after seccomp in {:#?}",
+            k.steps
+        );
+    }
+    // And every hardening step comes before the filters.
+    for hardening in needs_no_run() {
+        assert!(pos(&k.steps, |x| *x == hardening) < last_seccomp);
+    }
+}
+
+#[test]
+fn a_held_program_given_no_valid_program_stops_at_the_receive() {
     let plan = plan();
     let mut k = fake();
     let (failure, sent) = program_with(&mut k, &plan, None);
