@@ -345,10 +345,15 @@ fn read_from_start(file: &std::fs::File) -> io::Result<String> {
     loop {
         let offset = u64::try_from(text.len()).unwrap_or(u64::MAX);
         let n = file.read_at(&mut buf, offset)?;
-        if n == 0 {
+        text.extend_from_slice(&buf[..n]);
+        // A cgroup file is a seq_file: a read returns as much of the text
+        // as the buffer holds, so a short one was the end. Reading on to
+        // the empty read would have the kernel produce the text once
+        // more (a read at another offset starts it over), on the path of
+        // every run's answer.
+        if n < buf.len() {
             break;
         }
-        text.extend_from_slice(&buf[..n]);
     }
     String::from_utf8(text).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
 }
@@ -356,5 +361,28 @@ fn read_from_start(file: &std::fs::File) -> io::Result<String> {
 impl Drop for SandboxCgroup {
     fn drop(&mut self) {
         let _ = self.remove_inner();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::read_from_start;
+
+    /// The text whole, whether it ends inside the first 512-byte read, at
+    /// its very end (the empty read then says so) or spans several.
+    #[test]
+    fn a_statistics_file_is_read_whole_in_as_few_reads_as_its_size_allows() {
+        let dir = crate::fake::TestDir::new("stat-read");
+        for len in [0usize, 7, 511, 512, 513, 1300] {
+            let text: String = "abcdefghijklmnopqrstuvwxyz"
+                .chars()
+                .cycle()
+                .take(len)
+                .collect();
+            let path = dir.0.join(format!("stat-{len}"));
+            std::fs::write(&path, &text).unwrap();
+            let file = std::fs::File::open(&path).unwrap();
+            assert_eq!(read_from_start(&file).unwrap(), text, "{len} bytes");
+        }
     }
 }
