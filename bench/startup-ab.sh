@@ -36,10 +36,12 @@ done
 # the cgroup's release), which perf's task-clock of corral's tree leaves out.
 busy_ticks() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 + $9; exit }' /proc/stat; }
 tick_ms=$(awk -v hz="$(getconf CLK_TCK)" 'BEGIN { print 1000 / hz }')
-declare -A sum_el sum_cpu sum_busy
+bins=("$@")
+sum_el=() sum_cpu=() sum_busy=()   # by position: a binary may be given twice (an A/A run)
 printf '%-40s %12s %10s %8s %14s\n' binary "elapsed ms" "CPU ms" faults "machine CPU ms"
 for ((round = 1; round <= PAIRS; round++)); do
-    for bin in "$@"; do
+    for i in "${!bins[@]}"; do
+        bin=${bins[$i]}
         perf stat -r "$RUNS" -x, -e task-clock,page-faults -o "$TMP/stat" -- \
             "$bin" run --config "$PROFILE_TOML" --profile bench "${flags[@]}" -- true >/dev/null
         # perf's -x output has no elapsed time: a second, plain run for it,
@@ -48,20 +50,20 @@ for ((round = 1; round <= PAIRS; round++)); do
         perf stat -r "$RUNS" -o "$TMP/elapsed" -- \
             "$bin" run --config "$PROFILE_TOML" --profile bench "${flags[@]}" -- true >/dev/null
         after=$(busy_ticks)
-        line=$(awk -F, -v bin="$bin" -v el="$(awk '/elapsed/ { print $1 * 1000 }' "$TMP/elapsed")" \
-            -v busy="$(awk -v d=$((after - before)) -v t="$tick_ms" -v n="$RUNS" 'BEGIN { print d * t / n }')" '
-            /task-clock/ { cpu = $1 }
-            /page-faults/ { faults = $1 }
-            END { printf "%-40s %12.3f %10.3f %8d %14.3f\n", bin, el, cpu, faults, busy }' "$TMP/stat")
-        echo "$line"
-        read -r _ el cpu _ machine <<<"$line"
-        sum_el[$bin]=$(awk -v a="${sum_el[$bin]:-0}" -v b="$el" 'BEGIN { print a + b }')
-        sum_cpu[$bin]=$(awk -v a="${sum_cpu[$bin]:-0}" -v b="$cpu" 'BEGIN { print a + b }')
-        sum_busy[$bin]=$(awk -v a="${sum_busy[$bin]:-0}" -v b="$machine" 'BEGIN { print a + b }')
+        el=$(awk '/elapsed/ { print $1 * 1000 }' "$TMP/elapsed")
+        cpu=$(awk -F, '/task-clock/ { print $1 }' "$TMP/stat")
+        faults=$(awk -F, '/page-faults/ { print $1 }' "$TMP/stat")
+        busy=$(awk -v d=$((after - before)) -v t="$tick_ms" -v n="$RUNS" 'BEGIN { print d * t / n }')
+        printf '%-40s %12.3f %10.3f %8d %14.3f\n' "$bin" "$el" "$cpu" "$faults" "$busy"
+        sum_el[i]=$(awk -v a="${sum_el[i]:-0}" -v b="$el" 'BEGIN { print a + b }')
+        sum_cpu[i]=$(awk -v a="${sum_cpu[i]:-0}" -v b="$cpu" 'BEGIN { print a + b }')
+        sum_busy[i]=$(awk -v a="${sum_busy[i]:-0}" -v b="$busy" 'BEGIN { print a + b }')
     done
 done
+((PAIRS > 0)) || exit 0
 echo "means over $PAIRS rounds:"
-for bin in "$@"; do
-    awk -v bin="$bin" -v n="$PAIRS" -v el="${sum_el[$bin]}" -v cpu="${sum_cpu[$bin]}" -v busy="${sum_busy[$bin]}" \
+for i in "${!bins[@]}"; do
+    awk -v bin="${bins[$i]}" -v n="$PAIRS" -v el="${sum_el[i]:-0}" -v cpu="${sum_cpu[i]:-0}" \
+        -v busy="${sum_busy[i]:-0}" \
         'BEGIN { printf "%-40s %12.3f %10.3f %8s %14.3f\n", bin, el / n, cpu / n, "", busy / n }'
 done

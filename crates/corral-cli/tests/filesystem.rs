@@ -206,6 +206,19 @@ fn denied_paths_are_hidden() {
     assert!(!s.contains("readable") && s.contains("write-denied"), "{s}");
 }
 
+/// `/` and `/dev` are directories of corral's scratch tmpfs, made with
+/// `mkdir`: their mode is 0755 all the same when corral runs under a
+/// restrictive umask (it was a tmpfs's `mode=0755` before).
+#[test]
+fn root_and_dev_are_0755_whatever_the_umask() {
+    let out = corral_run_via_bash("umask 077; exec \"$@\"", &[])
+        .args(["--", "sh", "-c", "stat -c %a / /dev"])
+        .output()
+        .expect("spawn corral");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "755\n755\n");
+}
+
 #[test]
 fn dev_is_minimal_and_tmp_is_private() {
     let (code, out, err) =

@@ -463,6 +463,9 @@ fn mount_tmp<K: Kernel>(k: &mut K, newroot: &K::Fd, plan: &SandboxPlan) -> Resul
 /// be created there); each device is a bind with `nosuid` and `noexec`.
 fn mount_dev<K: Kernel>(k: &mut K, newroot: &K::Fd, plan: &SandboxPlan) -> Result<(), StepError> {
     let dev = ensure_target(k, newroot, "dev", true)?;
+    // 0755 whatever corral's umask, as its own tmpfs's `mode=0755` was.
+    k.chmod("/newroot/dev", 0o755)
+        .map_err(|e| (FailureKind::Mount, format!("chmod /dev: {e}")))?;
     let oldroot = k
         .open_at(At::Cwd, c"/oldroot", libc::O_PATH | libc::O_DIRECTORY, 0)
         .map_err(mount_err("opening /oldroot".into()))?;
