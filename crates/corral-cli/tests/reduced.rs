@@ -148,6 +148,24 @@ fn daemons_die_with_the_timeout_without_a_pid_namespace() {
     );
 }
 
+/// A daemon left behind when the program exits (no timeout) dies with it
+/// too: re-parented to the helper (its subreaper), it is found and killed
+/// before the result, and the run does not wait for it.
+#[test]
+fn daemons_die_with_the_program_without_a_pid_namespace() {
+    let token = format!("corral-reduced-leftover-{}", std::process::id());
+    let script = format!("import os\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n        os.execvp('python3', ['python3', '-c', 'import time; time.sleep(60)', '{token}'])\n    os._exit(0)\nos.wait()\nprint('left one')\n");
+    let start = std::time::Instant::now();
+    let (v, _) = reduced(&["--timeout", "30"], &["python3", "-c", &script]);
+    assert_eq!(v["stdout"], "left one\n", "{v}");
+    assert_eq!(v["exit_code"], 0, "{v}");
+    assert!(start.elapsed() < Duration::from_secs(10), "{v}");
+    assert!(
+        !process_running("python3", &token),
+        "a setsid'd double-forked daemon outlived the program"
+    );
+}
+
 /// corral inside corral: the outer sandbox's seccomp filter refuses new
 /// user namespaces, as a locked-down container would.
 fn nested(inner: &[&str]) -> std::process::Output {

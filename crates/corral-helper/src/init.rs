@@ -464,21 +464,36 @@ pub(super) fn reap(program: i32, mut ctrl: Control, kill_leftovers: &dyn Fn()) -
             }
             continue;
         }
-        while let Ok(Some((pid, ws, used))) = process::wait_with_usage(-1, true) {
-            usage = usage.with(used);
-            if pid == program {
-                status = Some(ws);
+        // Whether no child is left at all (ECHILD): every process of the
+        // sandbox is then gone, for all of them are our descendants (pid 1
+        // of their namespace, or their subreaper in reduced mode).
+        let none_left = loop {
+            match process::wait_with_usage(-1, true) {
+                Ok(Some((pid, ws, used))) => {
+                    usage = usage.with(used);
+                    if pid == program {
+                        status = Some(ws);
+                    }
+                }
+                Ok(None) => break false,
+                Err(e) => break e.0 == libc::ECHILD,
             }
-        }
+        };
         if let Some(ws) = status {
             // Kill, reap one, repeat: a process may have forked, or (under a
             // subreaper) an orphan may have been handed to us meanwhile.
-            loop {
-                kill_leftovers();
-                match process::wait_with_usage(-1, false) {
-                    Ok(Some((_, _, used))) => usage = usage.with(used),
-                    Ok(None) => {}
-                    Err(_) => break,
+            // Not when nothing is left: kill(-1) walks every process of
+            // the host, skipping those outside this namespace one by one
+            // (kill_something_info in kernel/signal.c), and reduced mode's
+            // kill reads all of /proc; both on the way to the report.
+            if !none_left {
+                loop {
+                    kill_leftovers();
+                    match process::wait_with_usage(-1, false) {
+                        Ok(Some((_, _, used))) => usage = usage.with(used),
+                        Ok(None) => {}
+                        Err(_) => break,
+                    }
                 }
             }
             let (code, signal) = match ws {
