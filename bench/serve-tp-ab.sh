@@ -20,32 +20,13 @@ source "$(dirname "$0")/serve-lib.sh"
 make_server_dirs corral-serve-tp-ab
 echo "serve-tp-ab: $ROUNDS rounds of N=$N executions, P=$P keep-alive clients per server, $(nproc) cores, $(date -u '+%Y-%m-%d %H:%M UTC')"
 start_servers $P "$@"
-"$PY" - "$ROUNDS" "$N" "$P" "$PY" "${ADDRS[@]}" <<'PY'
-import http.client, json, statistics, subprocess, sys, threading, time
+PYTHONPATH="$(cd "$(dirname "$0")" && pwd)" "$PY" - "$ROUNDS" "$N" "$P" "$PY" "${ADDRS[@]}" <<'PY'
+import statistics, subprocess, sys, time
+from serve_clients import run_executions
 rounds, n, p, py = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 addrs = sys.argv[5:]
-body = json.dumps({"command": ["python3", "-c", "print(1)"]}).encode()
 def run(addr, count):
-    host, port = addr.rsplit(":", 1)
-    bad = []
-    def worker(k):
-        c = http.client.HTTPConnection(host, int(port))
-        for _ in range(k):
-            c.request("POST", "/v1/executions", body, {"content-type": "application/json"})
-            r = c.getresponse()
-            d = r.read()
-            if r.status != 200 or json.loads(d).get("stdout") != "1\n":
-                bad.append(f"{r.status} {d[:300]!r}")
-    share = [count // p + (1 if i < count % p else 0) for i in range(p)]
-    ts = [threading.Thread(target=worker, args=(k,)) for k in share]
-    t = time.perf_counter()
-    for x in ts:
-        x.start()
-    for x in ts:
-        x.join()
-    if bad:
-        sys.exit(f"serve-tp-ab: request failed: {bad[0]}")
-    return count / (time.perf_counter() - t)
+    return count / run_executions(addr, count, p)
 def bare():
     t = time.perf_counter()
     subprocess.run(f"seq {n} | xargs -P {p} -I{{}} {py} -c 'print(1)' >/dev/null", shell=True, check=True)

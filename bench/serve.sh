@@ -115,27 +115,10 @@ echo "service throughput: N=$N, P=$P (= max_concurrent), $(nproc) cores, kernel 
 refs before
 # P keep-alive HTTP clients (one python process, P threads), so the
 # figure is the server's, not the cost of starting a client per request.
-api=$(python3 - "$ADDR" "$N" "$P" <<'PY'
-import http.client, json, sys, threading, time
-host, port = sys.argv[1].rsplit(":", 1)
-n, p = int(sys.argv[2]), int(sys.argv[3])
-body = json.dumps({"command": ["python3", "-c", "print(1)"]})
-bad = []
-def worker(count):
-    c = http.client.HTTPConnection(host, int(port))
-    for _ in range(count):
-        c.request("POST", "/v1/executions", body, {"content-type": "application/json"})
-        r = c.getresponse()
-        d = json.loads(r.read())
-        if r.status != 200 or d.get("stdout") != "1\n":
-            bad.append(r.status)
-t = time.time()
-ts = [threading.Thread(target=worker, args=(n // p + (i < n % p),)) for i in range(p)]
-[x.start() for x in ts]
-[x.join() for x in ts]
-print(time.time() - t)
-if bad:
-    sys.exit(f"{len(bad)} requests failed: {bad[:5]}")
+api=$(PYTHONPATH=bench python3 - "$ADDR" "$N" "$P" <<'PY'
+import sys
+from serve_clients import run_executions
+print(run_executions(sys.argv[1], int(sys.argv[2]), int(sys.argv[3])))
 PY
 )
 curl_api=$(timed sh -c "seq $N | xargs -P $P -I{} curl -sf -o /dev/null -X POST -H 'content-type: application/json' -d '$BODY' http://$ADDR/v1/executions")
