@@ -48,7 +48,8 @@ pub(super) fn run(
     // A held sandbox (built ahead) forks its program's process now, which
     // takes every step that does not depend on the run and then waits for
     // the program part (see `program_steps`).
-    let (program, mut ctrl) = start_program(plan, ruleset, &filters, ctrl);
+    // `setup` emptied the bounding set.
+    let (program, mut ctrl) = start_program(plan, ruleset, &filters, true, ctrl);
     // The plan stays in memory until init exits: freeing it would only
     // write to pages init shares copy-on-write with corral.
     let reaper_filters = plan.security.init_filters.to_bpf();
@@ -66,8 +67,8 @@ pub(super) fn run(
 }
 
 /// Init's own steps, in order: the root filesystem, hostname, loopback,
-/// the proxy's listeners (network mode `allow`), non-dumpable. Stops at
-/// the first failure.
+/// the proxy's listeners (network mode `allow`), non-dumpable, the empty
+/// bounding set. Stops at the first failure.
 pub(crate) fn setup<K: Kernel>(
     k: &mut K,
     plan: &SandboxPlan,
@@ -94,21 +95,39 @@ pub(crate) fn setup<K: Kernel>(
     // PID 1 holds the plan in memory: nobody in the sandbox may read it
     // through /proc/1/mem, environ or ptrace (prctl(2), PR_SET_DUMPABLE).
     k.set_dumpable(false)
-        .map_err(|e| (FailureKind::Privileges, format!("PR_SET_DUMPABLE: {e}")))
+        .map_err(|e| (FailureKind::Privileges, format!("PR_SET_DUMPABLE: {e}")))?;
+    // The bounding set, emptied once for the whole sandbox: the program's
+    // process is forked from init after this and inherits it, and a
+    // bounding set only ever shrinks (capabilities(7)). Each drop copies
+    // the credentials (41 of them, ~44 us on the test VM), which the
+    // program's process and init's own hardening would otherwise pay
+    // again. init holds every capability of its user namespace, so it
+    // must succeed: anything left is an error, not a weaker sandbox.
+    match k.drop_bounding_set() {
+        Ok(true) => Ok(()),
+        Ok(false) => Err((
+            FailureKind::Privileges,
+            "emptying the bounding set: some capabilities could not be dropped".to_string(),
+        )),
+        Err(e) => Err((
+            FailureKind::Privileges,
+            format!("emptying the bounding set: {e}"),
+        )),
+    }
 }
 
 /// Init's last steps once the program runs: from here on it only reaps,
 /// forwards signals and reports, so it gives up everything else. Its
 /// capabilities in the sandbox's user namespace would let a program that
 /// reaches it (same uid) act with them; bubblewrap's PID 1 holds none
-/// either. Every capability set is emptied (capabilities(7)), no_new_privs
-/// set (prctl(2)), and a seccomp allowlist of what a reaper needs
-/// installed last (seccomp(2)).
+/// either. Every capability set is emptied (capabilities(7); the bounding
+/// set already is, by `setup`), no_new_privs set (prctl(2)), and a seccomp
+/// allowlist of what a reaper needs installed last (seccomp(2)).
 pub(crate) fn harden_reaper<K: Kernel>(
     k: &mut K,
     filters: &[seccompiler::BpfProgram],
 ) -> Result<(), StepError> {
-    k.drop_capabilities().map_err(|e| {
+    k.drop_capability_sets().map_err(|e| {
         (
             FailureKind::Privileges,
             format!("init: dropping capabilities: {e}"),
@@ -148,12 +167,14 @@ pub(super) fn program_security(
 /// part (argv/envp, working directory, rlimits) is made ready before the
 /// fork, or, for a held sandbox, received by the process itself once the
 /// run comes; the Landlock `ruleset` and seccomp `filters` come ready.
-/// Returns the program's pid and the control socket to the supervising
-/// parent.
+/// `bounding_emptied`: this process emptied its bounding set, which the
+/// program's process then inherits. Returns the program's pid and the
+/// control socket to the supervising parent.
 pub(super) fn start_program(
     plan: &SandboxPlan,
     ruleset: landlock::RulesetCreated,
     filters: &[seccompiler::BpfProgram],
+    bounding_emptied: bool,
     mut ctrl: Control,
 ) -> (i32, Control) {
     let ready = if plan.hold {
@@ -174,6 +195,7 @@ pub(super) fn start_program(
         landlock_required: plan.security.landlock.required,
         landlock_full: plan.security.landlock.require_full,
         filters,
+        bounding_emptied,
     };
     // Read here, once: the program's process and init itself (when it
     // hardens) drop every capability up to it.
@@ -220,6 +242,9 @@ pub(crate) struct LastSteps<'a> {
     pub(crate) landlock_required: bool,
     pub(crate) landlock_full: bool,
     pub(crate) filters: &'a [seccompiler::BpfProgram],
+    /// The bounding set was emptied before this process was forked (by
+    /// init), so only the other sets are left to empty.
+    pub(crate) bounding_emptied: bool,
 }
 
 /// The program part of a run as `execve` and the last steps take it.
@@ -350,11 +375,16 @@ fn harden<K: Kernel>(
     k.set_parent_death_signal(libc::SIGKILL)
         .map_err(privileges("PR_SET_PDEATHSIG"))?;
     // Every capability in every set, bounding and ambient included
-    // (capabilities(7)). (Without a user namespace and as an ordinary user
-    // the bounding set cannot be emptied; no_new_privs below makes it
-    // unusable anyway.)
-    k.drop_capabilities()
-        .map_err(privileges("dropping capabilities"))?;
+    // (capabilities(7)); the bounding set only where init has not emptied
+    // it already (it is inherited). (Without a user namespace and as an
+    // ordinary user the bounding set cannot be emptied; no_new_privs below
+    // makes it unusable anyway.)
+    if last.bounding_emptied {
+        k.drop_capability_sets()
+    } else {
+        k.drop_capabilities().map(drop)
+    }
+    .map_err(privileges("dropping capabilities"))?;
     // No execve can grant privileges again (setuid binaries stay inert);
     // also what lets an unprivileged process enforce Landlock and seccomp.
     k.set_no_new_privs()

@@ -188,6 +188,10 @@ pub(crate) trait Kernel {
     ) -> SysResult<()>;
     /// Empties every capability set (`process::drop_all_capabilities`).
     fn drop_capabilities(&mut self) -> SysResult<bool>;
+    /// Empties every capability set but the bounding set, which
+    /// [`Kernel::drop_bounding_set`] emptied before this process existed
+    /// (`process::drop_capability_sets`).
+    fn drop_capability_sets(&mut self) -> SysResult<()>;
     /// `PR_SET_NO_NEW_PRIVS`.
     fn set_no_new_privs(&mut self) -> SysResult<()>;
     /// `landlock_restrict_self(2)` with the prepared ruleset.
@@ -367,6 +371,9 @@ impl Kernel for Sys {
     }
     fn drop_capabilities(&mut self) -> SysResult<bool> {
         process::drop_all_capabilities()
+    }
+    fn drop_capability_sets(&mut self) -> SysResult<()> {
+        process::drop_capability_sets()
     }
     fn set_no_new_privs(&mut self) -> SysResult<()> {
         process::set_no_new_privs()

@@ -21,7 +21,10 @@ pub(super) fn run(plan: SandboxPlan, mut ctrl: Control) -> ! {
         ctrl.fail(kind, msg);
     }
     let (ruleset, filters) = program_security(&plan, &mut ctrl);
-    let (program, ctrl) = start_program(&plan, ruleset, &filters, ctrl);
+    // The program's process empties the bounding set itself, as far as it
+    // can: without a user namespace nothing here has emptied it for sure
+    // (an ordinary user cannot).
+    let (program, ctrl) = start_program(&plan, ruleset, &filters, false, ctrl);
     drop(plan);
     fd::stdio_to_devnull();
     reap(program, ctrl, &kill_children)

@@ -677,6 +677,16 @@ pub fn drop_bounding_set() -> SysResult<bool> {
 /// Returns whether the bounding set is empty.
 pub fn drop_all_capabilities() -> SysResult<bool> {
     let bounding_empty = drop_bounding_set()?;
+    drop_capability_sets()?;
+    Ok(bounding_empty)
+}
+
+/// Drops every capability from the ambient, effective, permitted and
+/// inheritable sets, leaving the bounding set as it is: for a process
+/// whose bounding set was emptied before it existed (a bounding set is
+/// inherited and can only shrink, capabilities(7)), where emptying it
+/// again would cost one credential copy per capability for nothing.
+pub fn drop_capability_sets() -> SysResult<()> {
     // SAFETY: PR_CAP_AMBIENT_CLEAR_ALL takes integer arguments only.
     cvt(unsafe {
         libc::prctl(
@@ -712,8 +722,8 @@ pub fn drop_all_capabilities() -> SysResult<bool> {
     // SAFETY: header and data match the kernel's v3 capset layout
     // (capability.h: one header, two 32-bit data words) and live across the
     // call.
-    cvt(unsafe { libc::syscall(libc::SYS_capset, &header as *const Header, data.as_ptr()) })?;
-    Ok(bounding_empty)
+    cvt(unsafe { libc::syscall(libc::SYS_capset, &header as *const Header, data.as_ptr()) })
+        .map(drop)
 }
 
 /// The highest capability number this kernel knows

@@ -119,6 +119,7 @@ pub(crate) enum Step {
         hard: u64,
     },
     DropCapabilities,
+    DropCapabilitySets,
     NoNewPrivs,
     LandlockRestrictSelf,
     SeccompInstall {
@@ -149,6 +150,9 @@ pub(crate) struct Fake {
     pub(crate) program: Option<ProgramPlan>,
     /// The files `receive_join` hands over.
     pub(crate) join: Vec<FakeFd>,
+    /// Whether `drop_bounding_set` reports capabilities it could not drop
+    /// (an unprivileged process without a user namespace).
+    pub(crate) bounding_stays: bool,
 }
 
 fn text(s: &CStr) -> String {
@@ -185,6 +189,7 @@ impl Fake {
             landlock: Enforcement::Full,
             program: None,
             join: Vec::new(),
+            bounding_stays: false,
         }
     }
 
@@ -242,7 +247,8 @@ impl Kernel for Fake {
         })
     }
     fn drop_bounding_set(&mut self) -> SysResult<bool> {
-        self.record(Step::DropBoundingSet).map(|()| true)
+        self.record(Step::DropBoundingSet)
+            .map(|()| !self.bounding_stays)
     }
     fn become_user(&mut self, uid: u32, gid: u32) -> SysResult<()> {
         self.record(Step::BecomeUser { uid, gid })
@@ -428,6 +434,9 @@ impl Kernel for Fake {
     }
     fn drop_capabilities(&mut self) -> SysResult<bool> {
         self.record(Step::DropCapabilities).map(|()| true)
+    }
+    fn drop_capability_sets(&mut self) -> SysResult<()> {
+        self.record(Step::DropCapabilitySets)
     }
     fn set_no_new_privs(&mut self) -> SysResult<()> {
         self.record(Step::NoNewPrivs)

@@ -740,7 +740,7 @@ fn any_failing_step_stops_init_there() {
         |s| matches!(s, Step::Open { path, .. } if path == "/newroot/nowhere"),
         |s| match s {
             Step::Sethostname(_) | Step::LoopbackUp => FailureKind::Setup,
-            Step::SetDumpable(false) => FailureKind::Privileges,
+            Step::SetDumpable(false) | Step::DropBoundingSet => FailureKind::Privileges,
             _ => FailureKind::Mount,
         },
     );
@@ -750,7 +750,7 @@ fn any_failing_step_stops_init_there() {
 // Init.
 
 #[test]
-fn init_builds_the_root_then_hostname_loopback_and_non_dumpable() {
+fn init_builds_the_root_then_hostname_loopback_non_dumpable_and_no_bounding_set() {
     let plan = plan();
     let mut k = fake();
     let (mut ctrl, peer) = control();
@@ -758,7 +758,7 @@ fn init_builds_the_root_then_hostname_loopback_and_non_dumpable() {
     drop(ctrl);
     let n = k.steps.len();
     assert_eq!(
-        k.steps[n - 4..],
+        k.steps[n - 5..],
         [
             Step::SetAttr {
                 path: "/".into(),
@@ -769,7 +769,15 @@ fn init_builds_the_root_then_hostname_loopback_and_non_dumpable() {
             Step::Sethostname("corral".into()),
             Step::LoopbackUp,
             Step::SetDumpable(false),
+            Step::DropBoundingSet,
         ]
+    );
+    assert_eq!(
+        k.steps
+            .iter()
+            .filter(|s| **s == Step::DropBoundingSet)
+            .count(),
+        1
     );
     assert!(
         messages(peer).is_empty(),
@@ -785,7 +793,10 @@ fn init_in_network_mode_host_leaves_loopback_alone() {
     let (mut ctrl, _peer) = control();
     init::setup(&mut k, &plan, Vec::new(), &mut ctrl).unwrap();
     assert!(!k.steps.contains(&Step::LoopbackUp));
-    assert_eq!(k.steps.last(), Some(&Step::SetDumpable(false)));
+    assert_eq!(
+        k.steps[k.steps.len() - 2..],
+        [Step::SetDumpable(false), Step::DropBoundingSet]
+    );
 }
 
 #[test]
@@ -798,12 +809,13 @@ fn init_in_network_mode_allow_hands_over_the_listeners_before_non_dumpable() {
     drop(ctrl);
     let n = k.steps.len();
     assert_eq!(
-        k.steps[n - 4..],
+        k.steps[n - 5..],
         [
             Step::LoopbackUp,
             Step::ListenLoopback(crate::HTTP_PROXY_PORT),
             Step::ListenLoopback(crate::SOCKS_PROXY_PORT),
             Step::SetDumpable(false),
+            Step::DropBoundingSet,
         ]
     );
     assert_eq!(
@@ -835,17 +847,29 @@ fn program(k: &mut Fake, plan: &SandboxPlan) -> (Failure, Vec<(HelperMessage, us
 }
 
 /// [`program`] with the program part `ready` before the fork, or (`None`)
-/// received by the process itself, as in a held sandbox.
+/// received by the process itself, as in a held sandbox. Its bounding set
+/// was emptied by init, as in every sandbox with namespaces.
 fn program_with(
     k: &mut Fake,
     plan: &SandboxPlan,
     ready: Option<ProgramArgs>,
+) -> (Failure, Vec<(HelperMessage, usize)>) {
+    program_in(k, plan, ready, true)
+}
+
+/// [`program_with`], `bounding_emptied` or not (reduced mode).
+fn program_in(
+    k: &mut Fake,
+    plan: &SandboxPlan,
+    ready: Option<ProgramArgs>,
+    bounding_emptied: bool,
 ) -> (Failure, Vec<(HelperMessage, usize)>) {
     let filters = plan.security.filters.to_bpf();
     let last = LastSteps {
         landlock_required: plan.security.landlock.required,
         landlock_full: plan.security.landlock.require_full,
         filters: &filters,
+        bounding_emptied,
     };
     let (mut ctrl, peer) = control();
     let failure = init::program_steps(k, &last, (), ready, &mut ctrl);
@@ -872,7 +896,7 @@ fn needs_no_run() -> Vec<Step> {
         Step::ResetSignals,
         Step::Setsid,
         Step::ParentDeathSignal(libc::SIGKILL),
-        Step::DropCapabilities,
+        Step::DropCapabilitySets,
         Step::NoNewPrivs,
         Step::LandlockRestrictSelf,
     ]
@@ -912,7 +936,7 @@ fn program_steps_follow_the_hardening_order() {
     // The same order, rule by rule (so a failure names the broken rule).
     let at = |step: Step| pos(s, |x| *x == step);
     let last_rlimit = rpos(s, |x| matches!(x, Step::SetRlimit { .. }));
-    let caps = at(Step::DropCapabilities);
+    let caps = at(Step::DropCapabilitySets);
     let nnp = at(Step::NoNewPrivs);
     let landlock = at(Step::LandlockRestrictSelf);
     let chdir = at(Step::Chdir("/workspace".into()));
@@ -1587,6 +1611,7 @@ fn reaper_filters() -> Vec<seccompiler::BpfProgram> {
     vec![vec![allow()], vec![allow(), allow()]]
 }
 
+/// init's bounding set is empty since `setup`: its hardening leaves it be.
 #[test]
 fn init_gives_up_capabilities_then_new_privileges_then_installs_its_filter() {
     let mut k = fake();
@@ -1594,7 +1619,7 @@ fn init_gives_up_capabilities_then_new_privileges_then_installs_its_filter() {
     assert_eq!(
         k.steps,
         [
-            Step::DropCapabilities,
+            Step::DropCapabilitySets,
             Step::NoNewPrivs,
             Step::SeccompInstall { instructions: 1 },
             Step::SeccompInstall { instructions: 2 },
@@ -1605,15 +1630,54 @@ fn init_gives_up_capabilities_then_new_privileges_then_installs_its_filter() {
 #[test]
 fn init_that_cannot_give_up_its_capabilities_stops_there() {
     let mut k = fake();
-    k.fail_step(libc::EPERM, Step::DropCapabilities);
+    k.fail_step(libc::EPERM, Step::DropCapabilitySets);
     let (kind, message) = init::harden_reaper(&mut k, &reaper_filters()).unwrap_err();
     assert_eq!(kind, FailureKind::Privileges);
     assert!(message.contains("EPERM"), "{message}");
-    assert_eq!(k.steps, [Step::DropCapabilities]);
+    assert_eq!(k.steps, [Step::DropCapabilitySets]);
 
     let mut k = fake();
     k.fail_step(libc::EINVAL, Step::NoNewPrivs);
     let (kind, _) = init::harden_reaper(&mut k, &reaper_filters()).unwrap_err();
     assert_eq!(kind, FailureKind::Privileges);
-    assert_eq!(k.steps, [Step::DropCapabilities, Step::NoNewPrivs]);
+    assert_eq!(k.steps, [Step::DropCapabilitySets, Step::NoNewPrivs]);
+}
+
+/// init holds every capability of its user namespace: a bounding set it
+/// cannot empty is an error, not a sandbox whose program could regain
+/// capabilities through a file's.
+#[test]
+fn init_whose_bounding_set_stays_stops_before_the_program() {
+    let plan = plan();
+    let mut k = fake();
+    k.bounding_stays = true;
+    let (mut ctrl, _peer) = control();
+    let (kind, message) = init::setup(&mut k, &plan, Vec::new(), &mut ctrl).unwrap_err();
+    assert_eq!(kind, FailureKind::Privileges);
+    assert!(message.contains("bounding set"), "{message}");
+    assert_eq!(k.steps.last(), Some(&Step::DropBoundingSet));
+}
+
+/// Without init (reduced mode) nothing emptied the program's bounding set:
+/// it drops every set itself, the bounding set included.
+#[test]
+fn a_program_whose_bounding_set_init_did_not_empty_drops_it_itself() {
+    let plan = plan();
+    let mut k = fake();
+    let ready = ProgramArgs::of(
+        &plan.exec_path,
+        &plan.argv,
+        &plan.env,
+        plan.cwd.as_str(),
+        &plan.rlimits,
+    )
+    .unwrap();
+    program_in(&mut k, &plan, Some(ready), false);
+    assert!(k.steps.contains(&Step::DropCapabilities));
+    assert!(!k.steps.contains(&Step::DropCapabilitySets));
+    // With init, only the other sets.
+    let mut k = fake();
+    program(&mut k, &plan);
+    assert!(k.steps.contains(&Step::DropCapabilitySets));
+    assert!(!k.steps.contains(&Step::DropCapabilities));
 }
