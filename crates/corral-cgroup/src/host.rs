@@ -553,8 +553,12 @@ impl CgroupHost {
             // the usual case, which then costs a `stat` instead of a
             // listing of the base's control files. (1, as some file
             // systems report for any directory, proves nothing.)
-            if std::fs::metadata(&base).is_ok_and(|m| m.nlink() == 2) {
-                continue;
+            // A base that cannot be looked at (no group was ever made in
+            // this hierarchy, the usual case for those corral does not
+            // limit) cannot be listed either.
+            match std::fs::metadata(&base) {
+                Ok(m) if m.nlink() != 2 => {}
+                _ => continue,
             }
             let Ok(entries) = std::fs::read_dir(&base) else {
                 continue;
