@@ -118,15 +118,25 @@ pub(super) fn create(
             &dir.join("memory.limit_in_bytes"),
             &bytes.to_string(),
         )?;
+        // Written without a look first: a kernel without swap accounting
+        // has no such file, which its open says.
         let memsw = dir.join("memory.memsw.limit_in_bytes");
-        if memsw.exists() {
-            write_file(backend, &memsw, &bytes.to_string())?;
-            enforced.memory_includes_swap = true;
-        } else {
-            enforced.notes.push(format!(
-                "{} is missing (kernel without swap accounting; boot with swapaccount=1): swap is not limited",
-                memsw.display()
-            ));
+        let value = bytes.to_string();
+        match backend.write(&memsw, &value) {
+            Ok(()) => enforced.memory_includes_swap = true,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                enforced.notes.push(format!(
+                    "{} is missing (kernel without swap accounting; boot with swapaccount=1): swap is not limited",
+                    memsw.display()
+                ));
+            }
+            Err(source) => {
+                return Err(CgroupError::Write {
+                    path: memsw,
+                    value,
+                    source,
+                })
+            }
         }
         enforced.controllers.push("memory");
         enforced.memory_bytes = Some(bytes);
