@@ -197,8 +197,9 @@ pub(super) fn start_program(
         filters,
         bounding_emptied,
     };
-    // Read here, once: the program's process and init itself (when it
-    // hardens) drop every capability up to it.
+    // Read here, once, before the program's process, which shares this
+    // memory until its execve: where nothing emptied the bounding set for
+    // it (reduced mode), it drops every capability up to this number.
     process::last_capability();
     if plan.hold {
         // Waits for its run: init must go on meanwhile, so a fork.
