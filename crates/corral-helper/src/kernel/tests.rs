@@ -832,18 +832,22 @@ fn init_in_network_mode_allow_hands_over_the_listeners_before_non_dumpable() {
 
 // The program's process.
 
-/// Runs the program's steps for `plan` on `k`; returns the failure (a fake
-/// `execve` always returns) and the messages sent.
-fn program(k: &mut Fake, plan: &SandboxPlan) -> (Failure, Vec<(HelperMessage, usize)>) {
-    let ready = ProgramArgs::of(
+/// `plan`'s program part, made ready before the fork as init does.
+fn ready(plan: &SandboxPlan) -> ProgramArgs {
+    ProgramArgs::of(
         &plan.exec_path,
         &plan.argv,
         &plan.env,
         plan.cwd.as_str(),
         &plan.rlimits,
     )
-    .unwrap();
-    program_with(k, plan, Some(ready))
+    .unwrap()
+}
+
+/// Runs the program's steps for `plan` on `k`; returns the failure (a fake
+/// `execve` always returns) and the messages sent.
+fn program(k: &mut Fake, plan: &SandboxPlan) -> (Failure, Vec<(HelperMessage, usize)>) {
+    program_with(k, plan, Some(ready(plan)))
 }
 
 /// [`program`] with the program part `ready` before the fork, or (`None`)
@@ -1664,15 +1668,7 @@ fn init_whose_bounding_set_stays_stops_before_the_program() {
 fn a_program_whose_bounding_set_init_did_not_empty_drops_it_itself() {
     let plan = plan();
     let mut k = fake();
-    let ready = ProgramArgs::of(
-        &plan.exec_path,
-        &plan.argv,
-        &plan.env,
-        plan.cwd.as_str(),
-        &plan.rlimits,
-    )
-    .unwrap();
-    program_in(&mut k, &plan, Some(ready), false);
+    program_in(&mut k, &plan, Some(ready(&plan)), false);
     assert!(k.steps.contains(&Step::DropCapabilities));
     assert!(!k.steps.contains(&Step::DropCapabilitySets));
     // With init, only the other sets.
