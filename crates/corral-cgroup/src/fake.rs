@@ -45,6 +45,9 @@ pub struct FakeKernel {
     pub cgroup_kill: bool,
     /// Swap accounting: v2 `memory.swap.max`, v1 `memory.memsw.*`.
     pub swap: bool,
+    /// A control file (by name) whose writes fail with this errno, as a
+    /// kernel refuses a value it will not take.
+    pub refuse_writes: Option<(&'static str, i32)>,
 }
 
 fn io_err(code: i32) -> io::Error {
@@ -134,6 +137,7 @@ impl FakeKernel {
                 v1: Vec::new(),
                 cgroup_kill,
                 swap,
+                refuse_writes: None,
             },
             mountinfo.to_string(),
             "0::/user.slice/user-1000.slice/session-1.scope\n".to_string(),
@@ -174,6 +178,7 @@ impl FakeKernel {
                 v1,
                 cgroup_kill: false,
                 swap,
+                refuse_writes: None,
             },
             mountinfo,
             self_cgroup,
@@ -326,6 +331,11 @@ impl FakeKernel {
         }
         let dir = path.parent().unwrap_or(path);
         let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        if let Some((refused, code)) = self.refuse_writes {
+            if name == refused {
+                return Err(io_err(code));
+            }
+        }
         let value = value.trim();
         match name {
             "cgroup.procs" => {

@@ -505,6 +505,35 @@ mod tests {
         assert!(!mem.exists());
     }
 
+    /// Only a missing memory+swap file means "no swap accounting": any
+    /// other refusal of its limit fails the group, as the memory limit's
+    /// would.
+    #[test]
+    fn a_memsw_limit_the_kernel_refuses_fails_the_group() {
+        let dir = TestDir::new("v1");
+        let (mut kernel, mountinfo, own) = FakeKernel::v1(&dir.0, SEPARATE, true);
+        kernel.refuse_writes = Some(("memory.memsw.limit_in_bytes", libc::EBUSY));
+        let mut host = CgroupHost::from_mountinfo_at(&dir.0, &mountinfo, &own).unwrap();
+        host.backend = Backend::Fake(Arc::new(kernel));
+        let name = sandbox_group_name();
+        let err = host
+            .create(
+                &name,
+                &CgroupLimits {
+                    memory_bytes: Some(1 << 20),
+                    ..Default::default()
+                },
+            )
+            .unwrap_err();
+        assert!(
+            matches!(&err, CgroupError::Write { path, .. } if path.ends_with("memory.memsw.limit_in_bytes")),
+            "{err:?}"
+        );
+        // Nothing of the group is left behind.
+        let root = dir.0.join("sys/fs/cgroup");
+        assert!(made(&root, SEPARATE, Some(&name)).is_empty());
+    }
+
     #[test]
     fn missing_memsw_is_noted() {
         let (_dir, host) = host(SEPARATE, false);

@@ -1340,6 +1340,36 @@ fn a_held_programs_process_waits_under_its_seccomp_filters_and_still_runs() {
     assert_eq!(v["stdout"], "20000\n", "{v}");
 }
 
+/// A sandbox built ahead holds no capability in its program's process or
+/// in its init, the bounding set included: init empties the bounding set
+/// once, before it forks the held process, which inherits it.
+#[test]
+fn a_sandbox_built_ahead_holds_no_capability_in_its_program_or_its_init() {
+    let s = start_server("", &["--max-concurrent", "1"]);
+    let server = s.child.id();
+    wait_until(10, "a sandbox built ahead", || {
+        prepared_sandboxes(server).len() == 1
+    });
+    let held = prepared_sandboxes(server)[0].1;
+    let body = r#"{"command": ["sh", "-c", "grep -H '^Cap' /proc/self/status /proc/1/status"]}"#;
+    let (status, v) = post(&s, None, body);
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["exit_code"], 0, "{v}");
+    let out = v["stdout"].as_str().unwrap_or_default();
+    for file in ["/proc/self/status", "/proc/1/status"] {
+        for set in ["CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"] {
+            let line = format!("{file}:{set}:\t0000000000000000");
+            assert!(out.lines().any(|l| l == line), "no {line:?} in {out}");
+        }
+    }
+    // The run took the sandbox that was built ahead.
+    wait_until(10, "a new sandbox built ahead", || {
+        prepared_sandboxes(server)
+            .first()
+            .is_some_and(|(_, init)| *init != held)
+    });
+}
+
 /// A request refused before its program starts (a command the profile
 /// does not allow) sent nothing to the sandbox built ahead it took: with
 /// no input files written into its workspace, that sandbox waits for the

@@ -44,10 +44,10 @@
 //!       every id the sandbox uid] → max_user_namespaces 0 → unshare(cgroup)
 //!       → block signals
 //!       → PDEATHSIG → build the root filesystem → pivot_root →
-//!         hostname, loopback → non-dumpable
-//!       └─ program: reset signals → setsid → PDEATHSIG → drop every
-//!            capability → no_new_privs → Landlock → [held: wait for
-//!            the program part] → rlimits → chdir → seccomp → execve
+//!         hostname, loopback → non-dumpable → empty the bounding set
+//!       └─ program: reset signals → setsid → PDEATHSIG → drop the other
+//!            capability sets → no_new_privs → Landlock → [held: wait
+//!            for the program part] → rlimits → chdir → seccomp → execve
 //! ```
 #![forbid(unsafe_code)]
 

@@ -15,7 +15,9 @@ pub struct Enforced {
     pub uid: u32,
     /// Host gid.
     pub gid: u32,
-    /// Whether every capability was dropped (always true).
+    /// Whether every capability was dropped, the bounding set included:
+    /// false only in reduced mode as an ordinary user, who cannot empty
+    /// the bounding set (`no_new_privs` keeps it unusable).
     pub capabilities_dropped: bool,
     /// Whether no_new_privs was set (always true).
     pub no_new_privs: bool,

@@ -665,11 +665,19 @@ pub fn drop_bounding_set() -> SysResult<bool> {
     if each_dropped {
         return Ok(true);
     }
-    // SAFETY: PR_CAPBSET_READ takes integer arguments only.
-    let any_left = (0..=last).any(
-        |cap| unsafe { libc::prctl(libc::PR_CAPBSET_READ, cap as libc::c_ulong, 0, 0, 0) } == 1,
-    );
-    Ok(!any_left)
+    // Read each one back. EINVAL: a number the kernel does not know, so
+    // not held; any other refusal (an outer seccomp filter or LSM) proves
+    // nothing, and is an error rather than an empty set.
+    for cap in 0..=last {
+        // SAFETY: PR_CAPBSET_READ takes integer arguments only.
+        match cvt(unsafe { libc::prctl(libc::PR_CAPBSET_READ, cap as libc::c_ulong, 0, 0, 0) }) {
+            Ok(1) => return Ok(false),
+            Ok(_) => {}
+            Err(e) if e.0 == libc::EINVAL => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(true)
 }
 
 /// Drops every capability from every set: bounding (as far as
@@ -941,6 +949,55 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
+
+    /// Refused drops whose read-back is refused too (an outer seccomp
+    /// filter here) prove nothing: an error, never "empty".
+    #[test]
+    fn a_bounding_set_that_cannot_be_read_back_is_an_error() {
+        // Read now: the child shares this memory and must not allocate.
+        last_capability();
+        let op = |code: u16, jt: u8, jf: u8, k: u32| libc::sock_filter { code, jt, jf, k };
+        let k = |v: i64| u32::try_from(v).unwrap();
+        // prctl(PR_CAPBSET_DROP | PR_CAPBSET_READ, ...) -> EPERM; anything
+        // else is allowed (seccomp_data: nr at 0, args[0] at 16).
+        let filter = [
+            op(0x20, 0, 0, 0),
+            op(0x15, 0, 4, k(libc::SYS_prctl)),
+            op(0x20, 0, 0, 16),
+            op(0x15, 1, 0, k(libc::PR_CAPBSET_DROP.into())),
+            op(0x15, 0, 1, k(libc::PR_CAPBSET_READ.into())),
+            op(0x06, 0, 0, 0x0005_0000 | k(libc::EPERM.into())),
+            op(0x06, 0, 0, 0x7fff_0000),
+        ];
+        let prog = libc::sock_fprog {
+            len: u16::try_from(filter.len()).unwrap(),
+            filter: filter.as_ptr().cast_mut(),
+        };
+        let pid = spawn_sharing_memory(|| {
+            if set_no_new_privs().is_err() {
+                exit_now(10);
+            }
+            // SAFETY: `prog` points at `filter`, both alive across the call.
+            let installed = unsafe {
+                libc::prctl(
+                    libc::PR_SET_SECCOMP,
+                    libc::SECCOMP_MODE_FILTER as libc::c_ulong,
+                    &prog as *const libc::sock_fprog,
+                )
+            };
+            if installed != 0 {
+                exit_now(11);
+            }
+            match drop_bounding_set() {
+                Err(Errno(libc::EPERM)) => exit_now(0),
+                Err(_) => exit_now(12),
+                Ok(true) => exit_now(13),
+                Ok(false) => exit_now(14),
+            }
+        })
+        .unwrap();
+        assert_eq!(wait4(pid).unwrap().0, WaitStatus::Exited(0));
+    }
 
     #[test]
     fn a_child_sharing_memory_has_run_when_its_spawn_returns() {
