@@ -1648,10 +1648,10 @@ fn init_that_cannot_give_up_its_capabilities_stops_there() {
 }
 
 /// init holds every capability of its user namespace: a bounding set it
-/// cannot empty is an error, not a sandbox whose program could regain
-/// capabilities through a file's.
+/// cannot empty is an error (its setup fails, so no program starts), not
+/// a sandbox with a weaker layer than it reports.
 #[test]
-fn init_whose_bounding_set_stays_stops_before_the_program() {
+fn init_whose_bounding_set_stays_fails_its_setup() {
     let plan = plan();
     let mut k = fake();
     k.bounding_stays = true;
