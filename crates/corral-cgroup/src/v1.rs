@@ -252,8 +252,18 @@ mod tests {
     ];
 
     fn host(hierarchies: &[(&str, &[Controller])], swap: bool) -> (TestDir, CgroupHost) {
+        host_with(hierarchies, swap, |_| {})
+    }
+
+    /// [`host`] on a fake kernel that `tweak` changed first.
+    fn host_with(
+        hierarchies: &[(&str, &[Controller])],
+        swap: bool,
+        tweak: impl FnOnce(&mut FakeKernel),
+    ) -> (TestDir, CgroupHost) {
         let dir = TestDir::new("v1");
-        let (kernel, mountinfo, own) = FakeKernel::v1(&dir.0, hierarchies, swap);
+        let (mut kernel, mountinfo, own) = FakeKernel::v1(&dir.0, hierarchies, swap);
+        tweak(&mut kernel);
         let mut host = CgroupHost::from_mountinfo_at(&dir.0, &mountinfo, &own).unwrap();
         host.backend = Backend::Fake(Arc::new(kernel));
         (dir, host)
@@ -510,11 +520,9 @@ mod tests {
     /// would.
     #[test]
     fn a_memsw_limit_the_kernel_refuses_fails_the_group() {
-        let dir = TestDir::new("v1");
-        let (mut kernel, mountinfo, own) = FakeKernel::v1(&dir.0, SEPARATE, true);
-        kernel.refuse_writes = Some(("memory.memsw.limit_in_bytes", libc::EBUSY));
-        let mut host = CgroupHost::from_mountinfo_at(&dir.0, &mountinfo, &own).unwrap();
-        host.backend = Backend::Fake(Arc::new(kernel));
+        let (dir, host) = host_with(SEPARATE, true, |k| {
+            k.refuse_writes = Some(("memory.memsw.limit_in_bytes", libc::EBUSY));
+        });
         let name = sandbox_group_name();
         let err = host
             .create(
