@@ -1,7 +1,8 @@
 #!/bin/bash
 # Interleaved A/B of `corral run ... true`: two (or more) corral builds,
-# `perf stat -r RUNS` of each in turn, PAIRS times, with the full sandbox
-# of bench/startup.sh's profile. Prints elapsed time, CPU time (task-clock
+# `perf stat -r RUNS` of each in turn (in reverse every other round),
+# PAIRS times, with the full sandbox of bench/startup.sh's profile.
+# Prints elapsed time, CPU time (task-clock
 # of corral and every process it starts), page faults and the whole
 # machine's busy time per launch, then each binary's means.
 # This VM's noise between minutes is as large as most single changes, so
@@ -40,7 +41,14 @@ bins=("$@")
 sum_el=() sum_cpu=() sum_busy=()   # by position: a binary may be given twice (an A/A run)
 printf '%-40s %12s %10s %8s %14s\n' binary "elapsed ms" "CPU ms" faults "machine CPU ms"
 for ((round = 1; round <= PAIRS; round++)); do
-    for i in "${!bins[@]}"; do
+    # Every other round in reverse: a build that always ran right after
+    # another would meet that one's leftovers (its namespaces' cleanup in
+    # the kernel's workers) at its own start.
+    order=("${!bins[@]}")
+    if ((round % 2 == 0)); then
+        mapfile -t order < <(printf '%s\n' "${!bins[@]}" | tac)
+    fi
+    for i in "${order[@]}"; do
         bin=${bins[$i]}
         perf stat -r "$RUNS" -x, -e task-clock,page-faults -o "$TMP/stat" -- \
             "$bin" run --config "$PROFILE_TOML" --profile bench "${flags[@]}" -- true >/dev/null
