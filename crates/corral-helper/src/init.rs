@@ -103,16 +103,20 @@ pub(crate) fn setup<K: Kernel>(
     // program's process and init's own hardening would otherwise pay
     // again. init holds every capability of its user namespace, so it
     // must succeed: anything left is an error, not a weaker sandbox.
+    let refused = |why: String| {
+        (
+            FailureKind::Privileges,
+            format!(
+                "emptying the capability bounding set in the sandbox's user namespace: {why} \
+                 (is prctl(PR_CAPBSET_DROP) refused by a seccomp filter or security module \
+                 around corral?)"
+            ),
+        )
+    };
     match k.drop_bounding_set() {
         Ok(true) => Ok(()),
-        Ok(false) => Err((
-            FailureKind::Privileges,
-            "emptying the bounding set: some capabilities could not be dropped".to_string(),
-        )),
-        Err(e) => Err((
-            FailureKind::Privileges,
-            format!("emptying the bounding set: {e}"),
-        )),
+        Ok(false) => Err(refused("capabilities are left in it".to_string())),
+        Err(e) => Err(refused(e.to_string())),
     }
 }
 

@@ -1659,6 +1659,8 @@ fn init_whose_bounding_set_stays_fails_its_setup() {
     let (kind, message) = init::setup(&mut k, &plan, Vec::new(), &mut ctrl).unwrap_err();
     assert_eq!(kind, FailureKind::Privileges);
     assert!(message.contains("bounding set"), "{message}");
+    // What to look at: what refuses the drops around corral.
+    assert!(message.contains("PR_CAPBSET_DROP"), "{message}");
     assert_eq!(k.steps.last(), Some(&Step::DropBoundingSet));
 }
 
