@@ -125,6 +125,63 @@ fn signals_cannot_reach_host_processes() {
     assert!(v["stdout"].as_str().unwrap().contains("rc=1"), "{v}");
 }
 
+/// Without a pid namespace, another process of the same uid (another
+/// sandbox started by root, or the user's own) is within reach of the
+/// scheduling calls, which need no capability then: none of them may be
+/// aimed at it, while the program still changes its own.
+#[test]
+fn another_process_cannot_be_reniced_pinned_or_idled() {
+    let mut victim = victim(&[]);
+    let pid = victim.id();
+    // `who` 0 with PRIO_USER / IOPRIO_WHO_USER is every process of the
+    // uid; the values asked for are the defaults (nice 0, no I/O class),
+    // so if the call went through it would change nothing that matters.
+    let script = format!(
+        "import os, ctypes\n\
+        libc = ctypes.CDLL(None, use_errno=True)\n\
+        def t(name, f):\n\
+        \x20   try:\n\
+        \x20       f(); print(name, 'ok')\n\
+        \x20   except OSError as e:\n\
+        \x20       print(name, e.errno)\n\
+        def ioprio(which, who, value):\n\
+        \x20   if libc.syscall(251, which, who, value) != 0:\n\
+        \x20       raise OSError(ctypes.get_errno(), 'ioprio_set')\n\
+        t('nice other', lambda: os.setpriority(os.PRIO_PROCESS, {pid}, 19))\n\
+        t('nice uid', lambda: os.setpriority(os.PRIO_USER, 0, 0))\n\
+        t('affinity other', lambda: os.sched_setaffinity({pid}, {{0}}))\n\
+        t('idle other', lambda: os.sched_setscheduler({pid}, os.SCHED_IDLE, os.sched_param(0)))\n\
+        t('param other', lambda: os.sched_setparam({pid}, os.sched_param(0)))\n\
+        t('ioprio other', lambda: ioprio(1, {pid}, 3 << 13))\n\
+        t('ioprio uid', lambda: ioprio(3, 0, 0))\n\
+        t('nice self', lambda: os.setpriority(os.PRIO_PROCESS, 0, 5))\n\
+        t('affinity self', lambda: os.sched_setaffinity(0, os.sched_getaffinity(0)))\n\
+        t('ioprio self', lambda: ioprio(1, 0, 3 << 13))\n"
+    );
+    let (v, _) = reduced(&[], &["python3", "-c", &script]);
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let _ = victim.kill();
+    let _ = victim.wait();
+    assert_eq!(
+        v["stdout"],
+        "nice other 1\nnice uid 1\naffinity other 1\nidle other 1\nparam other 1\n\
+         ioprio other 1\nioprio uid 1\nnice self ok\naffinity self ok\nioprio self ok\n",
+        "{v}"
+    );
+    // Fields after the command: state is 3rd, nice the 19th, policy the 41st.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .unwrap()
+        .1
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        (fields[16], fields[38]),
+        ("0", "0"),
+        "the victim changed: {stat}"
+    );
+}
+
 #[test]
 fn ptrace_and_namespaces_stay_denied() {
     let script = "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n\

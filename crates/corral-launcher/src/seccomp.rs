@@ -116,7 +116,9 @@ pub fn compile_init() -> Result<CompiledFilters, SeccompError> {
 
 /// Filters for reduced mode (no namespaces): the profile's filter plus one
 /// refusing socket(2) altogether (there is no network namespace to contain
-/// any family) and SysV IPC (no IPC namespace).
+/// any family), SysV IPC (no IPC namespace), and scheduling calls aimed at
+/// another process (no pid namespace: the same uid reaches other
+/// sandboxes, or the user's own processes).
 pub fn compile_reduced(
     profile: SeccompProfile,
     unix_sockets: bool,
@@ -462,6 +464,44 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn reduced_mode_refuses_scheduling_another_process_but_not_itself() {
+        let reduced = rules::build(Program::Reduced).unwrap();
+        let native = reduced[1].k;
+        let decide = |nr: i64, args: [u64; 3]| {
+            let data = SeccompData {
+                nr: u32::try_from(nr).unwrap(),
+                arch: native,
+                args: [args[0], args[1], args[2], 0, 0, 0],
+            };
+            run(&reduced, &data)
+        };
+        const ALLOW: u32 = 0x7fff_0000;
+        const EPERM: u32 = 0x0005_0000 | libc::EPERM as u32;
+        // (pid 0: the caller) and another process's pid, first argument.
+        for nr in [
+            libc::SYS_sched_setaffinity,
+            libc::SYS_sched_setscheduler,
+            libc::SYS_sched_setparam,
+            libc::SYS_sched_setattr,
+        ] {
+            assert_eq!(decide(nr, [0, 8, 0]), ALLOW, "{nr} on itself");
+            assert_eq!(decide(nr, [1, 8, 0]), EPERM, "{nr} on init");
+            assert_eq!(decide(nr, [4242, 8, 0]), EPERM, "{nr} on another");
+        }
+        // (which, who, value): PRIO_PROCESS 0, PRIO_PGRP 1, PRIO_USER 2;
+        // IOPRIO_WHO_PROCESS 1, _PGRP 2, _USER 3.
+        for (nr, user) in [(libc::SYS_setpriority, 2), (libc::SYS_ioprio_set, 3)] {
+            assert_eq!(decide(nr, [user - 2, 0, 5]), ALLOW, "{nr}: itself");
+            assert_eq!(decide(nr, [user - 1, 0, 5]), ALLOW, "{nr}: its group");
+            assert_eq!(decide(nr, [user - 2, 1, 5]), EPERM, "{nr}: init");
+            assert_eq!(decide(nr, [user - 1, 7, 5]), EPERM, "{nr}: a group");
+            assert_eq!(decide(nr, [user, 0, 5]), EPERM, "{nr}: its whole uid");
+            assert_eq!(decide(nr, [user, 65534, 5]), EPERM, "{nr}: a uid");
+        }
+        assert_eq!(decide(libc::SYS_getpriority, [0, 1, 0]), ALLOW);
     }
 
     #[test]

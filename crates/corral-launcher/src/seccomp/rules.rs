@@ -42,7 +42,8 @@ pub(crate) enum Program {
     },
     /// What init may still do once the program runs ([`INIT_ALLOWED`]).
     Init,
-    /// Reduced mode's extra filter: no socket(2), no SysV IPC.
+    /// Reduced mode's extra filter: no socket(2), no SysV IPC, no
+    /// scheduling of another process.
     Reduced,
 }
 
@@ -120,19 +121,66 @@ pub(crate) fn build(program: Program) -> Result<Vec<Bpf>, String> {
             let rules = INIT_ALLOWED.iter().map(|(_, nr)| (*nr, vec![])).collect();
             compile_one(rules, eperm, SeccompAction::Allow, None)
         }
-        Program::Reduced => compile_one(reduced_rules(), SeccompAction::Allow, eperm, None),
+        Program::Reduced => compile_one(reduced_rules()?, SeccompAction::Allow, eperm, None),
     }
 }
 
-/// Reduced mode's extra rules: SysV IPC and every socket(2).
-fn reduced_rules() -> BTreeMap<i64, Vec<SeccompRule>> {
+/// Reduced mode's extra rules: SysV IPC, every socket(2), and scheduling
+/// calls aimed at another process.
+fn reduced_rules() -> Result<BTreeMap<i64, Vec<SeccompRule>>, String> {
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> =
         SYSV_IPC.iter().map(|(_, nr)| (*nr, vec![])).collect();
     // Every socket(2): without a network namespace even AF_UNIX would
     // reach the host's named sockets (the D-Bus session bus, ssh-agent),
     // which Landlock below ABI 9 cannot restrict. socketpair(2) stays.
     rules.insert(libc::SYS_socket, vec![]);
-    rules
+    rules.extend(other_process_scheduling()?);
+    Ok(rules)
+}
+
+/// `setpriority(2)` and `ioprio_set(2)`'s "every process of a uid".
+const PRIO_USER: u64 = 2;
+const IOPRIO_WHO_USER: u64 = 3;
+
+/// Scheduling calls aimed at another process: refused in reduced mode.
+///
+/// Changing another process's nice value, CPU affinity, policy or I/O
+/// priority needs no capability when both run as the same uid
+/// ([sched(7)](https://man7.org/linux/man-pages/man7/sched.7.html),
+/// [setpriority(2)](https://man7.org/linux/man-pages/man2/setpriority.2.html)),
+/// and neither Landlock's signal scope nor anything else stands between
+/// them. Without a pid namespace the same uid is every other sandbox
+/// started by root (uid 65534) or, for an ordinary user, the user's own
+/// processes: a program could put them on `SCHED_IDLE` or pin them to
+/// one CPU. Inside a pid namespace only the sandbox's own processes and
+/// init are reachable, and nothing depends on their priority (corral
+/// enforces the timeout and the kill from outside), so the main filter
+/// leaves these calls alone: threads address themselves by thread id
+/// (`pthread_setaffinity_np`, `pthread_setschedparam`), which a filter
+/// cannot tell from another process's pid. Here that is the price: only
+/// the calling process itself (pid 0) and its own process group (`who`
+/// 0) remain.
+fn other_process_scheduling() -> Result<Vec<(i64, Vec<SeccompRule>)>, String> {
+    let who_not_self = |arg: u8| rule(vec![cond(arg, Len::Dword, Op::Ne, 0)?]);
+    let which_is = |value: u64| rule(vec![cond(0, Len::Dword, Op::Eq, value)?]);
+    let mut rules = Vec::new();
+    for nr in [
+        libc::SYS_sched_setaffinity,
+        libc::SYS_sched_setscheduler,
+        libc::SYS_sched_setparam,
+        libc::SYS_sched_setattr,
+    ] {
+        rules.push((nr, vec![who_not_self(0)?]));
+    }
+    rules.push((
+        libc::SYS_setpriority,
+        vec![who_not_self(1)?, which_is(PRIO_USER)?],
+    ));
+    rules.push((
+        libc::SYS_ioprio_set,
+        vec![who_not_self(1)?, which_is(IOPRIO_WHO_USER)?],
+    ));
+    Ok(rules)
 }
 
 const NS_FLAGS: [u64; 7] = [
@@ -601,7 +649,7 @@ pub(crate) fn build_linear(program: Program) -> Result<Vec<Bpf>, String> {
             eperm,
             SeccompAction::Allow,
         ),
-        Program::Reduced => (reduced_rules(), SeccompAction::Allow, eperm),
+        Program::Reduced => (reduced_rules()?, SeccompAction::Allow, eperm),
     };
     let mut insns = seccompiler_program(rules, mismatch, matched)?;
     reject_x32(&mut insns);
