@@ -160,6 +160,77 @@ fn mcp_node_lets_node_start_only_node() {
     );
 }
 
+/// What a program can run besides `execve` of a file: a binary written
+/// into a memfd (outside the mounted tree, so outside Landlock's execute
+/// right), and a file it wrote run through the dynamic loader, which
+/// maps it rather than executing it. JSON: each route's outcome.
+const WRITTEN_CODE: &str = r#"
+import ctypes, glob, json, os, shutil, subprocess
+out = {}
+def memfd(flags):
+    try:
+        fd = os.memfd_create('x', flags)
+    except OSError as e:
+        return 'create: %d' % e.errno
+    with open('/bin/echo', 'rb') as f:
+        os.write(fd, f.read())
+    try:
+        r = subprocess.run(['/proc/self/fd/%d' % fd, 'ran'], pass_fds=[fd], capture_output=True, text=True)
+        return r.stdout.strip()
+    except OSError as e:
+        return 'exec: %d' % e.errno
+out['memfd'] = memfd(0)
+out['memfd sealed'] = memfd(8)  # MFD_NOEXEC_SEAL
+loader = sorted(glob.glob('/lib64/ld-linux*.so.*') + glob.glob('/lib/ld-linux*.so.*'))[0]
+for place in ('/tmp', '/workspace', '/dev/shm'):
+    copy = place + '/echo-copy'
+    shutil.copy('/bin/echo', copy)
+    os.chmod(copy, 0o755)
+    r = subprocess.run([loader, copy, 'ran'], capture_output=True, text=True)
+    out['loader ' + place] = r.stdout.strip() or 'failed'
+# Code the interpreter generates itself still works (libffi's closures).
+out['ctypes callback'] = ctypes.CFUNCTYPE(ctypes.c_int)(lambda: 7)()
+print(json.dumps(out, sort_keys=True))
+"#;
+
+#[test]
+fn restrict_exec_runs_no_code_the_sandbox_wrote_through_a_memfd_or_the_loader() {
+    let mut flags = vec!["--profile", "mcp-python"];
+    if is_root() && !cpu_limit_enforceable() {
+        flags.push("--allow-unenforced-limits");
+    }
+    let out = run(&flags, &["python3", "-c", WRITTEN_CODE]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        v,
+        serde_json::json!({
+            "memfd": "create: 1",
+            // Created, but sealed against execution.
+            "memfd sealed": "exec: 13",
+            "loader /tmp": "failed",
+            "loader /workspace": "failed",
+            "loader /dev/shm": "failed",
+            "ctypes callback": 7,
+        })
+    );
+    // The control: without restrict_exec every route runs the copy.
+    let out = run(&[], &["python3", "-c", WRITTEN_CODE]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        v,
+        serde_json::json!({
+            "memfd": "ran",
+            "memfd sealed": "exec: 13",
+            "loader /tmp": "ran",
+            "loader /workspace": "ran",
+            "loader /dev/shm": "ran",
+            "ctypes callback": 7,
+        })
+    );
+}
+
 #[test]
 fn without_restrict_exec_the_same_subprocesses_run() {
     // The control for the two tests above: `code` does not restrict

@@ -103,17 +103,18 @@ pub(super) fn build<K: Kernel>(
         .map_err(mount_err("opening /newroot".into()))?;
 
     write_files(k, &newroot, &plan.files)?;
+    let writable = Writable::of(plan);
     for (i, op) in plan.mounts.iter().enumerate() {
         match prepared.iter().position(|(j, _)| *j == i) {
             Some(at) => {
                 let (_, tree) = prepared.swap_remove(at);
-                attach_prepared(k, &newroot, tree, op)?;
+                attach_prepared(k, &newroot, tree, op, writable)?;
             }
-            None => apply(k, &oldroot, &newroot, op)?,
+            None => apply(k, &oldroot, &newroot, op, writable)?,
         }
     }
-    mount_tmp(k, &newroot, plan)?;
-    mount_dev(k, &newroot, plan)?;
+    mount_tmp(k, &newroot, plan, writable)?;
+    mount_dev(k, &newroot, plan, writable)?;
     // procfs of the new pid namespace; nosuid/nodev/noexec as everywhere.
     ensure_target(k, &newroot, "proc", true)?;
     k.mount(
@@ -154,6 +155,49 @@ pub(super) fn build<K: Kernel>(
     )
     .map_err(mount_err("making / read-only".into()))?;
     Ok(())
+}
+
+/// How the places the program can write are mounted: `noexec` as well
+/// under `commands.restrict_exec` (the plan's Landlock rules then name the
+/// only files that may be executed).
+///
+/// Landlock's execute right covers `execve` and the ELF loader the kernel
+/// opens for it, not `mmap(PROT_EXEC)`: the dynamic loader run as a
+/// program (`ld-linux-x86-64.so.2 /workspace/a.out`), which an allowed
+/// dynamically linked command needs to be executable, would map and run
+/// any file the sandbox wrote. A `noexec` mount refuses such a mapping
+/// (EPERM) and any `execve` there (EACCES), so what the sandbox writes
+/// never runs as code.
+#[derive(Clone, Copy)]
+struct Writable {
+    noexec: bool,
+}
+
+impl Writable {
+    fn of(plan: &SandboxPlan) -> Writable {
+        Writable {
+            noexec: plan.security.landlock.execute_only.is_some(),
+        }
+    }
+
+    /// `mount_setattr` attributes of a writable bind.
+    fn bind_attrs(self) -> u64 {
+        let attrs = m::MOUNT_ATTR_NOSUID | m::MOUNT_ATTR_NODEV;
+        if self.noexec {
+            attrs | m::MOUNT_ATTR_NOEXEC
+        } else {
+            attrs
+        }
+    }
+
+    /// `mount(2)` flags of a writable tmpfs.
+    fn tmpfs_flags(self) -> u64 {
+        if self.noexec {
+            MS_FLAGS_TMPFS | libc::MS_NOEXEC
+        } else {
+            MS_FLAGS_TMPFS
+        }
+    }
 }
 
 /// Opens (creating if needed) `rel` below `root` as an `O_PATH` fd,
@@ -306,6 +350,7 @@ fn apply<K: Kernel>(
     oldroot: &K::Fd,
     newroot: &K::Fd,
     op: &MountOp,
+    writable_mounts: Writable,
 ) -> Result<(), StepError> {
     match op {
         MountOp::Bind {
@@ -315,10 +360,11 @@ fn apply<K: Kernel>(
             no_symlinks,
             ..
         } => {
-            let mut attrs = m::MOUNT_ATTR_NOSUID | m::MOUNT_ATTR_NODEV;
-            if !writable {
-                attrs |= m::MOUNT_ATTR_RDONLY;
-            }
+            let attrs = if *writable {
+                writable_mounts.bind_attrs()
+            } else {
+                m::MOUNT_ATTR_NOSUID | m::MOUNT_ATTR_NODEV | m::MOUNT_ATTR_RDONLY
+            };
             bind(
                 k,
                 oldroot,
@@ -352,7 +398,7 @@ fn apply<K: Kernel>(
                 Some(c"tmpfs"),
                 &path,
                 Some(c"tmpfs"),
-                MS_FLAGS_TMPFS,
+                writable_mounts.tmpfs_flags(),
                 Some(&data),
             )
             .map_err(mount_err(format!("mounting tmpfs at {dest}")))
@@ -423,6 +469,7 @@ fn attach_prepared<K: Kernel>(
     newroot: &K::Fd,
     tree: K::Fd,
     op: &MountOp,
+    writable: Writable,
 ) -> Result<(), StepError> {
     let MountOp::Bind { source, dest, .. } = op else {
         return Err((
@@ -434,7 +481,7 @@ fn attach_prepared<K: Kernel>(
         At::Fd(&tree),
         c"",
         libc::AT_EMPTY_PATH as u32,
-        m::MOUNT_ATTR_NOSUID | m::MOUNT_ATTR_NODEV,
+        writable.bind_attrs(),
         0,
     )
     .map_err(mount_err(format!("setting attributes on {source}")))?;
@@ -443,14 +490,19 @@ fn attach_prepared<K: Kernel>(
         .map_err(mount_err(format!("attaching idmapped {source} at {dest}")))
 }
 
-fn mount_tmp<K: Kernel>(k: &mut K, newroot: &K::Fd, plan: &SandboxPlan) -> Result<(), StepError> {
+fn mount_tmp<K: Kernel>(
+    k: &mut K,
+    newroot: &K::Fd,
+    plan: &SandboxPlan,
+    writable: Writable,
+) -> Result<(), StepError> {
     ensure_target(k, newroot, "tmp", true)?;
     let data = cstr(&format!("mode=1777,size={}", plan.tmp_size))?;
     k.mount(
         Some(c"tmpfs"),
         c"/newroot/tmp",
         Some(c"tmpfs"),
-        MS_FLAGS_TMPFS,
+        writable.tmpfs_flags(),
         Some(&data),
     )
     .map_err(mount_err("mounting /tmp".into()))
@@ -461,7 +513,12 @@ fn mount_tmp<K: Kernel>(k: &mut K, newroot: &K::Fd, plan: &SandboxPlan) -> Resul
 /// No `/dev/tty`, no disks, no `/dev/mem`. `/dev` itself is a directory of
 /// the root, read-only and `noexec` with it once built (nothing else can
 /// be created there); each device is a bind with `nosuid` and `noexec`.
-fn mount_dev<K: Kernel>(k: &mut K, newroot: &K::Fd, plan: &SandboxPlan) -> Result<(), StepError> {
+fn mount_dev<K: Kernel>(
+    k: &mut K,
+    newroot: &K::Fd,
+    plan: &SandboxPlan,
+    writable: Writable,
+) -> Result<(), StepError> {
     let dev = ensure_target(k, newroot, "dev", true)?;
     // 0755 whatever corral's umask, as its own tmpfs's `mode=0755` was.
     k.chmod("/newroot/dev", 0o755)
@@ -495,7 +552,7 @@ fn mount_dev<K: Kernel>(k: &mut K, newroot: &K::Fd, plan: &SandboxPlan) -> Resul
         Some(c"tmpfs"),
         c"/newroot/dev/shm",
         Some(c"tmpfs"),
-        libc::MS_NOSUID | libc::MS_NODEV,
+        writable.tmpfs_flags(),
         Some(&shm),
     )
     .map_err(mount_err("mounting /dev/shm".into()))?;

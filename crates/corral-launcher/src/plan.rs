@@ -160,15 +160,18 @@ pub fn landlock_plan(profile: &Profile, mounts: &[MountOp]) -> LandlockPlan {
 /// `commands.restrict_exec`: the files the program may execute are the
 /// allowed commands as resolved and the program itself (the helper adds
 /// their interpreters inside the sandbox); Landlock becomes required, as
-/// nothing else could enforce this.
+/// nothing else could enforce this. None of them may lie where the
+/// sandbox can write: the program could replace it with anything and run
+/// that under the allowed name (the full sandbox mounts those places
+/// `noexec` as well, see the helper's rootfs).
 fn restrict_exec(
     profile: &Profile,
     commands: &CommandTable,
     exec_path: &str,
     mut plan: LandlockPlan,
-) -> LandlockPlan {
+) -> Result<LandlockPlan, PlanError> {
     if !profile.commands.restrict_exec {
-        return plan;
+        return Ok(plan);
     }
     let mut files: Vec<String> = commands
         .entries()
@@ -181,9 +184,39 @@ fn restrict_exec(
     files.push(exec_path.to_string());
     files.sort();
     files.dedup();
+    for file in &files {
+        let inside = |dir: &String| {
+            file.strip_prefix(dir.trim_end_matches('/'))
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+        };
+        if let Some(dir) = plan.write.iter().find(|d| inside(d)) {
+            return Err(PlanError::Security(format!(
+                "commands.restrict_exec: {file} may be executed, but it lies in {dir}, which the sandbox \
+                 can write (it could replace the file and run anything under that name); \
+                 put it in a read-only bind (--ro SRC:DEST) or turn restrict_exec off"
+            )));
+        }
+    }
     plan.required = true;
     plan.execute_only = Some(files);
-    plan
+    Ok(plan)
+}
+
+/// The program's seccomp filters for `profile`: the profile's own, with
+/// reduced mode's and `commands.restrict_exec`'s before it.
+fn program_filters(
+    profile: &Profile,
+    reduced: bool,
+) -> Result<corral_helper::CompiledFilters, PlanError> {
+    let (seccomp, unix) = (profile.security.seccomp, profile.security.unix_sockets);
+    let filters = if reduced {
+        crate::seccomp::compile_reduced(seccomp, unix)
+    } else {
+        crate::seccomp::compile(seccomp, unix)
+    };
+    filters
+        .and_then(|f| crate::seccomp::restrict_exec(f, profile.commands.restrict_exec))
+        .map_err(|e| PlanError::Security(e.to_string()))
 }
 
 /// Why a run was refused before anything started.
@@ -307,7 +340,7 @@ pub fn build_plan(
         return Ok((plan, events));
     }
     let mounts = plan_mounts(profile, request, identity)?;
-    let landlock = landlock_for(profile, commands, &exec_path, &mounts);
+    let landlock = landlock_for(profile, commands, &exec_path, &mounts)?;
     let program = program_of(profile, request, exec_path, env)?;
     let mut plan = SandboxPlan {
         parent_pid: corral_sys::process::getpid(),
@@ -326,11 +359,7 @@ pub fn build_plan(
         rlimits: Vec::new(),
         security: SecurityPlan {
             seccomp_profile: profile.security.seccomp,
-            filters: crate::seccomp::compile(
-                profile.security.seccomp,
-                profile.security.unix_sockets,
-            )
-            .map_err(|e| PlanError::Security(e.to_string()))?,
+            filters: program_filters(profile, false)?,
             init_filters: crate::seccomp::compile_init()
                 .map_err(|e| PlanError::Security(e.to_string()))?,
             landlock,
@@ -367,7 +396,7 @@ pub(crate) fn program_for_held(
     }
     let (exec_path, env, events) = program_basics(profile, commands, request, lookup_env)?;
     if profile.commands.restrict_exec
-        && landlock_for(profile, commands, &exec_path, &held.mounts) != held.security.landlock
+        && landlock_for(profile, commands, &exec_path, &held.mounts)? != held.security.landlock
     {
         return Ok(None);
     }
@@ -527,7 +556,7 @@ fn landlock_for(
     commands: &CommandTable,
     exec_path: &str,
     mounts: &[MountOp],
-) -> LandlockPlan {
+) -> Result<LandlockPlan, PlanError> {
     restrict_exec(profile, commands, exec_path, landlock_plan(profile, mounts))
 }
 
@@ -608,7 +637,7 @@ fn reduced_plan(
             landlock.read.push(m.source.to_string());
         }
     }
-    let landlock = restrict_exec(profile, commands, &exec_path, landlock);
+    let landlock = restrict_exec(profile, commands, &exec_path, landlock)?;
     let mut env: std::collections::BTreeMap<String, String> = env.into_iter().collect();
     env.insert("HOME".into(), workdir.clone());
     env.insert("TMPDIR".into(), workdir.clone());
@@ -628,11 +657,7 @@ fn reduced_plan(
         rlimits: rlimits(&profile.limits),
         security: SecurityPlan {
             seccomp_profile: profile.security.seccomp,
-            filters: crate::seccomp::compile_reduced(
-                profile.security.seccomp,
-                profile.security.unix_sockets,
-            )
-            .map_err(|e| PlanError::Security(e.to_string()))?,
+            filters: program_filters(profile, true)?,
             // No init in reduced mode: the helper supervises on the host.
             init_filters: corral_helper::CompiledFilters::default(),
             landlock,
@@ -1207,6 +1232,41 @@ mod tests {
         assert!(
             plan.security.landlock.required,
             "nothing else could enforce it"
+        );
+    }
+
+    #[test]
+    fn restrict_exec_refuses_an_executable_the_sandbox_could_rewrite() {
+        use std::os::unix::fs::PermissionsExt;
+        let tools = tempfile::Builder::new()
+            .prefix("corral-plan-")
+            .tempdir_in("/var/tmp")
+            .expect("tempdir");
+        let tool = tools.path().join("tool");
+        std::fs::write(&tool, "#!/bin/sh\n").expect("write");
+        std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        let mut profile = corral_policy::builtin::code();
+        profile.commands.allow_paths = true;
+        let dir = tools.path().display().to_string();
+        let argv = [tool.to_str().expect("utf-8")];
+        let mut req = request(&argv);
+        req.read_only = vec![MountSpec::parse(&dir, None).expect("spec")];
+        // Read-only: it stays what it is, with or without restrict_exec.
+        profile.commands.restrict_exec = true;
+        assert!(plan_for(&profile, &req).is_ok());
+        // Writable: without restrict_exec anything may run anyway...
+        req.read_only.clear();
+        req.read_write = vec![MountSpec::parse(&dir, None).expect("spec")];
+        profile.commands.restrict_exec = false;
+        assert!(plan_for(&profile, &req).is_ok());
+        // ...with it, the sandbox could put anything under the allowed name.
+        profile.commands.restrict_exec = true;
+        let err = plan_for(&profile, &req).expect_err("refused");
+        assert_eq!(err.code(), "security.invalid");
+        let message = err.to_string();
+        assert!(
+            message.contains(&format!("lies in {dir}")) && message.contains("--ro"),
+            "{message}"
         );
     }
 

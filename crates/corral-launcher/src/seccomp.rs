@@ -114,6 +114,19 @@ pub fn compile_init() -> Result<CompiledFilters, SeccompError> {
     })
 }
 
+/// Adds `commands.restrict_exec`'s filter (no executable memfd) to
+/// `filters` when `restrict_exec` is set; before the main filter, which
+/// must stay last (see [`compile_reduced`]).
+pub fn restrict_exec(
+    mut filters: CompiledFilters,
+    restrict_exec: bool,
+) -> Result<CompiledFilters, SeccompError> {
+    if restrict_exec {
+        filters.programs.insert(0, program(Program::RestrictExec)?);
+    }
+    Ok(filters)
+}
+
 /// Filters for reduced mode (no namespaces): the profile's filter plus one
 /// refusing socket(2) altogether (there is no network namespace to contain
 /// any family), SysV IPC (no IPC namespace), and scheduling calls aimed at
@@ -502,6 +515,43 @@ mod tests {
             assert_eq!(decide(nr, [user, 65534, 5]), EPERM, "{nr}: a uid");
         }
         assert_eq!(decide(libc::SYS_getpriority, [0, 1, 0]), ALLOW);
+    }
+
+    #[test]
+    fn restrict_exec_refuses_a_memfd_that_could_be_executed() {
+        let program = rules::build(Program::RestrictExec).unwrap();
+        let native = program[1].k;
+        let memfd = |flags: u64| {
+            let data = SeccompData {
+                nr: u32::try_from(libc::SYS_memfd_create).unwrap(),
+                arch: native,
+                args: [0x1000, flags, 0, 0, 0, 0],
+            };
+            run(&program, &data)
+        };
+        const ALLOW: u32 = 0x7fff_0000;
+        const EPERM: u32 = 0x0005_0000 | libc::EPERM as u32;
+        // MFD_CLOEXEC 1, MFD_ALLOW_SEALING 2, MFD_NOEXEC_SEAL 8, MFD_EXEC 0x10.
+        for flags in [0, 1, 2, 3, 0x10, 0x11, 0xffff_fff7] {
+            assert_eq!(memfd(flags), EPERM, "flags {flags:#x}");
+        }
+        for flags in [8, 9, 0xb, 0xffff_ffff, 0x1_0000_0008] {
+            assert_eq!(memfd(flags), ALLOW, "flags {flags:#x}");
+        }
+        let mut filters = compile(SeccompProfile::Default, false).unwrap();
+        let main = filters.programs.clone();
+        filters = super::restrict_exec(filters, false).unwrap();
+        assert_eq!(
+            filters.programs, main,
+            "nothing added without restrict_exec"
+        );
+        filters = super::restrict_exec(filters, true).unwrap();
+        assert_eq!(filters.programs.len(), 2);
+        assert_eq!(
+            filters.programs.last(),
+            main.last(),
+            "the main filter stays last"
+        );
     }
 
     #[test]

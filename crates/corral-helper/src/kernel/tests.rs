@@ -363,6 +363,65 @@ fn bind_sources_resolve_in_the_host_root_and_targets_never_follow_symlinks() {
 }
 
 #[test]
+fn under_restrict_exec_every_place_the_program_writes_is_noexec() {
+    // The attributes of the writable bind and the flags of each tmpfs the
+    // program sees, without and with an execute allowlist.
+    let writable_mounts = |plan: &SandboxPlan| {
+        let mut k = fake();
+        build(&mut k, plan).unwrap();
+        let (_, set, _) = attach_of(&k.steps, "/newroot/data");
+        let Step::SetAttr { set: bind, .. } = k.steps[set] else {
+            unreachable!()
+        };
+        let readonly = attach_of(&k.steps, "/newroot/usr").1;
+        let Step::SetAttr { set: usr, .. } = k.steps[readonly] else {
+            unreachable!()
+        };
+        let tmpfs: Vec<(String, u64)> = k
+            .steps
+            .iter()
+            .filter_map(|s| match s {
+                Step::Mount {
+                    fstype: Some(t),
+                    target,
+                    flags,
+                    ..
+                } if t == "tmpfs" && target.starts_with("/newroot/") => {
+                    Some((target.clone(), *flags))
+                }
+                _ => None,
+            })
+            .collect();
+        (bind, usr, tmpfs)
+    };
+    let nosuid_nodev = m::MOUNT_ATTR_NOSUID | m::MOUNT_ATTR_NODEV;
+    let tmpfs = |flags: u64| {
+        ["/newroot/workspace", "/newroot/tmp", "/newroot/dev/shm"].map(|t| (t.to_string(), flags))
+    };
+    let mut plan = plan();
+    let (bind, usr, mounts) = writable_mounts(&plan);
+    assert_eq!(bind, nosuid_nodev, "a writable bind may hold programs");
+    assert_eq!(usr, nosuid_nodev | m::MOUNT_ATTR_RDONLY);
+    assert_eq!(mounts, tmpfs(libc::MS_NOSUID | libc::MS_NODEV));
+    plan.security.landlock.execute_only = Some(vec!["/usr/bin/python3".into()]);
+    let (bind, usr, mounts) = writable_mounts(&plan);
+    assert_eq!(
+        bind,
+        nosuid_nodev | m::MOUNT_ATTR_NOEXEC,
+        "nothing written runs"
+    );
+    assert_eq!(
+        usr,
+        nosuid_nodev | m::MOUNT_ATTR_RDONLY,
+        "read-only binds as before"
+    );
+    assert_eq!(
+        mounts,
+        tmpfs(libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC)
+    );
+}
+
+#[test]
 fn tmpfs_mounts_have_their_sizes_modes_and_flags() {
     let plan = plan();
     let mut k = fake();

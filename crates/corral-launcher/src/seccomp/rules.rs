@@ -45,13 +45,16 @@ pub(crate) enum Program {
     /// Reduced mode's extra filter: no socket(2), no SysV IPC, no
     /// scheduling of another process.
     Reduced,
+    /// `commands.restrict_exec`'s extra filter: no memfd that could be
+    /// executed ([`restrict_exec_rules`]).
+    RestrictExec,
 }
 
 impl Program {
     /// Every program, in the order the prebuilt table holds them (read
     /// by build.rs and the tests).
     #[cfg_attr(not(test), allow(dead_code))]
-    pub(crate) const ALL: [Program; 6] = [
+    pub(crate) const ALL: [Program; 7] = [
         Program::Main {
             strict: false,
             unix_sockets: false,
@@ -70,6 +73,7 @@ impl Program {
         },
         Program::Init,
         Program::Reduced,
+        Program::RestrictExec,
     ];
 
     /// The position of `self` in [`Program::ALL`].
@@ -81,6 +85,7 @@ impl Program {
             } => usize::from(strict) * 2 + usize::from(unix_sockets),
             Program::Init => 4,
             Program::Reduced => 5,
+            Program::RestrictExec => 6,
         }
     }
 }
@@ -122,7 +127,37 @@ pub(crate) fn build(program: Program) -> Result<Vec<Bpf>, String> {
             compile_one(rules, eperm, SeccompAction::Allow, None)
         }
         Program::Reduced => compile_one(reduced_rules()?, SeccompAction::Allow, eperm, None),
+        Program::RestrictExec => {
+            compile_one(restrict_exec_rules()?, SeccompAction::Allow, eperm, None)
+        }
     }
+}
+
+/// `MFD_NOEXEC_SEAL` (Linux 6.3): the memfd is not executable and can
+/// never be made so.
+const MFD_NOEXEC_SEAL: u64 = 0x8;
+
+/// `commands.restrict_exec`'s rules: `memfd_create(2)` without
+/// `MFD_NOEXEC_SEAL`.
+///
+/// Landlock's execute right governs files of the mounted tree; a memfd
+/// lives outside it, so a program could write any binary into one and
+/// `execve` it (`/proc/self/fd/N`, `execveat` with `AT_EMPTY_PATH`), and
+/// `restrict_exec` would not see it. A memfd sealed against execution at
+/// creation cannot be run; any other is refused (EPERM). The host's
+/// `vm.memfd_noexec` cannot be relied on: it is 0 by default.
+fn restrict_exec_rules() -> Result<BTreeMap<i64, Vec<SeccompRule>>, String> {
+    let mut rules = BTreeMap::new();
+    rules.insert(
+        libc::SYS_memfd_create,
+        vec![rule(vec![cond(
+            1,
+            Len::Dword,
+            Op::MaskedEq(MFD_NOEXEC_SEAL),
+            0,
+        )?])?],
+    );
+    Ok(rules)
 }
 
 /// Reduced mode's extra rules: SysV IPC, every socket(2), and scheduling
@@ -650,6 +685,7 @@ pub(crate) fn build_linear(program: Program) -> Result<Vec<Bpf>, String> {
             SeccompAction::Allow,
         ),
         Program::Reduced => (reduced_rules()?, SeccompAction::Allow, eperm),
+        Program::RestrictExec => (restrict_exec_rules()?, SeccompAction::Allow, eperm),
     };
     let mut insns = seccompiler_program(rules, mismatch, matched)?;
     reject_x32(&mut insns);
