@@ -267,6 +267,63 @@ fn open_files_are_capped_at_1024() {
     assert_eq!(words.next(), Some("True"));
 }
 
+/// Queued signals count against one budget per host user, shared by every
+/// sandbox root starts (and, for an ordinary user, by the user's own
+/// processes): each sandbox gets 1024 of them, so one cannot starve the
+/// others' `sigqueue`. The loop stops at 5000 so that, without the limit,
+/// the test takes only a small part of that shared budget.
+#[test]
+fn queued_signals_are_capped_at_1024_per_sandbox() {
+    let (v, _) = run_json(
+        &[],
+        &[
+            "python3",
+            "-c",
+            "import ctypes, errno, os, signal
+libc = ctypes.CDLL(None, use_errno=True)
+signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGRTMIN])
+n = 0
+while n < 5000 and libc.sigqueue(os.getpid(), signal.SIGRTMIN, ctypes.c_void_p(0)) == 0:
+    n += 1
+print(n, ctypes.get_errno() == errno.EAGAIN)
+",
+        ],
+    );
+    assert_eq!(v["stdout"], "1024 True\n", "{v}");
+    assert_eq!(v["enforced"]["rlimits"]["pending_signals"], 1024, "{v}");
+}
+
+/// inotify instances count against one budget per host user too (128 by
+/// default), shared by every sandbox root starts: each sandbox's user
+/// namespace caps its share at 16 instances and 16384 watches. The loop
+/// stops at 40, well inside the shared budget, should the cap be missing.
+#[test]
+fn inotify_instances_are_capped_at_16_per_sandbox() {
+    let (v, _) = run_json(
+        &[],
+        &[
+            "python3",
+            "-c",
+            "import ctypes, errno
+libc = ctypes.CDLL(None, use_errno=True)
+fds = []
+while len(fds) < 40:
+    fd = libc.inotify_init1(0)
+    if fd < 0:
+        break
+    fds.append(fd)
+print(len(fds), ctypes.get_errno() == errno.EMFILE)
+for name in ('max_inotify_instances', 'max_inotify_watches'):
+    print(name, open('/proc/sys/user/' + name).read().strip())
+",
+        ],
+    );
+    assert_eq!(
+        v["stdout"], "16 True\nmax_inotify_instances 16\nmax_inotify_watches 16384\n",
+        "{v}"
+    );
+}
+
 /// Without a cgroup (a profile with no cgroup limit), the CPU time and
 /// peak memory of a run are what init reaped: the program and every
 /// process it left to init, here an orphan that burns CPU and touches

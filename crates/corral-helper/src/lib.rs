@@ -430,7 +430,24 @@ fn namespaces(plan: &SandboxPlan) -> i32 {
         | ns::CLONE_NEWCGROUP
 }
 
-/// No user namespace below the sandbox's.
+/// The sandbox's share of the inotify budget its host user has.
+///
+/// The kernel counts inotify instances and watches per user in each user
+/// namespace up the chain (user_namespaces(7), "/proc/sys/user"), and at
+/// the host's level every sandbox root starts is one user: 65534, which
+/// owns each sandbox's user namespace (as an ordinary user, the user). A
+/// sandbox that took all of them (128 instances by default) left every
+/// other sandbox's `inotify_init` failing with EMFILE. The copy of these
+/// limits in the sandbox's own user namespace caps what it can take; a
+/// program rarely needs more than a few instances. A kernel without
+/// inotify has no such file, and nothing to cap.
+pub(crate) const INOTIFY_SHARE: [(&str, &str); 2] = [
+    ("/proc/sys/user/max_inotify_instances", "16"),
+    ("/proc/sys/user/max_inotify_watches", "16384"),
+];
+
+/// No user namespace below the sandbox's, and its share of the host
+/// user's inotify budget ([`INOTIFY_SHARE`]).
 fn refuse_nested_user_namespaces<K: Kernel>(k: &mut K) -> Result<(), StepError> {
     // No user namespace below this one: a second layer behind seccomp's
     // refusal of CLONE_NEWUSER (as bubblewrap's --disable-userns), so a
@@ -447,7 +464,22 @@ fn refuse_nested_user_namespaces<K: Kernel>(k: &mut K) -> Result<(), StepError> 
                  corral needs it to refuse nested user namespaces"
             ),
         )
-    })
+    })?;
+    for (file, value) in INOTIFY_SHARE {
+        match k.write_proc_file(file, value) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err((
+                    FailureKind::UserNamespace,
+                    format!(
+                        "setting {file} to {value} inside the sandbox's user namespace: {e}; \
+                         corral needs it to bound the sandbox's share of its host user's inotify budget"
+                    ),
+                ))
+            }
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 /// `PR_SET_DUMPABLE` 0, once the id maps are written.

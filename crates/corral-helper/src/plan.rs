@@ -113,6 +113,8 @@ pub enum RlimitKind {
     Processes,
     /// `RLIMIT_CORE`.
     Core,
+    /// `RLIMIT_SIGPENDING`: signals queued to the sandbox's processes.
+    PendingSignals,
 }
 
 /// One rlimit: soft and hard values.
@@ -135,6 +137,7 @@ pub fn rlimit_resource(kind: RlimitKind) -> libc::__rlimit_resource_t {
         RlimitKind::OpenFiles => libc::RLIMIT_NOFILE,
         RlimitKind::Processes => libc::RLIMIT_NPROC,
         RlimitKind::Core => libc::RLIMIT_CORE,
+        RlimitKind::PendingSignals => libc::RLIMIT_SIGPENDING,
     }
 }
 

@@ -644,6 +644,7 @@ fn rlimit_name(kind: RlimitKind) -> &'static str {
         RlimitKind::OpenFiles => "open_files",
         RlimitKind::Processes => "processes",
         RlimitKind::Core => "core",
+        RlimitKind::PendingSignals => "pending_signals",
     }
 }
 

@@ -64,11 +64,25 @@ pub fn sandbox_identity(profile: &Profile) -> SandboxIdentity {
     }
 }
 
+/// `RLIMIT_SIGPENDING` of every program: signals queued at once to the
+/// sandbox's processes (real-time ones, and `sigqueue(3)`'s).
+///
+/// The kernel counts queued signals per user in each user namespace up
+/// the chain, and at the host's level every sandbox root starts is the
+/// same user (65534, the owner of each sandbox's user namespace), held
+/// to one limit (about 96k here). Unbounded, one sandbox could queue them
+/// all and every other sandbox's `sigqueue` would fail with EAGAIN (found
+/// by a review's attack pass). A program rarely has more than a handful
+/// queued; 1024 per sandbox leaves the shared budget to 90 sandboxes at
+/// once.
+const PENDING_SIGNALS: u64 = 1024;
+
 /// The rlimits a profile asks for, each clamped to the hard limit corral
 /// itself inherited (raising one needs CAP_SYS_RESOURCE in the initial user
 /// namespace, which the sandbox never has), so the result reports what the
 /// program really gets. Core dumps are always off: a dump can hold secrets
-/// and fill the disk.
+/// and fill the disk. Queued signals are always
+/// bounded ([`PENDING_SIGNALS`]).
 pub fn rlimits(limits: &corral_policy::Limits) -> Vec<Rlimit> {
     let clamp = |kind: RlimitKind, soft: u64, hard: u64| {
         let inherited = corral_sys::process::get_rlimit(rlimit_resource(kind))
@@ -83,6 +97,7 @@ pub fn rlimits(limits: &corral_policy::Limits) -> Vec<Rlimit> {
     let mut out = vec![
         clamp(RlimitKind::Core, 0, 0),
         clamp(RlimitKind::OpenFiles, limits.open_files, limits.open_files),
+        clamp(RlimitKind::PendingSignals, PENDING_SIGNALS, PENDING_SIGNALS),
     ];
     if let Some(v) = limits.address_space_bytes {
         out.push(clamp(RlimitKind::AddressSpace, v.bytes(), v.bytes()));

@@ -1,7 +1,7 @@
 //! Kernel interfaces: one test per remaining rule family of the default
 //! seccomp deny-list (keys, BPF, perf, userfaultfd, io_uring, kexec,
 //! modules, reboot, swap, accounting, quotas, file handles, personality,
-//! the kernel log), and the other syscall ABIs (i386, x32).
+//! fanotify, the kernel log), and the other syscall ABIs (i386, x32).
 
 use crate::common::*;
 use crate::support::*;
@@ -242,6 +242,23 @@ say('query', sc(135, 0xffffffff))
 say('personality now', open('/proc/self/personality').read().strip())
 "#,
         "READ_IMPLIES_EXEC EPERM\nADDR_NO_RANDOMIZE EPERM\nquery EPERM\npersonality now 00000000\n",
+    );
+}
+
+#[test]
+fn attack_fanotify_groups_are_refused() {
+    if !x86_64("attack_fanotify_groups_are_refused") {
+        return;
+    }
+    // Baseline: since Linux 5.13 an unprivileged process gets a group
+    // with FAN_REPORT_FID (0x200), and the groups of every sandbox count
+    // against one budget of the host user they share (128 by default):
+    // one sandbox holding them all left the others none.
+    expect(
+        r#"say('fanotify_init', sc(300, 0x200, 0))
+say('fanotify_init FAN_CLASS_CONTENT', sc(300, 0x4, 0))
+"#,
+        "fanotify_init EPERM\nfanotify_init FAN_CLASS_CONTENT EPERM\n",
     );
 }
 

@@ -1280,6 +1280,14 @@ fn helper_steps_create_the_user_namespace_first_then_the_others() {
                     path: "/proc/sys/user/max_user_namespaces".into(),
                     contents: "0".into(),
                 },
+                Step::WriteProcFile {
+                    path: "/proc/sys/user/max_inotify_instances".into(),
+                    contents: "16".into(),
+                },
+                Step::WriteProcFile {
+                    path: "/proc/sys/user/max_inotify_watches".into(),
+                    contents: "16384".into(),
+                },
                 // The maps written, nothing may read this process's memory.
                 Step::SetDumpable(false),
                 Step::Unshare(
@@ -1405,7 +1413,24 @@ fn any_failing_helper_step_stops_everything_after_it() {
             _ => FailureKind::Setup,
         },
     );
-    assert_eq!(tried, 11);
+    assert_eq!(tried, 13);
+}
+
+#[test]
+fn a_kernel_without_inotify_has_no_share_to_set_and_goes_on() {
+    let plan = plan();
+    for (file, value) in crate::INOTIFY_SHARE {
+        let mut k = fake();
+        k.fail_step(
+            libc::ENOENT,
+            Step::WriteProcFile {
+                path: file.into(),
+                contents: value.into(),
+            },
+        );
+        assert!(helper_steps(&mut k, &plan, |_| Ok(())).is_ok(), "{file}");
+        assert!(k.steps.contains(&Step::SetDumpable(false)), "{file}");
+    }
 }
 
 #[test]
@@ -1482,6 +1507,14 @@ fn cloned_init_joins_its_group_first_and_unshares_the_cgroup_namespace_after_it(
                 Step::WriteProcFile {
                     path: "/proc/sys/user/max_user_namespaces".into(),
                     contents: "0".into(),
+                },
+                Step::WriteProcFile {
+                    path: "/proc/sys/user/max_inotify_instances".into(),
+                    contents: "16".into(),
+                },
+                Step::WriteProcFile {
+                    path: "/proc/sys/user/max_inotify_watches".into(),
+                    contents: "16384".into(),
                 },
                 // After the join: the namespace's root is the sandbox's group.
                 Step::Unshare(ns::CLONE_NEWCGROUP),
@@ -1571,6 +1604,14 @@ fn cloned_init_as_root_drops_the_saved_host_root_right_after_its_maps() {
                 path: "/proc/sys/user/max_user_namespaces".into(),
                 contents: "0".into(),
             },
+            Step::WriteProcFile {
+                path: "/proc/sys/user/max_inotify_instances".into(),
+                contents: "16".into(),
+            },
+            Step::WriteProcFile {
+                path: "/proc/sys/user/max_inotify_watches".into(),
+                contents: "16384".into(),
+            },
             Step::Unshare(ns::CLONE_NEWCGROUP),
             Step::BlockSignals,
         ]
@@ -1603,7 +1644,7 @@ fn any_failing_cloned_init_step_stops_everything_after_it() {
             _ => FailureKind::Setup,
         },
     );
-    assert_eq!(tried, 11);
+    assert_eq!(tried, 13);
 }
 
 #[test]

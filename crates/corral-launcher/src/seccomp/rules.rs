@@ -370,6 +370,11 @@ pub(crate) const DENIED: &[(&str, i64, &str)] = &[
         libc::SYS_personality,
         "READ_IMPLIES_EXEC and ASLR switches",
     ),
+    (
+        "fanotify_init",
+        libc::SYS_fanotify_init,
+        "filesystem-wide monitors; their groups are one budget per host user, shared by every sandbox",
+    ),
 ];
 
 /// `open_tree_attr` (Linux 6.15), not yet in the libc crate; the same
