@@ -5,7 +5,7 @@
 //! runs later, outside any sandbox: a git hook or an `fsmonitor` command in
 //! `.git/config` (run by the next `git status`, shell prompts included),
 //! shell start-up files, an editor's tasks (`.vscode`, `.idea`), an agent's
-//! configuration (`.mcp.json`, `.claude`, `.cursor`). Codex and
+//! configuration (`.mcp.json`, `.claude`, `.cursor`, `.codex`). Codex and
 //! sandbox-runtime refuse writes to such paths by default; corral does too,
 //! for every writable bind of the caller's (the workdir included).
 
@@ -115,6 +115,9 @@ pub const DEFAULT_PROTECT: &[&str] = &[
     ".mcp.json",
     ".claude",
     ".cursor",
+    // Codex's project configuration (MCP servers, commands), which Codex's
+    // own sandbox keeps read-only next to .git.
+    ".codex",
     // Read from a home directory only: git's global config, the shells'
     // start-up files, ripgrep's config.
     "~/.gitconfig",

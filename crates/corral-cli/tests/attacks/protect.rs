@@ -23,6 +23,7 @@ const PROJECT_ENTRIES: &[&str] = &[
     ".mcp.json",
     ".claude/",
     ".cursor/",
+    ".codex/",
 ];
 
 /// Its home-directory entries (`~/...`), protected in binds of a home.
