@@ -1514,13 +1514,28 @@ impl LogLines {
         message: &str,
         matches: impl Fn(&serde_json::Value) -> bool,
     ) -> serde_json::Value {
+        self.wait_matching(&format!("`{message}` event"), |v| {
+            v["fields"]["message"] == message && matches(v)
+        })
+    }
+
+    /// Waits (at most 10 s) for an event whose `code` field is `code`.
+    fn wait_for_code(&mut self, code: &str) -> serde_json::Value {
+        self.wait_matching(&format!("event with code `{code}`"), |v| {
+            v["fields"]["code"] == code
+        })
+    }
+
+    /// Waits (at most 10 s) for an event that satisfies `matches`, named
+    /// `what` in the failure.
+    fn wait_matching(
+        &mut self,
+        what: &str,
+        matches: impl Fn(&serde_json::Value) -> bool,
+    ) -> serde_json::Value {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            if let Some(v) = self
-                .seen
-                .iter()
-                .find(|v| v["fields"]["message"] == message && matches(v))
-            {
+            if let Some(v) = self.seen.iter().find(|v| matches(v)) {
                 return v.clone();
             }
             let left = deadline.saturating_duration_since(Instant::now());
@@ -1529,7 +1544,7 @@ impl LogLines {
                     serde_json::from_str(&line)
                         .unwrap_or_else(|e| panic!("a log line is not JSON ({e}): {line}")),
                 ),
-                Err(_) => panic!("no `{message}` event; saw {:#?}", self.seen),
+                Err(_) => panic!("no {what}; saw {:#?}", self.seen),
             }
         }
     }
@@ -1629,6 +1644,27 @@ fn logs_are_json_lines_with_a_span_per_request_and_per_execution() {
         "{refused} for {v}"
     );
     assert!(refused["span"]["duration_ms"].is_u64(), "{refused}");
+    // A refusal of the API is an audit event, logged at warn under the
+    // API's target, without a supervised server's field.
+    let (status, _, _) = http_with(
+        &s.addr,
+        "POST",
+        "/v1/executions",
+        &[("Content-Type", "text/plain")],
+        Some("{}"),
+    );
+    assert_eq!(status, 415);
+    let api = logs.wait_for_code("api.refused");
+    assert_eq!(
+        (
+            api["level"].as_str(),
+            api["target"].as_str(),
+            api["fields"]["tenant"].as_str()
+        ),
+        (Some("WARN"), Some("corral_server::api"), Some("anonymous")),
+        "{api}"
+    );
+    assert!(api["fields"].get("server").is_none(), "{api}");
     let missing = logs.wait_for("request finished", |e| e["span"]["path"] == "/nope");
     assert_eq!(missing["span"]["status"], 404, "{missing}");
     assert_ne!(missing["span"]["request_id"], request_id.as_str());

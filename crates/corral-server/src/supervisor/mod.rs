@@ -92,8 +92,14 @@ impl Audit {
             event.get("level").and_then(|l| l.as_str()),
             Some("warn" | "error")
         ) {
-            tracing::warn!(server = %owner.server, tenant = %owner.tenant, code = %code, "{}",
-                event.get("message").and_then(|m| m.as_str()).unwrap_or(""));
+            let message = event.get("message").and_then(|m| m.as_str()).unwrap_or("");
+            // The service's own events (refusals of the API) are the API's,
+            // for an operator's filter; a supervised server's name its server.
+            if owner.server.is_empty() {
+                tracing::warn!(target: "corral_server::api", tenant = %owner.tenant, code = %code, "{message}");
+            } else {
+                tracing::warn!(server = %owner.server, tenant = %owner.tenant, code = %code, "{message}");
+            }
         }
         let rec = EventRecord {
             kind: "event",
