@@ -1604,3 +1604,178 @@ fn python_sdk_1x_client_through_the_bridge() {
     let fatal = out[0]["fatal"].as_str().unwrap_or_else(|| panic!("{out}"));
     assert!(fatal.contains("401"), "{fatal}");
 }
+
+// --- Soak: a server under mixed load stays flat -----------------------------
+
+/// The soak's driver (Debian's python3, raw HTTP): for `secs` seconds,
+/// rounds of executions of every kind (plain, failing, with input,
+/// streamed, cancelled by a client that leaves, a large output, a timeout,
+/// a memory limit when it is enforced, a background process left behind),
+/// `/mcp` sessions with the file tools and `run_code`, and sessions of a
+/// per-session and a shared supervised server; each answer is checked.
+/// Prints the server's resources as JSON lines at two quiet moments:
+/// after the first ten rounds (`warm`) and at the end (`quiet`).
+const SOAK_DRIVER: &str = r#"
+import glob, http.client, json, os, re, socket, sys, time
+addr, pid, secs, memory = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), sys.argv[4] == "1"
+host, port = addr.rsplit(":", 1)
+INIT = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "soak", "version": "1"}}}
+c = http.client.HTTPConnection(host, int(port), timeout=60)
+def ex(body, path="/v1/executions"):
+    c.request("POST", path, json.dumps(body), {"content-type": "application/json"})
+    r = c.getresponse()
+    d = r.read()
+    if r.status != 200:
+        sys.exit(f"{path}: {r.status} {d[:300]!r}")
+    return d if path.endswith("stream") else json.loads(d)
+def session(path, calls):
+    k = http.client.HTTPConnection(host, int(port), timeout=60)
+    h = {"content-type": "application/json", "accept": "application/json, text/event-stream"}
+    k.request("POST", path, json.dumps(INIT), h)
+    r = k.getresponse(); r.read()
+    if r.status != 200:
+        sys.exit(f"{path} initialize: {r.status}")
+    h["mcp-session-id"] = r.getheader("mcp-session-id")
+    h["mcp-protocol-version"] = "2025-11-25"
+    k.request("POST", path, json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}), h)
+    k.getresponse().read()
+    for i, (name, args) in enumerate(calls, 1):
+        k.request("POST", path, json.dumps({"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": {"name": name, "arguments": args}}), h)
+        r = k.getresponse(); d = r.read()
+        if r.status != 200 or b'"isError":true' in d:
+            sys.exit(f"{path} {name}: {r.status} {d[:300]!r}")
+    k.request("DELETE", path, headers=h)
+    k.getresponse().read()
+    k.close()
+def leave_mid_run():
+    s = socket.create_connection((host, int(port)))
+    b = json.dumps({"command": ["sh", "-c", "sleep 5"]}).encode()
+    s.sendall(b"POST /v1/executions HTTP/1.1\r\nhost: %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n" % (addr.encode(), len(b)) + b)
+    time.sleep(0.3)
+    s.close()
+def descendants():
+    parent = {}
+    for p in os.listdir("/proc"):
+        if p.isdigit():
+            try:
+                parent[int(p)] = int(open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                pass
+    found, grew = {pid}, True
+    while grew:
+        new = {p for p, pp in parent.items() if pp in found} - found
+        found |= new
+        grew = bool(new)
+    return len(found) - 1
+def sample(kind, rounds):
+    status = open(f"/proc/{pid}/status").read()
+    print(json.dumps({
+        "kind": kind, "rounds": rounds, "t": round(time.time() - start, 1),
+        "fds": len(os.listdir(f"/proc/{pid}/fd")),
+        "threads": int(re.search(r"Threads:\s+(\d+)", status).group(1)),
+        "rss_kib": int(re.search(r"VmRSS:\s+(\d+)", status).group(1)),
+        "mounts": sum(1 for _ in open(f"/proc/{pid}/mountinfo")),
+        "groups": len(glob.glob(f"/sys/fs/cgroup/*/corral/{pid}-*")) + len(glob.glob(f"/sys/fs/cgroup/corral/{pid}-*")),
+        "processes": descendants(),
+    }), flush=True)
+PY = lambda code: {"command": ["python3", "-c", code]}
+start = time.time()
+rounds = 0
+while rounds < 10 or time.time() - start < secs:
+    rounds += 1
+    if ex(PY("print(1)"))["stdout"] != "1\n":
+        sys.exit("print(1)")
+    if ex({"command": ["sh", "-c", "echo err >&2; exit 3"]})["exit_code"] != 3:
+        sys.exit("exit 3")
+    ex({"command": ["sh", "-c", "cat; ls"], "stdin": "in", "files": [{"path": "a.txt", "content": "abc"}]})
+    if b"event: result" not in ex(PY("print('y' * 100)"), "/v1/executions/stream"):
+        sys.exit("stream")
+    if rounds % 5 == 1:
+        session("/mcp", [("write_file", {"path": "x.py", "content": "print(2)", "encoding": "utf8"}),
+                         ("run_code", {"language": "python", "code": "print(3)"}), ("list_files", {})])
+        session("/mcp/servers/cold", [("whoami", {})])
+        session("/mcp/servers/shared", [("whoami", {}), ("whoami", {})])
+        leave_mid_run()
+        ex(PY("import sys; sys.stdout.write('z' * 5000000)"))
+        if not ex({"command": ["sh", "-c", "sleep 10"], "limits": {"timeout_ms": 1000}})["timed_out"]:
+            sys.exit("timeout")
+        if memory and not ex({"command": ["python3", "-c", "b = bytearray(400 << 20)"], "limits": {"memory_bytes": 64 << 20}})["oom_killed"]:
+            sys.exit("memory")
+        ex({"command": ["sh", "-c", "sleep 100 & echo left"]})
+    if rounds == 10:
+        # Quiet, as at the end: the client that left has been answered,
+        # the shared server's idle stop (2 s) and every teardown are over.
+        time.sleep(5)
+        sample("warm", rounds)
+time.sleep(5)
+sample("quiet", rounds)
+"#;
+
+/// How long the soak runs: `CORRAL_SOAK_SECS` (scripts/soak.sh sets
+/// hours), else 20 s, a smoke of it in the suite.
+fn soak_secs() -> u64 {
+    std::env::var("CORRAL_SOAK_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(20)
+}
+
+#[test]
+fn a_server_under_mixed_load_keeps_its_descriptors_threads_memory_and_mounts_flat() {
+    let t = tree(&[("server.py", PY_SERVER)], true);
+    let s = serve(
+        &format!(
+            "code_mode = true\nmax_concurrent = 2\n{}{}",
+            py_entry("cold", t.path(), "mode = \"per-session\"\n"),
+            py_entry(
+                "shared",
+                t.path(),
+                "mode = \"shared\"\nidle_stop_secs = 2\n"
+            )
+        ),
+        &[],
+    );
+    let secs = soak_secs();
+    let memory = if is_root() { "1" } else { "0" };
+    let out = Command::new("/usr/bin/python3")
+        .args(["-c", SOAK_DRIVER, s.addr()])
+        .arg(s.server.child.id().to_string())
+        .arg(secs.to_string())
+        .arg(memory)
+        .env_clear()
+        .output()
+        .unwrap();
+    let stdout = text(&out.stdout);
+    assert!(
+        out.status.success(),
+        "the driver failed: {}\n{stdout}\ncorral's log:\n{}",
+        text(&out.stderr),
+        s.log()
+    );
+    eprintln!("{stdout}");
+    let samples: Vec<Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let [warm, quiet] = &samples[..] else {
+        panic!("two samples: {stdout}")
+    };
+    let n = |v: &Value, k: &str| v[k].as_i64().unwrap();
+    // What may differ between the two quiet moments: a descriptor or two
+    // of a connection being closed, the blocking pool's idle threads (kept
+    // 10 s), the allocator's arenas settling.
+    let grew = |k: &str| n(quiet, k) - n(warm, k);
+    assert!(grew("fds") <= 4, "descriptors grew: {warm} -> {quiet}");
+    assert!(grew("threads") <= 4, "threads grew: {warm} -> {quiet}");
+    assert!(
+        grew("rss_kib") <= 24 << 10,
+        "memory grew by {} KiB: {warm} -> {quiet}",
+        grew("rss_kib")
+    );
+    // Nothing of a finished execution or session is left: its workspace
+    // mount, its group, its processes (the sandboxes built ahead and the
+    // per-session servers' are there at both moments, or fewer).
+    assert!(grew("mounts") <= 0, "mounts left: {warm} -> {quiet}");
+    assert!(grew("groups") <= 0, "cgroups left: {warm} -> {quiet}");
+    assert!(grew("processes") <= 0, "processes left: {warm} -> {quiet}");
+}
