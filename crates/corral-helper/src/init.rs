@@ -45,6 +45,12 @@ pub(super) fn run(
     // Both belong to the sandbox, not to the run: a held sandbox has them
     // before its program comes.
     let (ruleset, filters) = program_security(plan, &mut ctrl);
+    // Nothing init does from here on needs a capability: it gives them up
+    // before the program's process exists, so the program never runs next
+    // to a capable init (its execve lets init go on at once).
+    if let Err((kind, msg)) = give_up_privileges(&mut Sys) {
+        ctrl.fail(kind, msg);
+    }
     // A held sandbox (built ahead) forks its program's process now, which
     // takes every step that does not depend on the run and then waits for
     // the program part (see `program_steps`).
@@ -120,17 +126,16 @@ pub(crate) fn setup<K: Kernel>(
     }
 }
 
-/// Init's last steps once the program runs: from here on it only reaps,
-/// forwards signals and reports, so it gives up everything else. Its
-/// capabilities in the sandbox's user namespace would let a program that
-/// reaches it (same uid) act with them; bubblewrap's PID 1 holds none
-/// either. Every capability set is emptied (capabilities(7); the bounding
-/// set already is, by `setup`), no_new_privs set (prctl(2)), and a seccomp
-/// allowlist of what a reaper needs installed last (seccomp(2)).
-pub(crate) fn harden_reaper<K: Kernel>(
-    k: &mut K,
-    filters: &[seccompiler::BpfProgram],
-) -> Result<(), StepError> {
+/// Init gives up its privileges before the program's process exists: from
+/// then on it only reaps, forwards signals and reports, none of which
+/// needs them. Its capabilities in the sandbox's user namespace would let
+/// a program that reaches it (same uid) act with them; bubblewrap's PID 1
+/// holds none either. Every capability set is emptied (capabilities(7);
+/// the bounding set already is, by `setup`) and no_new_privs set
+/// (prctl(2)). Done before the program's process is created, the program
+/// never sees a capable init, not even while init wakes up from that
+/// process's execve.
+pub(crate) fn give_up_privileges<K: Kernel>(k: &mut K) -> Result<(), StepError> {
     k.drop_capability_sets().map_err(|e| {
         (
             FailureKind::Privileges,
@@ -142,7 +147,16 @@ pub(crate) fn harden_reaper<K: Kernel>(
             FailureKind::Privileges,
             format!("init: PR_SET_NO_NEW_PRIVS: {e}"),
         )
-    })?;
+    })
+}
+
+/// Init's last step once the program runs: a seccomp allowlist of what a
+/// reaper needs (seccomp(2)), after [`give_up_privileges`]; last, because
+/// starting the program's process needs more than the list allows.
+pub(crate) fn harden_reaper<K: Kernel>(
+    k: &mut K,
+    filters: &[seccompiler::BpfProgram],
+) -> Result<(), StepError> {
     for prog in filters {
         k.seccomp_install(prog).map_err(|e| {
             (

@@ -65,6 +65,49 @@ signal init EPERM\n",
     );
 }
 
+/// Reads init's `CapEff` from /proc/1/status as fast as it can from its
+/// first instruction on (a static program: no loader before `main`), and
+/// prints whether it ever saw one.
+const WATCH_INIT: &str = r#"#include <stdio.h>
+#include <string.h>
+int main(void) {
+    char buf[4096];
+    for (int i = 0; i < 2000; i++) {
+        FILE *f = fopen("/proc/1/status", "r");
+        if (!f) { puts("unreadable"); return 1; }
+        size_t n = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        buf[n] = 0;
+        char *cap = strstr(buf, "CapEff:\t");
+        if (!cap) { puts("no CapEff"); return 1; }
+        if (strncmp(cap + 8, "0000000000000000", 16) != 0) {
+            printf("init capable at read %d\n", i);
+            return 0;
+        }
+    }
+    puts("never capable");
+    return 0;
+}
+"#;
+
+#[test]
+fn the_program_never_runs_next_to_a_capable_init() {
+    // init gives up its capabilities before the program's process exists.
+    // When it did so after the start, the program's execve woke init up
+    // while the program was already running: a probe reading /proc/1/status
+    // at once saw init's capabilities in some 4% of the runs.
+    let prog = CProgram::compile_with("watch", WATCH_INIT, &["-static"]);
+    for _ in 0..40 {
+        let out = prog.run(&[], &["/opt/attack/watch"]);
+        assert_eq!(
+            text(&out.stdout),
+            "never capable\n",
+            "{}",
+            text(&out.stderr)
+        );
+    }
+}
+
 #[test]
 fn attack_ptrace_traceme_is_refused() {
     if !x86_64("attack_ptrace_traceme_is_refused") {

@@ -96,10 +96,16 @@ pub struct CProgram {
 
 impl CProgram {
     pub fn compile(name: &str, source: &str) -> CProgram {
+        CProgram::compile_with(name, source, &[])
+    }
+
+    /// [`CProgram::compile`] with more gcc flags (`-static`).
+    pub fn compile_with(name: &str, source: &str, flags: &[&str]) -> CProgram {
         let dir = readable_dir();
         let src = dir.path().join(format!("{name}.c"));
         std::fs::write(&src, source).expect("write C source");
         let out = Command::new("gcc")
+            .args(flags)
             .args(["-O1", "-Wall", "-o"])
             .arg(dir.path().join(name))
             .arg(&src)

@@ -1715,10 +1715,12 @@ fn reaper_filters() -> Vec<seccompiler::BpfProgram> {
     vec![vec![allow()], vec![allow(), allow()]]
 }
 
-/// init's bounding set is empty since `setup`: its hardening leaves it be.
+/// init's bounding set is empty since `setup`: giving up its privileges
+/// leaves it be. The filter comes once the program's process exists.
 #[test]
-fn init_gives_up_capabilities_then_new_privileges_then_installs_its_filter() {
+fn init_gives_up_capabilities_then_new_privileges_and_installs_its_filter_last() {
     let mut k = fake();
+    init::give_up_privileges(&mut k).unwrap();
     init::harden_reaper(&mut k, &reaper_filters()).unwrap();
     assert_eq!(
         k.steps,
@@ -1735,16 +1737,21 @@ fn init_gives_up_capabilities_then_new_privileges_then_installs_its_filter() {
 fn init_that_cannot_give_up_its_capabilities_stops_there() {
     let mut k = fake();
     k.fail_step(libc::EPERM, Step::DropCapabilitySets);
-    let (kind, message) = init::harden_reaper(&mut k, &reaper_filters()).unwrap_err();
+    let (kind, message) = init::give_up_privileges(&mut k).unwrap_err();
     assert_eq!(kind, FailureKind::Privileges);
     assert!(message.contains("EPERM"), "{message}");
     assert_eq!(k.steps, [Step::DropCapabilitySets]);
 
     let mut k = fake();
     k.fail_step(libc::EINVAL, Step::NoNewPrivs);
-    let (kind, _) = init::harden_reaper(&mut k, &reaper_filters()).unwrap_err();
+    let (kind, _) = init::give_up_privileges(&mut k).unwrap_err();
     assert_eq!(kind, FailureKind::Privileges);
     assert_eq!(k.steps, [Step::DropCapabilitySets, Step::NoNewPrivs]);
+
+    let mut k = fake();
+    k.fail_step(libc::EINVAL, Step::SeccompInstall { instructions: 2 });
+    let (kind, _) = init::harden_reaper(&mut k, &reaper_filters()).unwrap_err();
+    assert_eq!(kind, FailureKind::Security);
 }
 
 /// init holds every capability of its user namespace: a bounding set it
