@@ -19,7 +19,7 @@ export PATH="$HOME/.cargo/bin:$PATH"
 SECS=${SECS:-3600}
 [ -x /opt/corral-test-venv/bin/python ] || { echo "needs the MCP SDK venv at /opt/corral-test-venv (scripts/test.sh installs it)" >&2; exit 2; }
 cargo build --release -q -p corral
-BIN=$PWD/${CARGO_TARGET_DIR:-target}/$(rustc --print host-tuple)/release/corral
+BIN=${CARGO_TARGET_DIR:-$PWD/target}/$(rustc --print host-tuple)/release/corral
 echo "soak: $SECS s against $BIN ($(git rev-parse --short HEAD 2>/dev/null || echo '?')), $(date -u '+%Y-%m-%d %H:%M UTC')"
 CORRAL_BIN=$BIN CORRAL_SOAK_SECS=$SECS exec cargo test -q -p corral --test supervisor \
     a_server_under_mixed_load_keeps_its_descriptors_threads_memory_and_mounts_flat -- --nocapture

@@ -168,8 +168,8 @@ pub fn explain(name: Option<&str>, config: Option<&Path>, as_json: bool) -> i32 
         println!(
             "  execve restricted: only the commands above, the program a request names and their \
              interpreters (#! lines, the ELF loader) may be executed, by anyone in the sandbox \
-             (Landlock execute right; anything else fails with EACCES); what the sandbox writes \
-             never runs (writable places mounted noexec, no executable memfd)"
+             (Landlock execute right; anything else fails with EACCES); no file the sandbox writes \
+             runs, by execve or through the loader (writable places mounted noexec, no memfd)"
         );
     } else {
         println!("  execve unrestricted: the program may execute any file it can read (commands.restrict_exec = false)");

@@ -269,9 +269,11 @@ fn open_files_are_capped_at_1024() {
 
 /// Queued signals count against one budget per host user, shared by every
 /// sandbox root starts (and, for an ordinary user, by the user's own
-/// processes): each sandbox gets 1024 of them, so one cannot starve the
-/// others' `sigqueue`. The loop stops at 5000 so that, without the limit,
-/// the test takes only a small part of that shared budget.
+/// processes): each sandbox's `sigqueue` gets 1024 of them, so one cannot
+/// take that budget with real-time signals (standard ones sent by `kill`
+/// are always queued, at most one per signal and process; see SECURITY.md).
+/// The loop stops at 5000 so that, without the limit, the test takes only
+/// a small part of that shared budget.
 #[test]
 fn queued_signals_are_capped_at_1024_per_sandbox() {
     let (v, _) = run_json(

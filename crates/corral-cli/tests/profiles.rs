@@ -167,21 +167,24 @@ fn mcp_node_lets_node_start_only_node() {
 const WRITTEN_CODE: &str = r#"
 import ctypes, glob, json, os, shutil, subprocess
 out = {}
-def memfd(flags):
+loader = sorted(glob.glob('/lib64/ld-linux*.so.*') + glob.glob('/lib/ld-linux*.so.*'))[0]
+def memfd(flags, through_loader):
     try:
         fd = os.memfd_create('x', flags)
     except OSError as e:
         return 'create: %d' % e.errno
     with open('/bin/echo', 'rb') as f:
         os.write(fd, f.read())
+    path = '/proc/self/fd/%d' % fd
+    argv = [loader, path, 'ran'] if through_loader else [path, 'ran']
     try:
-        r = subprocess.run(['/proc/self/fd/%d' % fd, 'ran'], pass_fds=[fd], capture_output=True, text=True)
-        return r.stdout.strip()
+        r = subprocess.run(argv, pass_fds=[fd], capture_output=True, text=True)
+        return r.stdout.strip() or 'failed'
     except OSError as e:
         return 'exec: %d' % e.errno
-out['memfd'] = memfd(0)
-out['memfd sealed'] = memfd(8)  # MFD_NOEXEC_SEAL
-loader = sorted(glob.glob('/lib64/ld-linux*.so.*') + glob.glob('/lib/ld-linux*.so.*'))[0]
+out['memfd'] = memfd(0, False)
+# Sealed against execve (MFD_NOEXEC_SEAL), but the loader maps it.
+out['memfd sealed, loader'] = memfd(8, True)
 for place in ('/tmp', '/workspace', '/dev/shm'):
     copy = place + '/echo-copy'
     shutil.copy('/bin/echo', copy)
@@ -206,8 +209,7 @@ fn restrict_exec_runs_no_code_the_sandbox_wrote_through_a_memfd_or_the_loader() 
         v,
         serde_json::json!({
             "memfd": "create: 1",
-            // Created, but sealed against execution.
-            "memfd sealed": "exec: 13",
+            "memfd sealed, loader": "create: 1",
             "loader /tmp": "failed",
             "loader /workspace": "failed",
             "loader /dev/shm": "failed",
@@ -222,7 +224,7 @@ fn restrict_exec_runs_no_code_the_sandbox_wrote_through_a_memfd_or_the_loader() 
         v,
         serde_json::json!({
             "memfd": "ran",
-            "memfd sealed": "exec: 13",
+            "memfd sealed, loader": "ran",
             "loader /tmp": "ran",
             "loader /workspace": "ran",
             "loader /dev/shm": "ran",

@@ -1681,7 +1681,7 @@ def sample(kind, rounds):
 PY = lambda code: {"command": ["python3", "-c", code]}
 start = time.time()
 rounds = 0
-while rounds < 10 or time.time() - start < secs:
+while rounds < 20 or time.time() - start < secs:
     rounds += 1
     if ex(PY("print(1)"))["stdout"] != "1\n":
         sys.exit("print(1)")
@@ -1712,7 +1712,8 @@ sample("quiet", rounds)
 "#;
 
 /// How long the soak runs: `CORRAL_SOAK_SECS` (scripts/soak.sh sets
-/// hours), else 20 s, a smoke of it in the suite.
+/// hours), else 20 s, a smoke of it in the suite; at least 20 rounds,
+/// ten of them between the two samples, however slow the machine.
 fn soak_secs() -> u64 {
     std::env::var("CORRAL_SOAK_SECS")
         .ok()

@@ -74,7 +74,10 @@ pub fn sandbox_identity(profile: &Profile) -> SandboxIdentity {
 /// all and every other sandbox's `sigqueue` would fail with EAGAIN (found
 /// by a review's attack pass). A program rarely has more than a handful
 /// queued; 1024 per sandbox leaves the shared budget to 90 sandboxes at
-/// once.
+/// once. Standard signals sent by `kill(2)` are queued whatever this limit
+/// (at most one per signal and process) and still counted: many blocked
+/// processes in several sandboxes can fill the budget all the same, which
+/// only distinct host uids per sandbox would prevent (docs/SECURITY.md).
 const PENDING_SIGNALS: u64 = 1024;
 
 /// The rlimits a profile asks for, each clamped to the hard limit corral
@@ -179,14 +182,55 @@ pub fn landlock_plan(profile: &Profile, mounts: &[MountOp]) -> LandlockPlan {
 /// sandbox can write: the program could replace it with anything and run
 /// that under the allowed name (the full sandbox mounts those places
 /// `noexec` as well, see the helper's rootfs).
+///
+/// `mounts` are the full sandbox's; `None` is reduced mode, which cannot
+/// mount its workdir `noexec` and so cannot hold `restrict_exec` at all:
+/// refused there. A read-only bind whose host source overlaps a writable
+/// one's (a runtime tree inside the workdir, a workdir below a system
+/// tree) would show files the sandbox can change at a path where they run:
+/// refused too.
 fn restrict_exec(
     profile: &Profile,
     commands: &CommandTable,
     exec_path: &str,
     mut plan: LandlockPlan,
+    mounts: Option<&[MountOp]>,
 ) -> Result<LandlockPlan, PlanError> {
     if !profile.commands.restrict_exec {
         return Ok(plan);
+    }
+    let refuse = |why: String| {
+        Err(PlanError::Security(format!(
+            "commands.restrict_exec: {why}; or turn restrict_exec off in a profile that extends this one"
+        )))
+    };
+    let Some(mounts) = mounts else {
+        return refuse(
+            "it cannot be enforced without namespaces (a file the program writes in its workdir could be \
+             run through the dynamic loader, as nothing can mount the workdir noexec); run with namespaces"
+                .into(),
+        );
+    };
+    let sources = |writable: bool| {
+        mounts.iter().filter_map(move |op| match op {
+            MountOp::Bind {
+                source,
+                writable: w,
+                ..
+            } if *w == writable => Some(std::path::Path::new(source.as_str())),
+            _ => None,
+        })
+    };
+    for w in sources(true) {
+        if let Some(r) = sources(false).find(|r| r.starts_with(w) || w.starts_with(r)) {
+            return refuse(format!(
+                "the read-only bind of {} and the writable bind of {} share files, which the sandbox could \
+                 change through the one and run through the other; keep a runtime tree or program out of \
+                 the directories the sandbox may write (e.g. --runtime /opt/srv/.venv --workdir /var/lib/srv)",
+                r.display(),
+                w.display()
+            ));
+        }
     }
     let mut files: Vec<String> = commands
         .entries()
@@ -572,7 +616,13 @@ fn landlock_for(
     exec_path: &str,
     mounts: &[MountOp],
 ) -> Result<LandlockPlan, PlanError> {
-    restrict_exec(profile, commands, exec_path, landlock_plan(profile, mounts))
+    restrict_exec(
+        profile,
+        commands,
+        exec_path,
+        landlock_plan(profile, mounts),
+        Some(mounts),
+    )
 }
 
 /// The plan for reduced mode: the host filesystem seen through Landlock
@@ -652,7 +702,7 @@ fn reduced_plan(
             landlock.read.push(m.source.to_string());
         }
     }
-    let landlock = restrict_exec(profile, commands, &exec_path, landlock)?;
+    let landlock = restrict_exec(profile, commands, &exec_path, landlock, None)?;
     let mut env: std::collections::BTreeMap<String, String> = env.into_iter().collect();
     env.insert("HOME".into(), workdir.clone());
     env.insert("TMPDIR".into(), workdir.clone());
@@ -1283,6 +1333,37 @@ mod tests {
             message.contains(&format!("lies in {dir}")) && message.contains("--ro"),
             "{message}"
         );
+    }
+
+    #[test]
+    fn restrict_exec_refuses_files_writable_through_another_bind_and_reduced_mode() {
+        let work = tempfile::Builder::new()
+            .prefix("corral-plan-")
+            .tempdir_in("/var/tmp")
+            .expect("tempdir");
+        let tree = work.path().join("node_modules");
+        std::fs::create_dir(&tree).expect("mkdir");
+        let mut profile = corral_policy::builtin::code();
+        profile.commands.restrict_exec = true;
+        let mut req = request(&["sh", "-c", "true"]);
+        req.workdir = Some(work.path().to_path_buf());
+        assert!(plan_for(&profile, &req).is_ok());
+        // The tree read-only at its own path, writable through the workdir.
+        req.read_only = vec![MountSpec::parse(tree.to_str().expect("utf-8"), None).expect("spec")];
+        let err = plan_for(&profile, &req).expect_err("refused");
+        assert_eq!(err.code(), "security.invalid");
+        assert!(err.to_string().contains("share files"), "{err}");
+        // Without restrict_exec the same binds are fine.
+        profile.commands.restrict_exec = false;
+        assert!(plan_for(&profile, &req).is_ok());
+        // Reduced mode cannot mount its workdir noexec (nor protect).
+        profile.commands.restrict_exec = true;
+        profile.filesystem.protect.clear();
+        req.read_only.clear();
+        req.without_namespaces = true;
+        let err = plan_for(&profile, &req).expect_err("refused");
+        assert_eq!(err.code(), "security.invalid", "{err}");
+        assert!(err.to_string().contains("without namespaces"), "{err}");
     }
 
     /// `program_for_held` and `with_program` on a held plan (`hold` and a

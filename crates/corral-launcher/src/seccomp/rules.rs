@@ -45,8 +45,8 @@ pub(crate) enum Program {
     /// Reduced mode's extra filter: no socket(2), no SysV IPC, no
     /// scheduling of another process.
     Reduced,
-    /// `commands.restrict_exec`'s extra filter: no memfd that could be
-    /// executed ([`restrict_exec_rules`]).
+    /// `commands.restrict_exec`'s extra filter: no memfd
+    /// ([`restrict_exec_rules`]).
     RestrictExec,
 }
 
@@ -133,30 +133,21 @@ pub(crate) fn build(program: Program) -> Result<Vec<Bpf>, String> {
     }
 }
 
-/// `MFD_NOEXEC_SEAL` (Linux 6.3): the memfd is not executable and can
-/// never be made so.
-const MFD_NOEXEC_SEAL: u64 = 0x8;
-
-/// `commands.restrict_exec`'s rules: `memfd_create(2)` without
-/// `MFD_NOEXEC_SEAL`.
+/// `commands.restrict_exec`'s rules: no `memfd_create(2)` and no
+/// `memfd_secret(2)` at all.
 ///
 /// Landlock's execute right governs files of the mounted tree; a memfd
-/// lives outside it, so a program could write any binary into one and
-/// `execve` it (`/proc/self/fd/N`, `execveat` with `AT_EMPTY_PATH`), and
-/// `restrict_exec` would not see it. A memfd sealed against execution at
-/// creation cannot be run; any other is refused (EPERM). The host's
-/// `vm.memfd_noexec` cannot be relied on: it is 0 by default.
+/// lives outside it, on an internal mount that is not `noexec`. A program
+/// could write any binary into one and `execve` it (`/proc/self/fd/N`),
+/// and even one sealed against execution (`MFD_NOEXEC_SEAL`) can still be
+/// mapped as code by the dynamic loader run as a program (`ld.so
+/// /proc/self/fd/N`) or by `dlopen`. So under `restrict_exec` a program
+/// gets none (EPERM); the host's `vm.memfd_noexec` cannot be relied on
+/// (0 by default) and would not stop the mapping either.
 fn restrict_exec_rules() -> Result<BTreeMap<i64, Vec<SeccompRule>>, String> {
     let mut rules = BTreeMap::new();
-    rules.insert(
-        libc::SYS_memfd_create,
-        vec![rule(vec![cond(
-            1,
-            Len::Dword,
-            Op::MaskedEq(MFD_NOEXEC_SEAL),
-            0,
-        )?])?],
-    );
+    rules.insert(libc::SYS_memfd_create, vec![]);
+    rules.insert(libc::SYS_memfd_secret, vec![]);
     Ok(rules)
 }
 
