@@ -9,8 +9,10 @@
 use std::os::fd::AsFd;
 use std::path::Path;
 
+use corral_sys::Errno;
+
 use landlock::{
-    Access, AccessFs, AccessNet, BitFlags, NetPort, PathBeneath, PathFd, Ruleset, RulesetAttr,
+    Access, AccessFs, AccessNet, BitFlags, NetPort, PathBeneath, Ruleset, RulesetAttr,
     RulesetCreated, RulesetCreatedAttr, Scope, ABI,
 };
 use serde::{Deserialize, Serialize};
@@ -67,18 +69,45 @@ pub(crate) fn err(what: &str, e: impl std::fmt::Display) -> String {
     format!("landlock: {what}: {e}")
 }
 
+/// How a rule's path is opened.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Links {
+    /// Through symlinks: the files a program may execute (`python3 ->
+    /// python3.11`), and reduced mode's host paths (`/bin -> usr/bin`).
+    Follow,
+    /// Never through one: the full sandbox's directories are the mounts
+    /// corral made, none of them a link, and a link there (a caller
+    /// who owns a workdir swapping a directory at the right moment) would
+    /// move the rule elsewhere in the sandbox. Such a path fails the run.
+    Refuse,
+}
+
 fn add_path(
     ruleset: RulesetCreated,
     path: &str,
     access: BitFlags<AccessFs>,
+    links: Links,
 ) -> Result<RulesetCreated, String> {
     // One open and one fstat per rule (the rules are built at every
     // sandbox start): the object opened is the one whose type is checked.
-    let fd = match PathFd::new(path) {
+    let resolve = match links {
+        Links::Follow => 0,
+        Links::Refuse => corral_sys::mount::RESOLVE_NO_SYMLINKS,
+    };
+    let opened = std::ffi::CString::new(path)
+        .map_err(|_| Errno(libc::EINVAL))
+        .and_then(|c| corral_sys::mount::openat2(libc::AT_FDCWD, &c, libc::O_PATH, 0, resolve));
+    let fd = match opened {
         Ok(fd) => fd,
         // A path the plan lists but the sandbox lacks (an absent /lib64)
         // needs no rule.
-        Err(_) if !Path::new(path).exists() => return Ok(ruleset),
+        Err(Errno(libc::ENOENT)) => return Ok(ruleset),
+        Err(e) if e.0 == libc::ELOOP && links == Links::Refuse => {
+            return Err(err(
+                &format!("opening {path}"),
+                format!("{e}: a symlink where the sandbox's own directory should be"),
+            ))
+        }
         Err(e) => return Err(err(&format!("opening {path}"), e)),
     };
     let is_dir = corral_sys::mount::fstat(fd.as_fd())
@@ -115,21 +144,29 @@ pub fn prepare(plan: &LandlockPlan) -> Result<RulesetCreated, String> {
     };
     let read = no_exec(AccessFs::from_read(abi));
     let device = read | AccessFs::WriteFile | AccessFs::IoctlDev;
+    // Reduced mode (`require_full`) names host paths, whose system trees
+    // may be links; the full sandbox's are its own mounts.
+    let dirs = if plan.require_full {
+        Links::Follow
+    } else {
+        Links::Refuse
+    };
     for p in &plan.list {
-        ruleset = add_path(ruleset, p, BitFlags::from(AccessFs::ReadDir))?;
+        ruleset = add_path(ruleset, p, BitFlags::from(AccessFs::ReadDir), dirs)?;
     }
     for p in &plan.read {
-        ruleset = add_path(ruleset, p, read)?;
+        ruleset = add_path(ruleset, p, read, dirs)?;
     }
     for p in &plan.devices {
-        ruleset = add_path(ruleset, p, device)?;
+        ruleset = add_path(ruleset, p, device, dirs)?;
     }
     for p in &plan.write {
-        ruleset = add_path(ruleset, p, no_exec(AccessFs::from_all(abi)))?;
+        ruleset = add_path(ruleset, p, no_exec(AccessFs::from_all(abi)), dirs)?;
     }
     if let Some(files) = &plan.execute_only {
         for p in with_interpreters(files) {
-            ruleset = add_path(ruleset, &p, AccessFs::Execute | AccessFs::ReadFile)?;
+            let access = AccessFs::Execute | AccessFs::ReadFile;
+            ruleset = add_path(ruleset, &p, access, Links::Follow)?;
         }
     }
     let ports = |list: &[u16]| {
@@ -268,6 +305,41 @@ pub(crate) fn outcome(
         abi,
         status: label.into(),
     })
+}
+
+#[cfg(test)]
+mod link_tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn a_full_sandboxs_rule_path_that_is_a_link_fails_and_reduced_modes_is_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let real = dir.path().join("real");
+        std::fs::create_dir(&real).unwrap();
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        let plan = |path: &Path, require_full: bool| LandlockPlan {
+            write: vec![path.to_str().unwrap().to_string()],
+            require_full,
+            ..LandlockPlan::default()
+        };
+        assert!(prepare(&plan(&real, false)).is_ok());
+        let refused = prepare(&plan(&link, false)).err().unwrap();
+        assert!(
+            refused.contains("ELOOP") && refused.contains("symlink"),
+            "{refused}"
+        );
+        // Through a link in a parent directory too.
+        let through = link.join("sub");
+        std::fs::create_dir(real.join("sub")).unwrap();
+        assert!(prepare(&plan(&through, false)).is_err());
+        // Reduced mode: host paths, links followed (`/bin -> usr/bin`).
+        assert!(prepare(&plan(&link, true)).is_ok());
+        // A path the sandbox lacks needs no rule.
+        assert!(prepare(&plan(&dir.path().join("absent"), false)).is_ok());
+    }
 }
 
 #[cfg(test)]
