@@ -138,6 +138,20 @@ fn mcp_profiles_bound_the_cpu_or_refuse_naming_it() {
     }
 }
 
+/// Runs `argv` with `flags` (the CPU limit of the `mcp-*` profiles left
+/// unenforced where this host cannot enforce it, see
+/// `mcp_profiles_bound_the_cpu_or_refuse_naming_it`); it must succeed and
+/// print one JSON value, returned.
+fn run_printing_json(flags: &[&str], argv: &[&str]) -> Value {
+    let mut flags = flags.to_vec();
+    if is_root() && !cpu_limit_enforceable() {
+        flags.push("--allow-unenforced-limits");
+    }
+    let out = run(&flags, argv);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
 #[test]
 fn mcp_node_lets_node_start_only_node() {
     let script = "const cp = require('child_process');\n\
@@ -147,13 +161,7 @@ fn mcp_node_lets_node_start_only_node() {
         const planted = cp.spawnSync('/tmp/x.sh');\n\
         console.log(JSON.stringify({self: self.stdout.toString().trim(),\n\
           sh: sh.error && sh.error.code, planted: planted.error && planted.error.code}));";
-    let mut flags = vec!["--profile", "mcp-node"];
-    if is_root() && !cpu_limit_enforceable() {
-        flags.push("--allow-unenforced-limits");
-    }
-    let out = run(&flags, &["node", "-e", script]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = run_printing_json(&["--profile", "mcp-node"], &["node", "-e", script]);
     assert_eq!(
         v,
         serde_json::json!({"self": "child", "sh": "EACCES", "planted": "EACCES"})
@@ -198,13 +206,10 @@ print(json.dumps(out, sort_keys=True))
 
 #[test]
 fn restrict_exec_runs_no_code_the_sandbox_wrote_through_a_memfd_or_the_loader() {
-    let mut flags = vec!["--profile", "mcp-python"];
-    if is_root() && !cpu_limit_enforceable() {
-        flags.push("--allow-unenforced-limits");
-    }
-    let out = run(&flags, &["python3", "-c", WRITTEN_CODE]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = run_printing_json(
+        &["--profile", "mcp-python"],
+        &["python3", "-c", WRITTEN_CODE],
+    );
     assert_eq!(
         v,
         serde_json::json!({
@@ -217,9 +222,7 @@ fn restrict_exec_runs_no_code_the_sandbox_wrote_through_a_memfd_or_the_loader() 
         })
     );
     // The control: without restrict_exec every route runs the copy.
-    let out = run(&[], &["python3", "-c", WRITTEN_CODE]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = run_printing_json(&[], &["python3", "-c", WRITTEN_CODE]);
     assert_eq!(
         v,
         serde_json::json!({

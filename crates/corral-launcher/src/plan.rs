@@ -1300,13 +1300,19 @@ mod tests {
         );
     }
 
+    /// A fresh directory that may be bound at its own path (not under
+    /// /tmp, which the sandbox reserves).
+    fn bindable_dir() -> tempfile::TempDir {
+        tempfile::Builder::new()
+            .prefix("corral-plan-")
+            .tempdir_in("/var/tmp")
+            .expect("tempdir")
+    }
+
     #[test]
     fn restrict_exec_refuses_an_executable_the_sandbox_could_rewrite() {
         use std::os::unix::fs::PermissionsExt;
-        let tools = tempfile::Builder::new()
-            .prefix("corral-plan-")
-            .tempdir_in("/var/tmp")
-            .expect("tempdir");
+        let tools = bindable_dir();
         let tool = tools.path().join("tool");
         std::fs::write(&tool, "#!/bin/sh\n").expect("write");
         std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).expect("chmod");
@@ -1337,10 +1343,7 @@ mod tests {
 
     #[test]
     fn restrict_exec_refuses_files_writable_through_another_bind_and_reduced_mode() {
-        let work = tempfile::Builder::new()
-            .prefix("corral-plan-")
-            .tempdir_in("/var/tmp")
-            .expect("tempdir");
+        let work = bindable_dir();
         let tree = work.path().join("node_modules");
         std::fs::create_dir(&tree).expect("mkdir");
         let mut profile = corral_policy::builtin::code();

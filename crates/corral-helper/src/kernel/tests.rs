@@ -377,20 +377,10 @@ fn under_restrict_exec_every_place_the_program_writes_is_noexec() {
         let Step::SetAttr { set: usr, .. } = k.steps[readonly] else {
             unreachable!()
         };
-        let tmpfs: Vec<(String, u64)> = k
-            .steps
-            .iter()
-            .filter_map(|s| match s {
-                Step::Mount {
-                    fstype: Some(t),
-                    target,
-                    flags,
-                    ..
-                } if t == "tmpfs" && target.starts_with("/newroot/") => {
-                    Some((target.clone(), *flags))
-                }
-                _ => None,
-            })
+        let tmpfs: Vec<(String, u64)> = tmpfs_mounts(&k.steps)
+            .into_iter()
+            .filter(|(target, ..)| target.starts_with("/newroot/"))
+            .map(|(target, flags, _)| (target, flags))
             .collect();
         (bind, usr, tmpfs)
     };
@@ -421,13 +411,9 @@ fn under_restrict_exec_every_place_the_program_writes_is_noexec() {
     );
 }
 
-#[test]
-fn tmpfs_mounts_have_their_sizes_modes_and_flags() {
-    let plan = plan();
-    let mut k = fake();
-    build(&mut k, &plan).unwrap();
-    let tmpfs: Vec<(String, u64, String)> = k
-        .steps
+/// The tmpfs mounts among `steps`: (target, flags, data).
+fn tmpfs_mounts(steps: &[Step]) -> Vec<(String, u64, String)> {
+    steps
         .iter()
         .filter_map(|s| match s {
             Step::Mount {
@@ -439,7 +425,15 @@ fn tmpfs_mounts_have_their_sizes_modes_and_flags() {
             } if t == "tmpfs" => Some((target.clone(), *flags, data.clone())),
             _ => None,
         })
-        .collect();
+        .collect()
+}
+
+#[test]
+fn tmpfs_mounts_have_their_sizes_modes_and_flags() {
+    let plan = plan();
+    let mut k = fake();
+    build(&mut k, &plan).unwrap();
+    let tmpfs = tmpfs_mounts(&k.steps);
     let nosuid_nodev = libc::MS_NOSUID | libc::MS_NODEV;
     // The scratch tmpfs holds the sandbox's root and /dev as directories.
     let expected = [
@@ -1274,20 +1268,9 @@ fn helper_steps_create_the_user_namespace_first_then_the_others() {
                 Step::Unshare(ns::CLONE_NEWUSER),
             ],
             id_maps(),
+            // No nested user namespace, before any other namespace exists.
+            user_namespace_limits(),
             vec![
-                // No nested user namespace, before any other namespace exists.
-                Step::WriteProcFile {
-                    path: "/proc/sys/user/max_user_namespaces".into(),
-                    contents: "0".into(),
-                },
-                Step::WriteProcFile {
-                    path: "/proc/sys/user/max_inotify_instances".into(),
-                    contents: "16".into(),
-                },
-                Step::WriteProcFile {
-                    path: "/proc/sys/user/max_inotify_watches".into(),
-                    contents: "16384".into(),
-                },
                 // The maps written, nothing may read this process's memory.
                 Step::SetDumpable(false),
                 Step::Unshare(
@@ -1448,6 +1431,18 @@ fn helper_failing_pdeathsig_stops_quietly() {
 
 // init cloned by corral into the namespaces.
 
+/// No user namespace below the sandbox's, and its share of the host user's
+/// inotify budget, as the helper and a cloned init write them.
+fn user_namespace_limits() -> Vec<Step> {
+    std::iter::once(("/proc/sys/user/max_user_namespaces", "0"))
+        .chain(crate::INOTIFY_SHARE)
+        .map(|(path, contents)| Step::WriteProcFile {
+            path: path.into(),
+            contents: contents.into(),
+        })
+        .collect()
+}
+
 /// setgroups deny and the plan's one-id maps, as the helper and a cloned
 /// init write them for themselves.
 fn id_maps() -> Vec<Step> {
@@ -1504,18 +1499,9 @@ fn cloned_init_joins_its_group_first_and_unshares_the_cgroup_namespace_after_it(
             vec![
                 // Dumpable no longer than the maps need.
                 Step::SetDumpable(false),
-                Step::WriteProcFile {
-                    path: "/proc/sys/user/max_user_namespaces".into(),
-                    contents: "0".into(),
-                },
-                Step::WriteProcFile {
-                    path: "/proc/sys/user/max_inotify_instances".into(),
-                    contents: "16".into(),
-                },
-                Step::WriteProcFile {
-                    path: "/proc/sys/user/max_inotify_watches".into(),
-                    contents: "16384".into(),
-                },
+            ],
+            user_namespace_limits(),
+            vec![
                 // After the join: the namespace's root is the sandbox's group.
                 Step::Unshare(ns::CLONE_NEWCGROUP),
                 Step::BlockSignals,
@@ -1600,21 +1586,10 @@ fn cloned_init_as_root_drops_the_saved_host_root_right_after_its_maps() {
     assert_eq!(
         k.steps[7..],
         [
-            Step::WriteProcFile {
-                path: "/proc/sys/user/max_user_namespaces".into(),
-                contents: "0".into(),
-            },
-            Step::WriteProcFile {
-                path: "/proc/sys/user/max_inotify_instances".into(),
-                contents: "16".into(),
-            },
-            Step::WriteProcFile {
-                path: "/proc/sys/user/max_inotify_watches".into(),
-                contents: "16384".into(),
-            },
-            Step::Unshare(ns::CLONE_NEWCGROUP),
-            Step::BlockSignals,
+            user_namespace_limits(),
+            vec![Step::Unshare(ns::CLONE_NEWCGROUP), Step::BlockSignals],
         ]
+        .concat()
     );
     // setgroups(2) is denied by now; corral emptied the groups itself.
     assert!(!k.steps.iter().any(|s| matches!(s, Step::BecomeUser { .. })));
