@@ -303,6 +303,10 @@ fn print_limits(l: &corral_policy::Limits) {
     );
     println!("  core dumps:        off (RLIMIT_CORE 0)");
     println!(
+        "  queued signals:    {}  (RLIMIT_SIGPENDING; a budget every sandbox of the host user shares)",
+        corral_launcher::PENDING_SIGNALS
+    );
+    println!(
         "  output kept:       {} per stream (head and tail)",
         l.output_bytes
     );

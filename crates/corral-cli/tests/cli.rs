@@ -195,6 +195,7 @@ fn explain_lists_mounts_commands_and_layers() {
         "LD_*",
         "namespaces",
         "always stripped",
+        "queued signals:    1024",
     ] {
         assert!(s.contains(needle), "explain lacks {needle:?}:\n{s}");
     }

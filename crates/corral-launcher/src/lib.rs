@@ -54,7 +54,7 @@ pub use launch::{
     LaunchOptions, Outcome, OutputMode, OutputTap, StartedHelper, StreamResult, FORWARDED_SIGNALS,
 };
 pub use output::elision_marker;
-pub use plan::{build_plan, sandbox_identity, PlanError, RunRequest, WORKSPACE};
+pub use plan::{build_plan, sandbox_identity, PlanError, RunRequest, PENDING_SIGNALS, WORKSPACE};
 pub use prepared::{PrepareError, PreparedSandbox};
 pub use protect::PLACEHOLDER_XATTR;
 pub use reexec::{fork_helpers_on_this_thread, ReadyHelper};

@@ -78,7 +78,7 @@ pub fn sandbox_identity(profile: &Profile) -> SandboxIdentity {
 /// (at most one per signal and process) and still counted: many blocked
 /// processes in several sandboxes can fill the budget all the same, which
 /// only distinct host uids per sandbox would prevent (docs/SECURITY.md).
-const PENDING_SIGNALS: u64 = 1024;
+pub const PENDING_SIGNALS: u64 = 1024;
 
 /// The rlimits a profile asks for, each clamped to the hard limit corral
 /// itself inherited (raising one needs CAP_SYS_RESOURCE in the initial user
