@@ -166,8 +166,9 @@ pub(super) fn build<K: Kernel>(
 /// program (`ld-linux-x86-64.so.2 /workspace/a.out`), which an allowed
 /// dynamically linked command needs to be executable, would map and run
 /// any file the sandbox wrote. A `noexec` mount refuses such a mapping
-/// (EPERM) and any `execve` there (EACCES), so what the sandbox writes
-/// never runs as code.
+/// (EPERM) and any `execve` there (EACCES), so no file the sandbox writes
+/// runs as a program or a library (an allowed interpreter may still make
+/// code in its own memory: that is what it computes, not what runs).
 #[derive(Clone, Copy)]
 struct Writable {
     noexec: bool,
