@@ -171,6 +171,23 @@ say('python', try_(lambda: socket.socket(socket.AF_PACKET, socket.SOCK_RAW)))
 }
 
 #[test]
+fn attack_icmp_sockets_are_refused_raw_and_unprivileged() {
+    // Codex's suite checks that ping fails. Raw ICMP needs CAP_NET_RAW,
+    // which the sandbox never has; the unprivileged kind (SOCK_DGRAM,
+    // IPPROTO_ICMP) needs the program's gid in the network namespace's
+    // net.ipv4.ping_group_range, which a fresh namespace leaves empty
+    // (1 to 0; read inside, both unmapped ids show as 65534): both fail
+    // before anything is sent.
+    expect(
+        r#"for name, kind in (('raw', socket.SOCK_RAW), ('dgram', socket.SOCK_DGRAM)):
+    for fam, proto in ((socket.AF_INET, socket.IPPROTO_ICMP), (socket.AF_INET6, socket.IPPROTO_ICMPV6)):
+        say('icmp', name, fam == socket.AF_INET6, try_(lambda: socket.socket(fam, kind, proto)))
+"#,
+        "icmp raw False EPERM\nicmp raw True EPERM\nicmp dgram False EACCES\nicmp dgram True EACCES\n",
+    );
+}
+
+#[test]
 fn attack_af_vsock_sockets_are_refused() {
     if !x86_64("attack_af_vsock_sockets_are_refused") {
         return;
