@@ -249,11 +249,11 @@ fn restrict_exec(
                 .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
         };
         if let Some(dir) = plan.write.iter().find(|d| inside(d)) {
-            return Err(PlanError::Security(format!(
-                "commands.restrict_exec: {file} may be executed, but it lies in {dir}, which the sandbox \
-                 can write (it could replace the file and run anything under that name); \
-                 put it in a read-only bind (--ro SRC:DEST) or turn restrict_exec off"
-            )));
+            return refuse(format!(
+                "{file} may be executed, but it lies in {dir}, which the sandbox can write (it could \
+                 replace the file and run anything under that name); put it in a read-only bind \
+                 (--ro SRC:DEST)"
+            ));
         }
     }
     plan.required = true;
