@@ -45,6 +45,8 @@
 //!       → block signals
 //!       → PDEATHSIG → build the root filesystem → pivot_root →
 //!         hostname, loopback → non-dumpable → empty the bounding set
+//!         → Landlock ruleset → drop its other capability sets →
+//!         no_new_privs → start the program → reaper seccomp filter
 //!       └─ program: reset signals → setsid → PDEATHSIG → drop the other
 //!            capability sets → no_new_privs → Landlock → [held: wait
 //!            for the program part] → rlimits → chdir → seccomp → execve
