@@ -102,21 +102,22 @@ pub(super) fn build<K: Kernel>(
         .open_at(At::Cwd, c"/newroot", libc::O_PATH | libc::O_DIRECTORY, 0)
         .map_err(mount_err("opening /newroot".into()))?;
 
-    write_files(k, &newroot, &plan.files)?;
+    let mut targets = Targets::new(&newroot);
+    write_files(k, &mut targets, &plan.files)?;
     let writable = Writable::of(plan);
     for (i, op) in plan.mounts.iter().enumerate() {
         match prepared.iter().position(|(j, _)| *j == i) {
             Some(at) => {
                 let (_, tree) = prepared.swap_remove(at);
-                attach_prepared(k, &newroot, tree, op, writable)?;
+                attach_prepared(k, &mut targets, tree, op, writable)?;
             }
-            None => apply(k, &oldroot, &newroot, op, writable)?,
+            None => apply(k, &oldroot, &mut targets, op, writable)?,
         }
     }
-    mount_tmp(k, &newroot, plan, writable)?;
-    mount_dev(k, &newroot, plan, writable)?;
+    mount_tmp(k, &mut targets, plan, writable)?;
+    mount_dev(k, &oldroot, &mut targets, plan, writable)?;
     // procfs of the new pid namespace; nosuid/nodev/noexec as everywhere.
-    ensure_target(k, &newroot, "proc", true)?;
+    targets.mount_point(k, "proc", true)?;
     k.mount(
         Some(c"proc"),
         c"/newroot/proc",
@@ -126,8 +127,10 @@ pub(super) fn build<K: Kernel>(
     )
     .map_err(mount_err("mounting /proc".into()))?;
     for path in &plan.deny {
+        targets.covered(path.relative());
         deny(k, &newroot, path.relative())?;
     }
+    drop(targets);
     drop(oldroot);
     drop(newroot);
     // Make /newroot the root: pivot_root(".", ".") stacks the scratch root,
@@ -215,37 +218,8 @@ fn ensure_target<K: Kernel>(
     // directory, at the cost of an openat2 and a close per mount target.
     let mut cur: Option<K::Fd> = None;
     for (i, part) in parts.iter().enumerate() {
-        let last = i + 1 == parts.len();
-        let name = cstr(part)?;
-        let want_dir = !last || dir;
-        let parent = cur.as_ref().unwrap_or(root);
-        if want_dir {
-            match k.mkdir_at(At::Fd(parent), &name, 0o755) {
-                Ok(()) => {}
-                Err(e) if e.0 == libc::EEXIST => {}
-                Err(e) => return Err(mount_err(format!("creating mount point /{rel}"))(e)),
-            }
-        } else {
-            match k.create_file_at(At::Fd(parent), &name, 0o644) {
-                Ok(_) => {}
-                Err(e) if e.0 == libc::EEXIST => {}
-                Err(e) => return Err(mount_err(format!("creating mount point /{rel}"))(e)),
-            }
-        }
-        let flags = libc::O_PATH | if want_dir { libc::O_DIRECTORY } else { 0 };
-        let next = k
-            .open_at(At::Fd(parent), &name, flags, RESOLVE_STRICT)
-            .map_err(|e| {
-                let why = if e.0 == libc::ELOOP {
-                    " (a symlink is in the way; corral never mounts through symlinks)"
-                } else {
-                    ""
-                };
-                (
-                    FailureKind::Mount,
-                    format!("opening mount point /{rel}: {e}{why}"),
-                )
-            })?;
+        let want_dir = i + 1 < parts.len() || dir;
+        let next = entry(k, cur.as_ref().unwrap_or(root), part, want_dir, rel)?;
         cur = Some(next);
     }
     match cur {
@@ -262,16 +236,97 @@ fn ensure_target<K: Kernel>(
     }
 }
 
-/// Splits `rel` into its parent's fd and the last component; `None` for
-/// the parent when it is the root itself (no second fd of it to open).
-fn parent_of<K: Kernel>(
+/// Creates `name` in `parent` unless it exists (a directory when `dir`,
+/// else an empty file) and opens it as an `O_PATH` fd without following a
+/// symlink. `rel` is the whole path, for errors.
+fn entry<K: Kernel>(
     k: &mut K,
-    root: &K::Fd,
+    parent: &K::Fd,
+    name: &str,
+    dir: bool,
     rel: &str,
-) -> Result<(Option<K::Fd>, CString), StepError> {
-    match rel.rsplit_once('/') {
-        Some((parent, leaf)) => Ok((Some(ensure_target(k, root, parent, true)?), cstr(leaf)?)),
-        None => Ok((None, cstr(rel)?)),
+) -> Result<K::Fd, StepError> {
+    let name = cstr(name)?;
+    let made = if dir {
+        k.mkdir_at(At::Fd(parent), &name, 0o755)
+    } else {
+        k.create_file_at(At::Fd(parent), &name, 0o644).map(drop)
+    };
+    match made {
+        Ok(()) => {}
+        Err(e) if e.0 == libc::EEXIST => {}
+        Err(e) => return Err(mount_err(format!("creating mount point /{rel}"))(e)),
+    }
+    let flags = libc::O_PATH | if dir { libc::O_DIRECTORY } else { 0 };
+    k.open_at(At::Fd(parent), &name, flags, RESOLVE_STRICT)
+        .map_err(|e| {
+            let why = if e.0 == libc::ELOOP {
+                " (a symlink is in the way; corral never mounts through symlinks)"
+            } else {
+                ""
+            };
+            (
+                FailureKind::Mount,
+                format!("opening mount point /{rel}: {e}{why}"),
+            )
+        })
+}
+
+/// Mount points below the new root, and the directory the last one was
+/// made in, kept open for the next.
+///
+/// A profile's mounts come in runs in one directory (`/etc/ld.so.cache`,
+/// `/etc/ld.so.conf`, ..., the five nodes of `/dev`): each mount point
+/// after the first in a directory then costs its own creation and
+/// `openat2`, not a walk from the root (a `mkdir` and an `openat2` per
+/// component, and the closes). A mount at that directory or above it
+/// would leave the open descriptor on what it covers, so announcing such a
+/// mount ([`Targets::covered`]) closes it first and the next mount point
+/// there is walked to again, through the new mount.
+struct Targets<'r, K: Kernel> {
+    root: &'r K::Fd,
+    /// The open directory, by its path relative to the root.
+    open: Option<(String, K::Fd)>,
+}
+
+impl<'r, K: Kernel> Targets<'r, K> {
+    fn new(root: &'r K::Fd) -> Self {
+        Targets { root, open: None }
+    }
+
+    /// The directory `rel` below the root (the root itself for `""`),
+    /// made if missing.
+    fn dir(&mut self, k: &mut K, rel: &str) -> Result<&K::Fd, StepError> {
+        if rel.is_empty() {
+            return Ok(self.root);
+        }
+        let open = match self.open.take() {
+            Some((path, fd)) if path == rel => (path, fd),
+            _ => (rel.to_owned(), ensure_target(k, self.root, rel, true)?),
+        };
+        Ok(&self.open.insert(open).1)
+    }
+
+    /// Opens (creating if needed) the mount point `rel`, a directory when
+    /// `dir`, for a mount the caller attaches next.
+    fn mount_point(&mut self, k: &mut K, rel: &str, dir: bool) -> Result<K::Fd, StepError> {
+        self.covered(rel);
+        let (parent, leaf) = rel.rsplit_once('/').unwrap_or(("", rel));
+        let parent = self.dir(k, parent)?;
+        entry(k, parent, leaf, dir, rel)
+    }
+
+    /// Something is about to be mounted at `rel`: the open directory is
+    /// closed if that mount would cover it.
+    fn covered(&mut self, rel: &str) {
+        if let Some((open, _)) = &self.open {
+            let below = open
+                .strip_prefix(rel)
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with('/') || rel.is_empty());
+            if below {
+                self.open = None;
+            }
+        }
     }
 }
 
@@ -279,21 +334,16 @@ fn parent_of<K: Kernel>(
 /// once for the files that follow in it (`/etc/passwd`, `/etc/group`...).
 fn write_files<K: Kernel>(
     k: &mut K,
-    root: &K::Fd,
+    targets: &mut Targets<'_, K>,
     files: &[crate::plan::GeneratedFile],
 ) -> Result<(), StepError> {
-    let mut open_dir: Option<(&str, K::Fd)> = None;
     for file in files {
         let rel = file.path.relative();
         let (parent, leaf) = rel.rsplit_once('/').unwrap_or(("", rel));
-        let dir = match open_dir.take() {
-            Some((open, fd)) if open == parent => (open, fd),
-            _ => (parent, ensure_target(k, root, parent, true)?),
-        };
+        let dir = targets.dir(k, parent)?;
         let fd = k
-            .create_file_at(At::Fd(&dir.1), &cstr(leaf)?, 0o644)
+            .create_file_at(At::Fd(dir), &cstr(leaf)?, 0o644)
             .map_err(mount_err(format!("creating /{rel}")))?;
-        open_dir = Some(dir);
         k.write_all(fd, file.contents.as_bytes())
             .map_err(|e| (FailureKind::Mount, format!("writing /{rel}: {e}")))?;
     }
@@ -306,7 +356,7 @@ fn write_files<K: Kernel>(
 fn bind<K: Kernel>(
     k: &mut K,
     oldroot: &K::Fd,
-    newroot: &K::Fd,
+    targets: &mut Targets<'_, K>,
     source: &str,
     dest: &str,
     attrs: u64,
@@ -341,7 +391,7 @@ fn bind<K: Kernel>(
         0,
     )
     .map_err(mount_err(format!("setting attributes on {source}")))?;
-    let target = ensure_target(k, newroot, dest, is_dir)?;
+    let target = targets.mount_point(k, dest, is_dir)?;
     k.move_mount(&tree, &target)
         .map_err(mount_err(format!("attaching {source} at /{dest}")))
 }
@@ -349,7 +399,7 @@ fn bind<K: Kernel>(
 fn apply<K: Kernel>(
     k: &mut K,
     oldroot: &K::Fd,
-    newroot: &K::Fd,
+    targets: &mut Targets<'_, K>,
     op: &MountOp,
     writable_mounts: Writable,
 ) -> Result<(), StepError> {
@@ -369,7 +419,7 @@ fn apply<K: Kernel>(
             bind(
                 k,
                 oldroot,
-                newroot,
+                targets,
                 source,
                 dest.relative(),
                 attrs,
@@ -381,18 +431,19 @@ fn apply<K: Kernel>(
             dest,
             read_only,
             ..
-        } => protect(k, newroot, source, dest.relative(), *read_only),
+        } => {
+            targets.covered(dest.relative());
+            protect(k, targets.root, source, dest.relative(), *read_only)
+        }
         MountOp::Symlink { target, dest } => {
-            let (parent, leaf) = parent_of(k, newroot, dest.relative())?;
-            k.symlink_at(
-                &cstr(target)?,
-                At::Fd(parent.as_ref().unwrap_or(newroot)),
-                &leaf,
-            )
-            .map_err(mount_err(format!("creating symlink {dest} -> {target}")))
+            let rel = dest.relative();
+            let (parent, leaf) = rel.rsplit_once('/').unwrap_or(("", rel));
+            let parent = targets.dir(k, parent)?;
+            k.symlink_at(&cstr(target)?, At::Fd(parent), &cstr(leaf)?)
+                .map_err(mount_err(format!("creating symlink {dest} -> {target}")))
         }
         MountOp::Tmpfs { dest, size, mode } => {
-            ensure_target(k, newroot, dest.relative(), true)?;
+            targets.mount_point(k, dest.relative(), true)?;
             let path = cstr(&format!("/newroot/{}", dest.relative()))?;
             let data = cstr(&format!("mode={mode:o},size={size}"))?;
             k.mount(
@@ -467,7 +518,7 @@ fn protect<K: Kernel>(
 /// workdir) at the op's destination.
 fn attach_prepared<K: Kernel>(
     k: &mut K,
-    newroot: &K::Fd,
+    targets: &mut Targets<'_, K>,
     tree: K::Fd,
     op: &MountOp,
     writable: Writable,
@@ -486,18 +537,18 @@ fn attach_prepared<K: Kernel>(
         0,
     )
     .map_err(mount_err(format!("setting attributes on {source}")))?;
-    let target = ensure_target(k, newroot, dest.relative(), true)?;
+    let target = targets.mount_point(k, dest.relative(), true)?;
     k.move_mount(&tree, &target)
         .map_err(mount_err(format!("attaching idmapped {source} at {dest}")))
 }
 
 fn mount_tmp<K: Kernel>(
     k: &mut K,
-    newroot: &K::Fd,
+    targets: &mut Targets<'_, K>,
     plan: &SandboxPlan,
     writable: Writable,
 ) -> Result<(), StepError> {
-    ensure_target(k, newroot, "tmp", true)?;
+    targets.mount_point(k, "tmp", true)?;
     let data = cstr(&format!("mode=1777,size={}", plan.tmp_size))?;
     k.mount(
         Some(c"tmpfs"),
@@ -516,22 +567,20 @@ fn mount_tmp<K: Kernel>(
 /// be created there); each device is a bind with `nosuid` and `noexec`.
 fn mount_dev<K: Kernel>(
     k: &mut K,
-    newroot: &K::Fd,
+    oldroot: &K::Fd,
+    targets: &mut Targets<'_, K>,
     plan: &SandboxPlan,
     writable: Writable,
 ) -> Result<(), StepError> {
-    let dev = ensure_target(k, newroot, "dev", true)?;
+    targets.dir(k, "dev")?;
     // 0755 whatever corral's umask, as its own tmpfs's `mode=0755` was.
     k.chmod("/newroot/dev", 0o755)
         .map_err(|e| (FailureKind::Mount, format!("chmod /dev: {e}")))?;
-    let oldroot = k
-        .open_at(At::Cwd, c"/oldroot", libc::O_PATH | libc::O_DIRECTORY, 0)
-        .map_err(mount_err("opening /oldroot".into()))?;
     for name in ["null", "zero", "full", "random", "urandom"] {
         bind(
             k,
-            &oldroot,
-            newroot,
+            oldroot,
+            targets,
             &format!("/dev/{name}"),
             &format!("dev/{name}"),
             m::MOUNT_ATTR_NOSUID | m::MOUNT_ATTR_NOEXEC,
@@ -544,10 +593,11 @@ fn mount_dev<K: Kernel>(
         (c"stdout", c"/proc/self/fd/1"),
         (c"stderr", c"/proc/self/fd/2"),
     ] {
-        k.symlink_at(target, At::Fd(&dev), name)
+        let dev = targets.dir(k, "dev")?;
+        k.symlink_at(target, At::Fd(dev), name)
             .map_err(mount_err(format!("creating /dev/{name:?}")))?;
     }
-    ensure_target(k, newroot, "dev/shm", true)?;
+    targets.mount_point(k, "dev/shm", true)?;
     let shm = cstr(&format!("mode=1777,size={}", plan.tmp_size))?;
     k.mount(
         Some(c"tmpfs"),
@@ -558,7 +608,7 @@ fn mount_dev<K: Kernel>(
     )
     .map_err(mount_err("mounting /dev/shm".into()))?;
     if plan.dev_pts {
-        ensure_target(k, newroot, "dev/pts", true)?;
+        targets.mount_point(k, "dev/pts", true)?;
         k.mount(
             Some(c"devpts"),
             c"/newroot/dev/pts",
@@ -567,7 +617,8 @@ fn mount_dev<K: Kernel>(
             Some(c"newinstance,ptmxmode=0666,mode=620"),
         )
         .map_err(mount_err("mounting /dev/pts".into()))?;
-        k.symlink_at(c"pts/ptmx", At::Fd(&dev), c"ptmx")
+        let dev = targets.dir(k, "dev")?;
+        k.symlink_at(c"pts/ptmx", At::Fd(dev), c"ptmx")
             .map_err(mount_err("creating /dev/ptmx".into()))?;
     }
     Ok(())

@@ -663,6 +663,87 @@ fn generated_files_and_symlinks_are_created_in_the_new_root() {
     }));
 }
 
+/// How often `path` was opened as a mount point or its directory.
+fn opens_of(steps: &[Step], path: &str) -> usize {
+    steps
+        .iter()
+        .filter(|s| matches!(s, Step::Open { path: p, .. } if p == path))
+        .count()
+}
+
+#[test]
+fn mount_points_in_one_directory_share_one_walk_to_it() {
+    let mut plan = plan();
+    plan.mounts.extend([
+        bind("/etc/hosts", "/etc/hosts", false),
+        bind("/etc/resolv.conf", "/etc/resolv.conf", false),
+    ]);
+    let mut k = fake();
+    k.file("/oldroot/etc/hosts");
+    k.file("/oldroot/etc/resolv.conf");
+    build(&mut k, &plan).unwrap();
+    // /etc/passwd, then the two file binds: /etc made and opened once,
+    // and the /etc/ssl bind in between does not cover it.
+    assert_eq!(opens_of(&k.steps, "/newroot/etc"), 1, "{:#?}", k.steps);
+    assert_eq!(
+        k.steps
+            .iter()
+            .filter(|s| matches!(s, Step::Mkdir { path, .. } if path == "/newroot/etc"))
+            .count(),
+        1
+    );
+    for file in ["hosts", "resolv.conf"] {
+        let target = format!("/newroot/etc/{file}");
+        assert!(k.steps.contains(&Step::CreateFile {
+            path: target.clone(),
+            mode: 0o644,
+        }));
+        assert!(k.steps.contains(&Step::Open {
+            path: target.clone(),
+            flags: libc::O_PATH,
+            resolve: STRICT,
+        }));
+        attach_of(&k.steps, &target);
+    }
+    // The five device nodes: /dev made and opened once for all of them.
+    assert_eq!(opens_of(&k.steps, "/newroot/dev"), 1, "{:#?}", k.steps);
+}
+
+#[test]
+fn a_mount_over_the_open_directory_makes_the_next_mount_point_walk_to_it_again() {
+    let mut plan = plan();
+    plan.files.clear();
+    plan.mounts = vec![
+        bind("/etc/hosts", "/etc/hosts", false),
+        // Covers the /etc the first bind was made in.
+        bind("/srv/etc", "/etc", false),
+        bind("/etc/resolv.conf", "/etc/resolv.conf", false),
+    ];
+    let mut k = fake();
+    k.file("/oldroot/etc/hosts");
+    k.file("/oldroot/etc/resolv.conf");
+    build(&mut k, &plan).unwrap();
+    let s = &k.steps;
+    let (_, _, covered) = attach_of(s, "/newroot/etc");
+    let next = pos(
+        s,
+        |st| matches!(st, Step::Open { path, .. } if path == "/newroot/etc/resolv.conf"),
+    );
+    let reopened = rpos(
+        s,
+        |st| matches!(st, Step::Open { path, .. } if path == "/newroot/etc"),
+    );
+    assert!(
+        covered < reopened && reopened < next,
+        "/etc is opened again through the mount that covers it: {s:#?}"
+    );
+    assert_eq!(
+        opens_of(s, "/newroot/etc"),
+        3,
+        "before, as the target, after"
+    );
+}
+
 #[test]
 fn protected_entries_are_bound_onto_themselves_after_their_bind() {
     let mut plan = plan();
