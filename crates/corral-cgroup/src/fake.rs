@@ -48,6 +48,8 @@ pub struct FakeKernel {
     /// A control file (by name) whose writes fail with this errno, as a
     /// kernel refuses a value it will not take.
     pub refuse_writes: Option<(&'static str, i32)>,
+    /// How many `mkdir`s were asked of it, failed ones included.
+    pub mkdirs: std::sync::Arc<std::sync::atomic::AtomicUsize>,
 }
 
 fn io_err(code: i32) -> io::Error {
@@ -138,6 +140,7 @@ impl FakeKernel {
                 cgroup_kill,
                 swap,
                 refuse_writes: None,
+                mkdirs: Default::default(),
             },
             mountinfo.to_string(),
             "0::/user.slice/user-1000.slice/session-1.scope\n".to_string(),
@@ -179,6 +182,7 @@ impl FakeKernel {
                 cgroup_kill: false,
                 swap,
                 refuse_writes: None,
+                mkdirs: Default::default(),
             },
             mountinfo,
             self_cgroup,
@@ -198,6 +202,8 @@ impl FakeKernel {
     }
 
     pub fn mkdir(&self, path: &Path) -> io::Result<()> {
+        self.mkdirs
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         std::fs::create_dir(path)?;
         let parent = path.parent().unwrap_or(path);
         put(path, "cgroup.procs", "");

@@ -42,17 +42,20 @@ pub(super) fn hierarchies(
     out
 }
 
-/// Creates `<hierarchy>/corral/<name>` (retrying when `corral/` vanished).
+/// Creates `<hierarchy>/corral/<name>`, and `corral/` when it is missing
+/// (the first run on a host, or another corral removed it in between).
+/// The group is tried first: `corral/` is there for every other run, whose
+/// `mkdir` of it would only fail with EEXIST.
 fn make_group(backend: &Backend, mount: &Path, name: &str) -> Result<PathBuf, CgroupError> {
     let base = mount.join(BASE_DIR);
     let group = base.join(name);
     let mut attempt = 0;
     loop {
-        ensure_dir(backend, &base)?;
         match backend.mkdir(&group) {
             Ok(()) => return Ok(group),
             Err(e) if e.kind() == io::ErrorKind::NotFound && attempt + 1 < MKDIR_ATTEMPTS => {
                 attempt += 1;
+                ensure_dir(backend, &base)?;
             }
             Err(source) => {
                 return Err(CgroupError::Create {
@@ -308,6 +311,32 @@ mod tests {
         assert_eq!(member.wait_signal(5), Some(libc::SIGKILL));
         assert_eq!(outsider.wait_signal(1), None, "a non-member was killed");
         assert!(super::super::fake::live(outsider.pid()));
+    }
+
+    #[test]
+    fn a_group_costs_one_mkdir_per_hierarchy_once_corral_dir_exists() {
+        let (_dir, host) = host(SEPARATE, true);
+        let Backend::Fake(kernel) = &host.backend else {
+            unreachable!()
+        };
+        let mkdirs = || kernel.mkdirs.load(std::sync::atomic::Ordering::Relaxed);
+        let limits = CgroupLimits {
+            memory_bytes: Some(64 << 20),
+            pids: Some(32),
+            ..Default::default()
+        };
+        // The first group on the host makes `corral/` too (memory, pids:
+        // the group, NotFound; `corral/`; the group again).
+        host.create(&sandbox_group_name(), &limits)
+            .unwrap()
+            .remove()
+            .unwrap();
+        assert_eq!(mkdirs(), 6);
+        // Every later one: the group alone.
+        let cg = host.create(&sandbox_group_name(), &limits).unwrap();
+        assert_eq!(mkdirs(), 8);
+        assert_eq!(cg.paths().len(), 2);
+        cg.remove().unwrap();
     }
 
     #[test]

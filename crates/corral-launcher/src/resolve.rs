@@ -123,15 +123,19 @@ impl CommandTable {
         host_path: Option<&str>,
         wanted: impl Fn(&str) -> bool,
     ) -> CommandTable {
-        let mut dirs: Vec<PathBuf> = host_path
+        // Each directory once, where it first appears: a `PATH` that names
+        // one twice (shell start-up files that append to it) would cost a
+        // second `stat` per name there, and the same answer.
+        let mut dirs: Vec<PathBuf> = Vec::new();
+        let host_dirs = host_path
             .unwrap_or_default()
             .split(':')
             .filter(|d| d.starts_with('/'))
-            .map(PathBuf::from)
-            .collect();
-        for d in &profile.commands.search_path {
-            if !dirs.iter().any(|x| x == d.as_path()) {
-                dirs.push(d.as_path().to_path_buf());
+            .map(Path::new);
+        let search_path = profile.commands.search_path.iter().map(|d| d.as_path());
+        for d in host_dirs.chain(search_path) {
+            if !dirs.iter().any(|x| x == d) {
+                dirs.push(d.to_path_buf());
             }
         }
         // A runtime tree's commands come first: `python3` is the venv's.
@@ -255,6 +259,31 @@ mod tests {
             .retain(|p| p.as_str() == "/etc/ld.so.cache");
         let table = CommandTable::resolve(&profile, None);
         assert!(matches!(table.get("sh"), Some(Resolution::Missing(_))));
+    }
+
+    #[test]
+    fn a_directory_named_twice_is_searched_once() {
+        let mut profile = corral_policy::builtin::code();
+        profile.commands.allow = vec!["corral-no-such-command".into()];
+        let search_path: Vec<String> = profile
+            .commands
+            .search_path
+            .iter()
+            .map(|d| d.as_path().display().to_string())
+            .collect();
+        let first = search_path[0].clone();
+        let path = format!("/nonexistent/a:{first}:/nonexistent/a:/nonexistent/b");
+        let table = CommandTable::resolve(&profile, Some(&path));
+        let Some(Resolution::Missing(searched)) = table.get("corral-no-such-command") else {
+            panic!("{:?}", table.entries());
+        };
+        let mut expected = vec![
+            "/nonexistent/a".to_string(),
+            first.clone(),
+            "/nonexistent/b".into(),
+        ];
+        expected.extend(search_path.into_iter().filter(|d| *d != first));
+        assert_eq!(*searched, expected);
     }
 
     #[test]
