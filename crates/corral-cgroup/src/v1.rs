@@ -15,9 +15,10 @@ use super::{
     BASE_DIR, CPU_PERIOD_US,
 };
 
-/// How often creating a group directory is retried when `corral/`
-/// vanished in between (another corral removed it).
-const MKDIR_ATTEMPTS: usize = 3;
+/// How often a group's `mkdir` is tried: the first finds `corral/`
+/// missing on a host's first run, the others when another corral removed
+/// it in between.
+const MKDIR_ATTEMPTS: usize = 4;
 
 /// How long to wait for the freezer to report FROZEN before killing
 /// anyway (a task in uninterruptible sleep can hold it in FREEZING).
