@@ -129,6 +129,14 @@ for i in "${!IDS[@]}"; do printf '%s\t%s\n' "${IDS[$i]}" "${CMDS[$i]}"; done >"$
     fi
     echo "corral=$rev"
     echo "corral_size=$(stat -c %s "$CORRAL")"
+    # The launch path's layout (crates/corral-cli/link-order.txt) names
+    # functions by their mangled names, which change with the code: count
+    # those this build no longer has (a stale file costs page faults).
+    order=$ROOT/crates/corral-cli/link-order.txt
+    if command -v nm >/dev/null && [[ -f $order ]]; then
+        missing=$(comm -23 <(sort -u "$order") <(nm --no-demangle "$CORRAL" | awk '{print $NF}' | sort -u) | wc -l)
+        echo "link_order=$missing/$(sort -u "$order" | wc -l)"
+    fi
     echo "load_before=$(cut -d' ' -f1-3 /proc/loadavg)"
 } >"$OUT/machine.txt"
 
@@ -220,6 +228,12 @@ print(f"machine: nproc={machine['nproc']}  kernel {machine['kernel']}  {machine[
 print(f"versions: corral {machine['corral']} ({int(machine['corral_size'])/1e6:.1f} MB binary), "
       f"bwrap {machine['bwrap']}, unshare {machine['unshare']}, hyperfine {machine['hyperfine']}, python {machine['python']}")
 print(f"load average before {machine['load_before']}, after {machine.get('load_after', '?')}")
+if "link_order" in machine:
+    missing, named = (int(x) for x in machine["link_order"].split("/"))
+    if missing * 20 > named:
+        print(f"NOTE: {missing} of the {named} functions crates/corral-cli/link-order.txt lays out first "
+              "are not in this build (renamed or changed since): corral's launch touches more pages "
+              "than it needs to; regenerate the file with scripts/link-order.sh")
 print()
 ids = ["bare", "unshare", "bwrap", "corral", "py-bare", "py-unshare", "py-bwrap", "py-corral"]
 hdr = f"{'config':<12}{'median ms':>10}{'p99 ms':>9}{'min ms':>8}{'runs':>6}"
