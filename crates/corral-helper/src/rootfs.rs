@@ -283,15 +283,36 @@ fn entry<K: Kernel>(
 /// would leave the open descriptor on what it covers, so announcing such a
 /// mount ([`Targets::covered`]) closes it first and the next mount point
 /// there is walked to again, through the new mount.
+///
+/// Only directories of the scratch root are kept: below a mount (a host
+/// tree, whose owner can rename its directories while init works) each
+/// mount point is walked to afresh, so the time between the walk and the
+/// mount stays as short as it was.
 struct Targets<'r, K: Kernel> {
     root: &'r K::Fd,
-    /// The open directory, by its path relative to the root.
-    open: Option<(String, K::Fd)>,
+    /// The open directory, with its path relative to the root when it may
+    /// serve the next mount point.
+    open: Option<(Option<String>, K::Fd)>,
+    /// Where mounts were announced so far.
+    mounted: Vec<String>,
+}
+
+/// Whether `path` is `at` or lies below it (paths relative to the root,
+/// normalised; `""` is the root).
+fn at_or_below(path: &str, at: &str) -> bool {
+    at.is_empty()
+        || path
+            .strip_prefix(at)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
 }
 
 impl<'r, K: Kernel> Targets<'r, K> {
     fn new(root: &'r K::Fd) -> Self {
-        Targets { root, open: None }
+        Targets {
+            root,
+            open: None,
+            mounted: Vec::new(),
+        }
     }
 
     /// The directory `rel` below the root (the root itself for `""`),
@@ -301,8 +322,12 @@ impl<'r, K: Kernel> Targets<'r, K> {
             return Ok(self.root);
         }
         let open = match self.open.take() {
-            Some((path, fd)) if path == rel => (path, fd),
-            _ => (rel.to_owned(), ensure_target(k, self.root, rel, true)?),
+            Some((Some(path), fd)) if path == rel => (Some(path), fd),
+            _ => {
+                let fd = ensure_target(k, self.root, rel, true)?;
+                let in_scratch_root = !self.mounted.iter().any(|m| at_or_below(rel, m));
+                (in_scratch_root.then(|| rel.to_owned()), fd)
+            }
         };
         Ok(&self.open.insert(open).1)
     }
@@ -317,16 +342,15 @@ impl<'r, K: Kernel> Targets<'r, K> {
     }
 
     /// Something is about to be mounted at `rel`: the open directory is
-    /// closed if that mount would cover it.
+    /// closed if that mount would cover it, and nothing below `rel` is
+    /// kept open from now on.
     fn covered(&mut self, rel: &str) {
-        if let Some((open, _)) = &self.open {
-            let below = open
-                .strip_prefix(rel)
-                .is_some_and(|rest| rest.is_empty() || rest.starts_with('/') || rel.is_empty());
-            if below {
+        if let Some((Some(open), _)) = &self.open {
+            if at_or_below(open, rel) {
                 self.open = None;
             }
         }
+        self.mounted.push(rel.to_owned());
     }
 }
 

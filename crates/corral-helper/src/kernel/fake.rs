@@ -214,10 +214,46 @@ impl Fake {
         self.steps.push(Step::Mark(what));
     }
 
-    fn label(dir: &At<'_, FakeFd>, name: &CStr) -> String {
+    fn label(&self, dir: &At<'_, FakeFd>, name: &CStr) -> String {
         match dir {
             At::Cwd => text(name),
-            At::Fd(fd) => join(&fd.0, name),
+            At::Fd(fd) => {
+                self.assert_fresh(fd);
+                join(&fd.0, name)
+            }
+        }
+    }
+
+    /// Fails the test when `fd` was opened before something was mounted
+    /// at its path or above it: a real descriptor would still refer to
+    /// the covered object, and whatever is made or mounted through it would
+    /// land under the mount, out of the sandbox's sight. (Descriptors are
+    /// told apart by their labels: the check compares the last `Open` of
+    /// the label with the last mount over it.)
+    fn assert_fresh(&self, fd: &FakeFd) {
+        let label = fd.0.as_str();
+        let covers = |at: &str| {
+            label == at
+                || label
+                    .strip_prefix(at)
+                    .is_some_and(|rest| rest.starts_with('/'))
+        };
+        let opened = self
+            .steps
+            .iter()
+            .rposition(|s| matches!(s, Step::Open { path, .. } if path == label));
+        let mounted = self.steps.iter().rposition(|s| match s {
+            Step::Mount { target, .. } => covers(target),
+            Step::MoveMount { to, .. } => covers(to),
+            _ => false,
+        });
+        if let (Some(opened), Some(mounted)) = (opened, mounted) {
+            assert!(
+                opened > mounted,
+                "{label} is used through a descriptor opened at step {opened}, before the mount \
+                 over it at step {mounted}: {:#?}",
+                self.steps
+            );
         }
     }
 
@@ -314,7 +350,7 @@ impl Kernel for Fake {
         self.record(Step::Chdir(text(path)))
     }
     fn mkdir_at(&mut self, dir: At<'_, FakeFd>, name: &CStr, mode: u32) -> SysResult<()> {
-        let path = Self::label(&dir, name);
+        let path = self.label(&dir, name);
         self.record(Step::Mkdir { path, mode })
     }
     fn chmod(&mut self, path: &str, mode: u32) -> io::Result<()> {
@@ -324,7 +360,7 @@ impl Kernel for Fake {
         })?)
     }
     fn create_file_at(&mut self, dir: At<'_, FakeFd>, name: &CStr, mode: u32) -> SysResult<FakeFd> {
-        let path = Self::label(&dir, name);
+        let path = self.label(&dir, name);
         self.record(Step::CreateFile {
             path: path.clone(),
             mode,
@@ -344,7 +380,7 @@ impl Kernel for Fake {
         flags: i32,
         resolve: u64,
     ) -> SysResult<FakeFd> {
-        let path = Self::label(&dir, path);
+        let path = self.label(&dir, path);
         self.record(Step::Open {
             path: path.clone(),
             flags,
@@ -357,7 +393,7 @@ impl Kernel for Fake {
         Ok(!self.files.contains(&fd.0))
     }
     fn open_tree(&mut self, dir: At<'_, FakeFd>, path: &CStr, flags: u32) -> SysResult<FakeFd> {
-        let path = Self::label(&dir, path);
+        let path = self.label(&dir, path);
         self.trees += 1;
         let tree = format!("tree{}:{path}", self.trees);
         self.record(Step::OpenTree {
@@ -375,7 +411,7 @@ impl Kernel for Fake {
         set: u64,
         clear: u64,
     ) -> SysResult<()> {
-        let path = Self::label(&dir, path);
+        let path = self.label(&dir, path);
         self.record(Step::SetAttr {
             path,
             flags,
@@ -384,13 +420,14 @@ impl Kernel for Fake {
         })
     }
     fn move_mount(&mut self, from: &FakeFd, to: &FakeFd) -> SysResult<()> {
+        self.assert_fresh(to);
         self.record(Step::MoveMount {
             from: from.0.clone(),
             to: to.0.clone(),
         })
     }
     fn symlink_at(&mut self, target: &CStr, dir: At<'_, FakeFd>, name: &CStr) -> SysResult<()> {
-        let path = Self::label(&dir, name);
+        let path = self.label(&dir, name);
         self.record(Step::Symlink {
             target: text(target),
             path,

@@ -671,17 +671,25 @@ fn opens_of(steps: &[Step], path: &str) -> usize {
         .count()
 }
 
-#[test]
-fn mount_points_in_one_directory_share_one_walk_to_it() {
-    let mut plan = plan();
-    plan.mounts.extend([
-        bind("/etc/hosts", "/etc/hosts", false),
-        bind("/etc/resolv.conf", "/etc/resolv.conf", false),
-    ]);
+/// The root built from `plan` with two more file binds of the host's
+/// `/etc`, `hosts` and `resolv.conf`, and `mounts` where they go.
+fn built_with_file_binds(mut plan: SandboxPlan, mounts: Vec<MountOp>) -> Fake {
+    plan.mounts = mounts;
     let mut k = fake();
     k.file("/oldroot/etc/hosts");
     k.file("/oldroot/etc/resolv.conf");
     build(&mut k, &plan).unwrap();
+    k
+}
+
+#[test]
+fn mount_points_in_one_directory_share_one_walk_to_it() {
+    let mut mounts = plan().mounts;
+    mounts.extend([
+        bind("/etc/hosts", "/etc/hosts", false),
+        bind("/etc/resolv.conf", "/etc/resolv.conf", false),
+    ]);
+    let k = built_with_file_binds(plan(), mounts);
     // /etc/passwd, then the two file binds: /etc made and opened once,
     // and the /etc/ssl bind in between does not cover it.
     assert_eq!(opens_of(&k.steps, "/newroot/etc"), 1, "{:#?}", k.steps);
@@ -713,16 +721,15 @@ fn mount_points_in_one_directory_share_one_walk_to_it() {
 fn a_mount_over_the_open_directory_makes_the_next_mount_point_walk_to_it_again() {
     let mut plan = plan();
     plan.files.clear();
-    plan.mounts = vec![
-        bind("/etc/hosts", "/etc/hosts", false),
-        // Covers the /etc the first bind was made in.
-        bind("/srv/etc", "/etc", false),
-        bind("/etc/resolv.conf", "/etc/resolv.conf", false),
-    ];
-    let mut k = fake();
-    k.file("/oldroot/etc/hosts");
-    k.file("/oldroot/etc/resolv.conf");
-    build(&mut k, &plan).unwrap();
+    let k = built_with_file_binds(
+        plan,
+        vec![
+            bind("/etc/hosts", "/etc/hosts", false),
+            // Covers the /etc the first bind was made in.
+            bind("/srv/etc", "/etc", false),
+            bind("/etc/resolv.conf", "/etc/resolv.conf", false),
+        ],
+    );
     let s = &k.steps;
     let (_, _, covered) = attach_of(s, "/newroot/etc");
     let next = pos(
@@ -741,6 +748,53 @@ fn a_mount_over_the_open_directory_makes_the_next_mount_point_walk_to_it_again()
         opens_of(s, "/newroot/etc"),
         3,
         "before, as the target, after"
+    );
+}
+
+#[test]
+fn a_protected_entry_over_the_open_directory_makes_the_next_mount_point_walk_to_it_again() {
+    // Out of the planner's order (it sorts by depth), so that the cached
+    // /etc would otherwise serve a mount point after the protect over it.
+    let k = built_with_file_binds(
+        plan(),
+        vec![
+            bind("/etc/hosts", "/etc/hosts", false),
+            MountOp::Protect {
+                source: "/etc".into(),
+                dest: path("/etc"),
+                read_only: true,
+                dir: true,
+            },
+            bind("/etc/resolv.conf", "/etc/resolv.conf", false),
+        ],
+    );
+    // The fake itself fails a step taken through a descriptor a mount
+    // covered since it was opened; here, what made /etc/resolv.conf.
+    let (_, _, protected) = attach_of(&k.steps, "/newroot/etc");
+    let made = pos(
+        &k.steps,
+        |s| matches!(s, Step::CreateFile { path, .. } if path == "/newroot/etc/resolv.conf"),
+    );
+    assert!(protected < made);
+}
+
+#[test]
+fn below_a_mount_each_mount_point_is_walked_to_afresh() {
+    // Two mount points in one directory of a host tree: its owner can
+    // rename the directory while init works, so the walk is not shared.
+    let k = built_with_file_binds(
+        plan(),
+        vec![
+            user_bind("/home/me/proj", "/proj", true),
+            bind("/etc/hosts", "/proj/conf/hosts", false),
+            bind("/etc/resolv.conf", "/proj/conf/resolv.conf", false),
+        ],
+    );
+    assert_eq!(
+        opens_of(&k.steps, "/newroot/proj/conf"),
+        2,
+        "{:#?}",
+        k.steps
     );
 }
 
