@@ -20,6 +20,7 @@
 
 use std::ffi::CString;
 
+use corral_policy::path::is_at_or_below;
 use corral_sys::mount::{self as m, AT_RECURSIVE};
 use corral_sys::Errno;
 
@@ -260,16 +261,25 @@ fn entry<K: Kernel>(
     let flags = libc::O_PATH | if dir { libc::O_DIRECTORY } else { 0 };
     k.open_at(At::Fd(parent), &name, flags, RESOLVE_STRICT)
         .map_err(|e| {
-            let why = if e.0 == libc::ELOOP {
-                " (a symlink is in the way; corral never mounts through symlinks)"
-            } else {
-                ""
-            };
+            let why = if_symlink(
+                e,
+                "a symlink is in the way; corral never mounts through symlinks",
+            );
             (
                 FailureKind::Mount,
                 format!("opening mount point /{rel}: {e}{why}"),
             )
         })
+}
+
+/// ` (why)` when `e` is the ELOOP of an `openat2` that met a symlink it
+/// was told not to follow, else nothing: the hint for the error message.
+fn if_symlink(e: Errno, why: &str) -> String {
+    if e.0 == libc::ELOOP {
+        format!(" ({why})")
+    } else {
+        String::new()
+    }
 }
 
 /// Mount points below the new root, and the directory the last one was
@@ -297,15 +307,6 @@ struct Targets<'r, K: Kernel> {
     mounted: Vec<String>,
 }
 
-/// Whether `path` is `at` or lies below it (paths relative to the root,
-/// normalised; `""` is the root).
-fn at_or_below(path: &str, at: &str) -> bool {
-    at.is_empty()
-        || path
-            .strip_prefix(at)
-            .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
-}
-
 impl<'r, K: Kernel> Targets<'r, K> {
     fn new(root: &'r K::Fd) -> Self {
         Targets {
@@ -325,7 +326,7 @@ impl<'r, K: Kernel> Targets<'r, K> {
             Some((Some(path), fd)) if path == rel => (Some(path), fd),
             _ => {
                 let fd = ensure_target(k, self.root, rel, true)?;
-                let in_scratch_root = !self.mounted.iter().any(|m| at_or_below(rel, m));
+                let in_scratch_root = !self.mounted.iter().any(|m| is_at_or_below(rel, m));
                 (in_scratch_root.then(|| rel.to_owned()), fd)
             }
         };
@@ -346,7 +347,7 @@ impl<'r, K: Kernel> Targets<'r, K> {
     /// kept open from now on.
     fn covered(&mut self, rel: &str) {
         if let Some((Some(open), _)) = &self.open {
-            if at_or_below(open, rel) {
+            if is_at_or_below(open, rel) {
                 self.open = None;
             }
         }
@@ -503,11 +504,7 @@ fn protect<K: Kernel>(
             RESOLVE_STRICT,
         )
         .map_err(|e| {
-            let why = if e.0 == libc::ELOOP {
-                " (it is a symlink now; a protected entry must not be one)"
-            } else {
-                ""
-            };
+            let why = if_symlink(e, "it is a symlink now; a protected entry must not be one");
             (
                 FailureKind::Mount,
                 format!("opening protected entry {source} at /{dest}: {e}{why}"),

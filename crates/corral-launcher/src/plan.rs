@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use corral_policy::commands::{self, CommandDecision, CommandRejection};
 use corral_policy::config::reserved_destination;
 use corral_policy::env::{self, EnvError, EnvRequest};
+use corral_policy::path::is_at_or_below;
 use corral_policy::{AuditEvent, Level, MountSpec, Profile, ReasonCode, SandboxPath};
 use corral_policy::{LandlockMode, NetworkMode, SeccompProfile};
 
@@ -244,11 +245,7 @@ fn restrict_exec(
     files.sort();
     files.dedup();
     for file in &files {
-        let inside = |dir: &String| {
-            file.strip_prefix(dir.trim_end_matches('/'))
-                .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
-        };
-        if let Some(dir) = plan.write.iter().find(|d| inside(d)) {
+        if let Some(dir) = plan.write.iter().find(|d| is_at_or_below(file, d)) {
             return refuse(format!(
                 "{file} may be executed, but it lies in {dir}, which the sandbox can write (it could \
                  replace the file and run anything under that name); put it in a read-only bind \

@@ -77,9 +77,7 @@ impl SandboxPath {
 
     /// Whether `self` is `other` or lies below it.
     pub fn starts_with(&self, other: &SandboxPath) -> bool {
-        other.0 == "/"
-            || self.0 == other.0
-            || (self.0.starts_with(&other.0) && self.0.as_bytes().get(other.0.len()) == Some(&b'/'))
+        is_at_or_below(&self.0, &other.0)
     }
 
     /// Whether this is the root directory.
@@ -170,6 +168,19 @@ fn absolutize(cwd: &Path, rel: &str) -> Result<SandboxPath, PathError> {
     SandboxPath::new(text)
 }
 
+/// Whether the normalised path `path` is `dir` or lies below it, by whole
+/// components (`/etc` holds `/etc/ssl`, not `/etcx`). For absolute and
+/// root-relative forms alike (`etc/ssl` below `etc`); a `dir` of `/` or
+/// `""` is the root, which holds every path, and a trailing `/` on `dir`
+/// is ignored.
+pub fn is_at_or_below(path: &str, dir: &str) -> bool {
+    let dir = dir.trim_end_matches('/');
+    dir.is_empty()
+        || path
+            .strip_prefix(dir)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -192,6 +203,23 @@ mod tests {
         ));
         assert!(matches!(SandboxPath::new("/a\0b"), Err(PathError::Nul(_))));
         assert!(matches!(SandboxPath::new(""), Err(PathError::Empty)));
+    }
+
+    #[test]
+    fn at_or_below_respects_components_in_both_forms() {
+        for (path, dir, below) in [
+            ("/etc/ssl", "/etc", true),
+            ("/etc", "/etc", true),
+            ("/etcx", "/etc", false),
+            ("/etc", "/etc/ssl", false),
+            ("etc/ssl", "etc", true),
+            ("etcx", "etc", false),
+            ("etc", "", true),
+            ("/usr", "/", true),
+            ("/srv/data/x", "/srv/data/", true),
+        ] {
+            assert_eq!(is_at_or_below(path, dir), below, "{path} below {dir}");
+        }
     }
 
     #[test]

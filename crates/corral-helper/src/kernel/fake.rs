@@ -232,18 +232,19 @@ impl Fake {
     /// the label with the last mount over it.)
     fn assert_fresh(&self, fd: &FakeFd) {
         let label = fd.0.as_str();
-        let covers = |at: &str| {
-            label == at
-                || label
-                    .strip_prefix(at)
-                    .is_some_and(|rest| rest.starts_with('/'))
-        };
+        let covers = |at: &str| corral_policy::path::is_at_or_below(label, at);
         let opened = self
             .steps
             .iter()
             .rposition(|s| matches!(s, Step::Open { path, .. } if path == label));
         let mounted = self.steps.iter().rposition(|s| match s {
-            Step::Mount { target, .. } => covers(target),
+            // A mount with a source puts something there; one without
+            // (`MS_PRIVATE` on `/`) only changes propagation.
+            Step::Mount {
+                source: Some(_),
+                target,
+                ..
+            } => covers(target),
             Step::MoveMount { to, .. } => covers(to),
             _ => false,
         });
