@@ -1066,12 +1066,43 @@ fn image_base(pid: i32) -> Option<String> {
 /// The server's fork servers: children of any of its threads (each is a
 /// refill thread's) running as `__sandbox-zygote`.
 fn fork_servers(server: u32) -> Vec<i32> {
-    children_of_process(server)
+    // What a fork server forks or clones shows its command line until it
+    // rewrites it, a moment later: an init cloned into its own pid
+    // namespace (told apart by that) and a forked helper (gone from the
+    // list at the next look).
+    let level = |pid: &str| {
+        std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .ok()
+            .and_then(|st| {
+                st.lines()
+                    .find_map(|l| l.strip_prefix("NSpid:"))
+                    .map(|ids| ids.split_whitespace().count())
+            })
+    };
+    let server_level = level(&server.to_string());
+    let look = || -> Vec<(i32, String)> {
+        children_of_process(server)
+            .into_iter()
+            .filter(|pid| {
+                std::fs::read(format!("/proc/{pid}/cmdline"))
+                    .is_ok_and(|c| c.starts_with(b"corral-sandbox\0__sandbox-zygote\0"))
+                    && level(&pid.to_string()) == server_level
+            })
+            .filter_map(|pid| {
+                let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+                // The start time (field 22) tells a reused pid apart.
+                let start = stat.rsplit(") ").next()?.split(' ').nth(19)?.to_string();
+                Some((pid, start))
+            })
+            .collect()
+    };
+    let first = look();
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let second = look();
+    first
         .into_iter()
-        .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/cmdline"))
-                .is_ok_and(|c| c.starts_with(b"corral-sandbox\0__sandbox-zygote\0"))
-        })
+        .filter(|p| second.contains(p))
+        .map(|(pid, _)| pid)
         .collect()
 }
 
