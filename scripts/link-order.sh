@@ -11,14 +11,19 @@
 # 0.16 ms faster (docs/PERFORMANCE.md, issue 17).
 #
 # How: a release build with no order (CORRAL_LINK_ORDER=off); one launch
-# of the benchmark's full sandbox under valgrind's callgrind, which lists
-# every function the launcher runs up to its clone of init (valgrind
-# cannot follow that clone: the sandbox fails, the launcher goes on to its
-# error path); then RUNS launches under perf (CPU samples, and page faults
-# with their addresses), each attributed to the launcher, init or the
-# program's process (from perf's fork events), for what callgrind cannot
-# see. The file lists the launcher's functions as callgrind met them,
-# then those perf saw init or the program run, then the rest perf saw.
+# of the benchmark's full sandbox with its init and program's process
+# single-stepped (scripts/trace-sandbox-text.py: every function they run,
+# exactly, in the order first run); the same launch's launcher under
+# valgrind's callgrind, which lists every function it runs up to its
+# clone of init (valgrind cannot follow that clone: the sandbox fails,
+# the launcher goes on to its error path); then RUNS launches under perf
+# (CPU samples, and page faults with their addresses), each attributed to
+# the launcher, init or the program's process (from perf's fork events),
+# for what neither saw. The file lists init's and the program's functions
+# first, so that they share as few 64 KiB windows as their size allows
+# (init's exit unmaps every page it mapped, on the launch's critical
+# path), then the launcher's as callgrind met them, then those perf saw
+# init or the program run, then the rest perf saw.
 # Symbols are mangled names; a name the build no longer has is skipped by
 # the linker, so a stale file costs speed, never correctness. Rerun after
 # larger changes to the launch path; bench/startup.sh notes when more than
@@ -51,6 +56,10 @@ launches() {
 }
 export -f launches
 export TMP
+echo "== one launch with init and the program's process single-stepped"
+python3 scripts/trace-sandbox-text.py "$TMP/sandbox.txt" -- \
+    "$TMP/corral" run --config bench/startup-profile.toml --profile bench "${flags[@]}" -- true \
+    >/dev/null
 echo "== one launch under callgrind"
 valgrind --tool=callgrind --demangle=no --callgrind-out-file="$TMP/callgrind.out" \
     "$TMP/corral" run --config bench/startup-profile.toml --profile bench "${flags[@]}" -- true \
@@ -116,18 +125,19 @@ for data in ("faults", "cpu"):
         if name:
             ran[role(pid)][name] += 1
 known = {name for _, name in funcs}
-order = []
+order = [n.strip() for n in open(f"{tmp}/sandbox.txt") if n.strip() in known]
+sandbox = len(order)
 for line in open(f"{tmp}/callgrind.out"):
     m = re.match(r"c?fn=\(\d+\) (\S+)$", line.strip())
     if m and m.group(1) in known:
         order.append(m.group(1))
-launcher = len(set(order))
+launcher = len(set(order)) - sandbox
 order += [n for n, _ in ran["child"].most_common()]
 order += [n for n, _ in ran["launcher"].most_common()]
 seen = set()
 order = [n for n in order if not (n in seen or seen.add(n))]
 with open(out, "w") as f:
     f.write("\n".join(order) + "\n")
-print(f"{out}: {len(order)} functions ({launcher} from callgrind, "
-      f"{len(ran['child'])} run by init or the program)")
+print(f"{out}: {len(order)} functions ({sandbox} traced in init or the program, "
+      f"up to {launcher} more from callgrind, {len(ran['child'])} sampled in init or the program)")
 EOF

@@ -1,0 +1,146 @@
+#!/usr/bin/env python3
+"""Lists every function of corral's image that a sandbox's init and the
+program's process run, exactly: single-steps them under ptrace.
+
+Usage: trace-sandbox-text.py OUT -- corral run ... -- true
+
+Sampling (perf) misses the short functions that init runs once (a system
+call's wrapper, a path helper): each one missed lands elsewhere in the
+text, and costs init a page fault that maps another 64 KiB window (fault
+around) and that window's page-table entries, unmapped again when init
+exits on the launch's critical path (docs/PERFORMANCE.md, issue 17). So
+scripts/link-order.sh takes init's functions from this trace: the
+launcher runs as usual (continued), every process it starts is stepped
+one instruction at a time until it executes another program, and each
+instruction's address inside corral's image is mapped to its function
+(`nm`). Writes the mangled names to OUT, in the order first run. Needs
+root (ptrace of the sandbox's processes across their user namespace) and
+takes some seconds per launch.
+"""
+
+import bisect
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+
+PTRACE_TRACEME, PTRACE_PEEKUSER, PTRACE_CONT, PTRACE_SINGLESTEP = 0, 3, 7, 9
+PTRACE_SETOPTIONS, PTRACE_GETEVENTMSG = 0x4200, 0x4201
+O_TRACEFORK, O_TRACEVFORK, O_TRACECLONE, O_TRACEEXEC, O_EXITKILL = 2, 4, 8, 0x10, 0x100000
+EVENT_FORK, EVENT_VFORK, EVENT_CLONE, EVENT_EXEC = 1, 2, 3, 4
+RIP_OFFSET = 16 * 8  # struct user_regs_struct: rip is the 17th field
+WALL = 0x40000000
+
+libc = ctypes.CDLL(None, use_errno=True)
+libc.ptrace.restype = ctypes.c_long
+libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]
+
+
+def ptrace(req, pid, addr=0, data=0):
+    ctypes.set_errno(0)
+    r = libc.ptrace(req, pid, ctypes.c_void_p(addr), ctypes.c_void_p(data))
+    if r == -1 and ctypes.get_errno():
+        raise OSError(ctypes.get_errno(), f"ptrace({req}, {pid})")
+    return r
+
+
+def functions(binary):
+    """(start offsets, names) of the image's functions, sorted."""
+    nm = subprocess.run(
+        ["nm", "-n", "--no-demangle", binary], check=True, capture_output=True, text=True
+    ).stdout
+    out = []
+    for line in nm.splitlines():
+        p = line.split()
+        if len(p) == 3 and p[1] in "tTwW":
+            out.append((int(p[0], 16), p[2]))
+    return [a for a, _ in out], [n for _, n in out]
+
+
+def image_range(pid, binary):
+    """Load address and end of `binary`'s mappings in `pid`."""
+    real = os.path.realpath(binary)
+    lo = hi = None
+    for line in open(f"/proc/{pid}/maps"):
+        f = line.split()
+        if len(f) >= 6 and f[5] == real:
+            a, b = (int(x, 16) for x in f[0].split("-"))
+            lo = a if lo is None else min(lo, a)
+            hi = b if hi is None else max(hi, b)
+    return lo, hi
+
+
+def main():
+    out, argv = sys.argv[1], sys.argv[3:]
+    assert sys.argv[2] == "--" and argv, __doc__
+    binary = argv[0]
+    starts, names = functions(binary)
+    child = os.fork()
+    if child == 0:
+        ptrace(PTRACE_TRACEME, 0)
+        os.kill(os.getpid(), signal.SIGSTOP)
+        os.execv(binary, argv)
+    os.waitpid(child, 0)
+    ptrace(
+        PTRACE_SETOPTIONS,
+        child,
+        0,
+        O_TRACEFORK | O_TRACEVFORK | O_TRACECLONE | O_TRACEEXEC | O_EXITKILL,
+    )
+    stepped = set()  # processes stepped: the launcher's descendants
+    fresh = set()  # new tracees whose first (attach) stop is still due
+    base = None
+    seen, order = set(), []
+    ptrace(PTRACE_CONT, child)
+    live = {child}
+    while live:
+        pid, status = os.waitpid(-1, WALL)
+        if os.WIFEXITED(status) or os.WIFSIGNALED(status):
+            live.discard(pid)
+            stepped.discard(pid)
+            continue
+        if not os.WIFSTOPPED(status):
+            continue
+        live.add(pid)
+        sig, event = os.WSTOPSIG(status), status >> 16
+        deliver = 0
+        if event in (EVENT_FORK, EVENT_VFORK, EVENT_CLONE):
+            new = ctypes.c_ulong()
+            ptrace(PTRACE_GETEVENTMSG, pid, 0, ctypes.addressof(new))
+            stepped.add(new.value)
+            fresh.add(new.value)
+            live.add(new.value)
+        elif event == EVENT_EXEC:
+            # Another program now: its instructions are not corral's.
+            if pid != child:
+                stepped.discard(pid)
+        elif sig == signal.SIGSTOP and pid in fresh:
+            fresh.discard(pid)
+        elif sig != signal.SIGTRAP:
+            deliver = sig
+        if pid in stepped and deliver == 0:
+            if base is None:
+                base, end = image_range(pid, binary)
+            rip = ptrace(PTRACE_PEEKUSER, pid, RIP_OFFSET) & (2**64 - 1)
+            if base is not None and base <= rip < end:
+                i = bisect.bisect_right(starts, rip - base) - 1
+                if i >= 0 and i not in seen:
+                    seen.add(i)
+                    order.append(names[i])
+            try:
+                ptrace(PTRACE_SINGLESTEP, pid)
+            except ProcessLookupError:
+                pass
+        else:
+            try:
+                ptrace(PTRACE_CONT, pid, 0, deliver)
+            except ProcessLookupError:
+                pass
+    with open(out, "w") as f:
+        f.write("".join(n + "\n" for n in order))
+    print(f"{out}: {len(order)} functions run by the sandbox's processes", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
