@@ -13,17 +13,18 @@
 # How: a release build with no order (CORRAL_LINK_ORDER=off); one launch
 # of the benchmark's full sandbox with its init and program's process
 # single-stepped (scripts/trace-sandbox-text.py: every function they run,
-# exactly, in the order first run); the same launch's launcher under
-# valgrind's callgrind, which lists every function it runs up to its
-# clone of init (valgrind cannot follow that clone: the sandbox fails,
-# the launcher goes on to its error path); then RUNS launches under perf
-# (CPU samples, and page faults with their addresses), each attributed to
-# the launcher, init or the program's process (from perf's fork events),
-# for what neither saw. The file lists init's and the program's functions
-# first, so that they share as few 64 KiB windows as their size allows
-# (init's exit unmaps every page it mapped, on the launch's critical
-# path), then the launcher's as callgrind met them, then those perf saw
-# init or the program run, then the rest perf saw.
+# exactly, in the order first run), and likewise one execution of `corral
+# serve` (its sandbox built ahead by init cloned from a fork server); the
+# launcher of one launch under valgrind's callgrind, which lists every
+# function it runs up to its clone of init (valgrind cannot follow that
+# clone: the sandbox fails, the launcher goes on to its error path); then
+# RUNS launches under perf (CPU samples, and page faults with their
+# addresses), each attributed to the launcher, init or the program's
+# process (from perf's fork events), for what neither saw. The file lists
+# the sandbox's functions first, so that they share as few 64 KiB windows
+# as their size allows (init's exit unmaps every page it mapped, on the
+# launch's critical path), then the launcher's as callgrind met them,
+# then those perf saw init or the program run, then the rest perf saw.
 # Symbols are mangled names; a name the build no longer has is skipped by
 # the linker, so a stale file costs speed, never correctness. Rerun after
 # larger changes to the launch path; bench/startup.sh notes when more than
@@ -34,9 +35,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:/usr/local/cargo/bin:$PATH"
-for tool in perf valgrind; do
+for tool in perf valgrind curl; do
     command -v $tool >/dev/null || {
-        echo "$0: needs $tool (Debian: linux-perf, valgrind)" >&2
+        echo "$0: needs $tool (Debian: linux-perf, valgrind, curl)" >&2
         exit 1
     }
 done
@@ -60,6 +61,49 @@ echo "== one launch with init and the program's process single-stepped"
 python3 scripts/trace-sandbox-text.py "$TMP/sandbox.txt" -- \
     "$TMP/corral" run --config bench/startup-profile.toml --profile bench "${flags[@]}" -- true \
     >/dev/null
+echo "== one execution of corral serve with what its fork servers start single-stepped"
+# The service's sandboxes: init cloned by a fork server, built ahead and
+# given its program later, run functions `corral run` does not.
+unenforced=false
+[ "$(id -u)" -eq 0 ] || unenforced=true
+# Sandboxes (uid 65534 under root) pass through to their workspace.
+chmod 711 "$TMP"
+mkdir -m 711 "$TMP/serve"
+cat >"$TMP/serve/corral.toml" <<TOML
+[profile.code.limits]
+allow_unenforced = $unenforced
+[server]
+max_concurrent = 1
+audit_db = "$TMP/serve/audit.db"
+work_dir = "$TMP/serve"
+TOML
+python3 scripts/trace-sandbox-text.py "$TMP/serve.txt" -- \
+    "$TMP/corral" serve --config "$TMP/serve/corral.toml" --listen 127.0.0.1:0 \
+    2>"$TMP/serve/log" &
+tracer=$!
+for _ in $(seq 600); do
+    grep -q "serving on" "$TMP/serve/log" && break
+    kill -0 "$tracer" 2>/dev/null || { echo "$0: corral serve did not start:" >&2; cat "$TMP/serve/log" >&2; exit 1; }
+    sleep 0.2
+done
+addr=$(sed -n 's|.*serving on http://||p' "$TMP/serve/log")
+server=$(pgrep -P "$tracer")
+# A sandbox built ahead: an init of the server's in a pid namespace of its
+# own (NSpid ends in 1) with the program's process waiting under it.
+built_ahead() {
+    local pid
+    for pid in $(cat /proc/"$server"/task/*/children 2>/dev/null); do
+        grep -qE '^NSpid:.*[[:space:]]1$' /proc/"$pid"/status 2>/dev/null &&
+            [ -n "$(cat /proc/"$pid"/task/*/children 2>/dev/null)" ] && return 0
+    done
+    return 1
+}
+for _ in $(seq 600); do built_ahead && break; sleep 0.2; done
+curl -sf -m 300 -o /dev/null -X POST -H 'content-type: application/json' \
+    -d '{"command": ["python3", "-c", "print(1)"]}' "http://$addr/v1/executions" ||
+    { echo "$0: the traced execution failed; see $TMP/serve/log" >&2; exit 1; }
+kill -TERM "$server"
+wait "$tracer"
 echo "== one launch under callgrind"
 valgrind --tool=callgrind --demangle=no --callgrind-out-file="$TMP/callgrind.out" \
     "$TMP/corral" run --config bench/startup-profile.toml --profile bench "${flags[@]}" -- true \
@@ -125,7 +169,8 @@ for data in ("faults", "cpu"):
         if name:
             ran[role(pid)][name] += 1
 known = {name for _, name in funcs}
-order = [n.strip() for n in open(f"{tmp}/sandbox.txt") if n.strip() in known]
+order = [n.strip() for f in ("sandbox", "serve") for n in open(f"{tmp}/{f}.txt") if n.strip() in known]
+order = [n for i, n in enumerate(order) if n not in order[:i]]
 sandbox = len(order)
 for line in open(f"{tmp}/callgrind.out"):
     m = re.match(r"c?fn=\(\d+\) (\S+)$", line.strip())

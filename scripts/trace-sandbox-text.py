@@ -3,6 +3,7 @@
 program's process run, exactly: single-steps them under ptrace.
 
 Usage: trace-sandbox-text.py OUT -- corral run ... -- true
+       trace-sandbox-text.py OUT -- corral serve ...   (stop it with SIGTERM)
 
 Sampling (perf) misses the short functions that init runs once (a system
 call's wrapper, a path helper): each one missed lands elsewhere in the
@@ -10,12 +11,14 @@ text, and costs init a page fault that maps another 64 KiB window (fault
 around) and that window's page-table entries, unmapped again when init
 exits on the launch's critical path (docs/PERFORMANCE.md, issue 17). So
 scripts/link-order.sh takes init's functions from this trace: the
-launcher runs as usual (continued), every process it starts is stepped
-one instruction at a time until it executes another program, and each
-instruction's address inside corral's image is mapped to its function
-(`nm`). Writes the mangled names to OUT, in the order first run. Needs
-root (ptrace of the sandbox's processes across their user namespace) and
-takes some seconds per launch.
+command runs as usual (continued, every thread of it), and every process
+it starts, or a fork server of its starts, is stepped one instruction at
+a time until it executes another program (the fork server itself is such
+a program: `corral serve` starts it with `execve`). Each instruction's
+address inside corral's image is mapped to its function (`nm`). Writes
+the mangled names to OUT, in the order first run. Needs root (ptrace of
+the sandbox's processes across their user namespace) and takes some
+seconds per sandbox.
 """
 
 import bisect
@@ -71,6 +74,24 @@ def image_range(pid, binary):
     return lo, hi
 
 
+def is_process(pid):
+    """Whether `pid` leads its thread group (a process, not a thread)."""
+    try:
+        for line in open(f"/proc/{pid}/status"):
+            if line.startswith("Tgid:"):
+                return int(line.split()[1]) == pid
+    except OSError:
+        pass
+    return False
+
+
+def is_fork_server(pid):
+    try:
+        return b"__sandbox-zygote" in open(f"/proc/{pid}/cmdline", "rb").read()
+    except OSError:
+        return False
+
+
 def main():
     out, argv = sys.argv[1], sys.argv[3:]
     assert sys.argv[2] == "--" and argv, __doc__
@@ -88,10 +109,30 @@ def main():
         0,
         O_TRACEFORK | O_TRACEVFORK | O_TRACECLONE | O_TRACEEXEC | O_EXITKILL,
     )
-    stepped = set()  # processes stepped: the launcher's descendants
-    fresh = set()  # new tracees whose first (attach) stop is still due
-    base = None
+    stepped = set()  # processes stepped: what the command or a fork server started
+    decided = {}  # new tracee -> whether it is stepped, until its first stop
+    parked = set()  # new tracees stopped before their parent's event came
+    images = {}  # stepped pid -> (load address, end) of corral's image in it
     seen, order = set(), []
+
+    def resume(pid, deliver=0):
+        try:
+            if pid in stepped and deliver == 0:
+                if pid not in images:
+                    images[pid] = image_range(pid, binary)
+                base, end = images[pid]
+                rip = ptrace(PTRACE_PEEKUSER, pid, RIP_OFFSET) & (2**64 - 1)
+                if base is not None and base <= rip < end:
+                    i = bisect.bisect_right(starts, rip - base) - 1
+                    if i >= 0 and i not in seen:
+                        seen.add(i)
+                        order.append(names[i])
+                ptrace(PTRACE_SINGLESTEP, pid)
+            else:
+                ptrace(PTRACE_CONT, pid, 0, deliver)
+        except ProcessLookupError:
+            pass
+
     ptrace(PTRACE_CONT, child)
     live = {child}
     while live:
@@ -99,44 +140,44 @@ def main():
         if os.WIFEXITED(status) or os.WIFSIGNALED(status):
             live.discard(pid)
             stepped.discard(pid)
+            images.pop(pid, None)
             continue
         if not os.WIFSTOPPED(status):
             continue
-        live.add(pid)
         sig, event = os.WSTOPSIG(status), status >> 16
+        if pid not in live:
+            # A new tracee's first stop: resumed once its parent's event
+            # said whether it is stepped.
+            live.add(pid)
+            if pid in decided:
+                if decided.pop(pid):
+                    stepped.add(pid)
+                resume(pid)
+            else:
+                parked.add(pid)
+            continue
         deliver = 0
         if event in (EVENT_FORK, EVENT_VFORK, EVENT_CLONE):
             new = ctypes.c_ulong()
             ptrace(PTRACE_GETEVENTMSG, pid, 0, ctypes.addressof(new))
-            stepped.add(new.value)
-            fresh.add(new.value)
-            live.add(new.value)
+            new = new.value
+            parent_ok = pid == child or pid in stepped or is_fork_server(pid)
+            step = parent_ok and is_process(new)
+            if new in parked:
+                parked.discard(new)
+                if step:
+                    stepped.add(new)
+                resume(new)
+            else:
+                decided[new] = step
         elif event == EVENT_EXEC:
             # Another program now: its instructions are not corral's.
             if pid != child:
                 stepped.discard(pid)
-        elif sig == signal.SIGSTOP and pid in fresh:
-            fresh.discard(pid)
+                images.pop(pid, None)
         elif sig != signal.SIGTRAP:
             deliver = sig
-        if pid in stepped and deliver == 0:
-            if base is None:
-                base, end = image_range(pid, binary)
-            rip = ptrace(PTRACE_PEEKUSER, pid, RIP_OFFSET) & (2**64 - 1)
-            if base is not None and base <= rip < end:
-                i = bisect.bisect_right(starts, rip - base) - 1
-                if i >= 0 and i not in seen:
-                    seen.add(i)
-                    order.append(names[i])
-            try:
-                ptrace(PTRACE_SINGLESTEP, pid)
-            except ProcessLookupError:
-                pass
-        else:
-            try:
-                ptrace(PTRACE_CONT, pid, 0, deliver)
-            except ProcessLookupError:
-                pass
+        resume(pid, deliver)
     with open(out, "w") as f:
         f.write("".join(n + "\n" for n in order))
     print(f"{out}: {len(order)} functions run by the sandbox's processes", file=sys.stderr)
