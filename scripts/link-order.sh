@@ -43,7 +43,9 @@ for tool in perf valgrind curl; do
 done
 RUNS=${RUNS:-200}
 TMP=$(mktemp -d /tmp/corral-link-order.XXXXXX)
-trap 'rm -rf "$TMP"' EXIT
+tracer=
+# A traced server left behind is killed with its tracer (PTRACE_O_EXITKILL).
+trap '[ -n "$tracer" ] && kill "$tracer" 2>/dev/null; rm -rf "$TMP"' EXIT
 echo "== release build without an order"
 CORRAL_LINK_ORDER=off cargo build --release -q -p corral
 BIN=${CARGO_TARGET_DIR:-target}/$(rustc --print host-tuple)/release/corral
@@ -87,9 +89,12 @@ for _ in $(seq 600); do
     sleep 0.2
 done
 addr=$(sed -n 's|.*serving on http://||p' "$TMP/serve/log")
-server=$(pgrep -P "$tracer")
+[ -n "$addr" ] || { echo "$0: corral serve did not say where it listens:" >&2; cat "$TMP/serve/log" >&2; exit 1; }
+server=$(awk '{ print $1 }' /proc/"$tracer"/task/"$tracer"/children)
 # A sandbox built ahead: an init of the server's in a pid namespace of its
-# own (NSpid ends in 1) with the program's process waiting under it.
+# own (NSpid ends in 1) with the program's process waiting under it. (As
+# root on cgroup v2 a helper holds it instead, and the trace covers that
+# helper's path.)
 built_ahead() {
     local pid
     for pid in $(cat /proc/"$server"/task/*/children 2>/dev/null); do
@@ -98,12 +103,16 @@ built_ahead() {
     done
     return 1
 }
-for _ in $(seq 600); do built_ahead && break; sleep 0.2; done
+for _ in $(seq 300); do built_ahead && break; sleep 0.2; done
+built_ahead || echo "NOTE: no init cloned ahead by a fork server after 60 s; tracing the execution as it comes" >&2
 curl -sf -m 300 -o /dev/null -X POST -H 'content-type: application/json' \
     -d '{"command": ["python3", "-c", "print(1)"]}' "http://$addr/v1/executions" ||
     { echo "$0: the traced execution failed; see $TMP/serve/log" >&2; exit 1; }
 kill -TERM "$server"
+for _ in $(seq 600); do kill -0 "$tracer" 2>/dev/null || break; sleep 0.2; done
+kill -0 "$tracer" 2>/dev/null && { echo "$0: the tracer did not end with the server" >&2; exit 1; }
 wait "$tracer"
+tracer=
 echo "== one launch under callgrind"
 valgrind --tool=callgrind --demangle=no --callgrind-out-file="$TMP/callgrind.out" \
     "$TMP/corral" run --config bench/startup-profile.toml --profile bench "${flags[@]}" -- true \

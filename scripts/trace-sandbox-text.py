@@ -16,9 +16,10 @@ it starts, or a fork server of its starts, is stepped one instruction at
 a time until it executes another program (the fork server itself is such
 a program: `corral serve` starts it with `execve`). Each instruction's
 address inside corral's image is mapped to its function (`nm`). Writes
-the mangled names to OUT, in the order first run. Needs root (ptrace of
-the sandbox's processes across their user namespace) and takes some
-seconds per sandbox.
+the mangled names to OUT, in the order first run. Works as any user who
+may run the command (its processes are traced from their start, so no
+later ptrace check applies; as root the sandbox's cgroup path is traced
+too) and takes some seconds per sandbox.
 """
 
 import bisect
@@ -74,15 +75,15 @@ def image_range(pid, binary):
     return lo, hi
 
 
-def is_process(pid):
-    """Whether `pid` leads its thread group (a process, not a thread)."""
+def thread_group(pid):
+    """The process (thread group) `pid` belongs to, or None once gone."""
     try:
         for line in open(f"/proc/{pid}/status"):
             if line.startswith("Tgid:"):
-                return int(line.split()[1]) == pid
+                return int(line.split()[1])
     except OSError:
         pass
-    return False
+    return None
 
 
 def is_fork_server(pid):
@@ -112,35 +113,52 @@ def main():
     stepped = set()  # processes stepped: what the command or a fork server started
     decided = {}  # new tracee -> whether it is stepped, until its first stop
     parked = set()  # new tracees stopped before their parent's event came
-    images = {}  # stepped pid -> (load address, end) of corral's image in it
+    # pid -> (load address, end) of corral's image in it: read at each
+    # exec (a new layout) and handed on at each fork or clone, as the
+    # sandbox's processes cannot be read once init is not dumpable.
+    images = {}
     seen, order = set(), []
 
     def resume(pid, deliver=0):
         try:
-            if pid in stepped and deliver == 0:
-                if pid not in images:
-                    images[pid] = image_range(pid, binary)
-                base, end = images[pid]
+            if pid in stepped:
+                base, end = images.get(pid, (None, None))
                 rip = ptrace(PTRACE_PEEKUSER, pid, RIP_OFFSET) & (2**64 - 1)
                 if base is not None and base <= rip < end:
                     i = bisect.bisect_right(starts, rip - base) - 1
                     if i >= 0 and i not in seen:
                         seen.add(i)
                         order.append(names[i])
-                ptrace(PTRACE_SINGLESTEP, pid)
+                # A signal is delivered with the step: its handler, if
+                # any, is stepped too.
+                ptrace(PTRACE_SINGLESTEP, pid, 0, deliver)
             else:
                 ptrace(PTRACE_CONT, pid, 0, deliver)
         except ProcessLookupError:
             pass
 
+    def forget(pid):
+        live.discard(pid)
+        stepped.discard(pid)
+        images.pop(pid, None)
+        decided.pop(pid, None)
+        parked.discard(pid)
+
     ptrace(PTRACE_CONT, child)
     live = {child}
     while live:
-        pid, status = os.waitpid(-1, WALL)
+        try:
+            pid, status = os.waitpid(-1, WALL)
+        except ChildProcessError:
+            break
         if os.WIFEXITED(status) or os.WIFSIGNALED(status):
-            live.discard(pid)
-            stepped.discard(pid)
-            images.pop(pid, None)
+            forget(pid)
+            if pid == child:
+                # Its children's fork events will not come now: let the
+                # ones still waiting for theirs go, unstepped.
+                for p in list(parked):
+                    parked.discard(p)
+                    resume(p)
             continue
         if not os.WIFSTOPPED(status):
             continue
@@ -159,10 +177,17 @@ def main():
         deliver = 0
         if event in (EVENT_FORK, EVENT_VFORK, EVENT_CLONE):
             new = ctypes.c_ulong()
-            ptrace(PTRACE_GETEVENTMSG, pid, 0, ctypes.addressof(new))
+            try:
+                ptrace(PTRACE_GETEVENTMSG, pid, 0, ctypes.addressof(new))
+            except ProcessLookupError:
+                continue
             new = new.value
-            parent_ok = pid == child or pid in stepped or is_fork_server(pid)
-            step = parent_ok and is_process(new)
+            group = thread_group(pid)
+            parent_ok = group == child or pid in stepped or is_fork_server(pid)
+            step = parent_ok and thread_group(new) == new
+            inherited = images.get(pid) or images.get(group)
+            if inherited:
+                images[new] = inherited
             if new in parked:
                 parked.discard(new)
                 if step:
@@ -171,9 +196,21 @@ def main():
             else:
                 decided[new] = step
         elif event == EVENT_EXEC:
-            # Another program now: its instructions are not corral's.
+            # Another program now: its instructions are not corral's. A
+            # thread that executed it took the process's pid; the other
+            # threads are gone without an exit of their own.
+            former = ctypes.c_ulong()
+            try:
+                ptrace(PTRACE_GETEVENTMSG, pid, 0, ctypes.addressof(former))
+                if former.value != pid:
+                    forget(former.value)
+            except ProcessLookupError:
+                pass
             if pid != child:
                 stepped.discard(pid)
+            try:
+                images[pid] = image_range(pid, binary)
+            except OSError:
                 images.pop(pid, None)
         elif sig != signal.SIGTRAP:
             deliver = sig
