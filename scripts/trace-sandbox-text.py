@@ -94,8 +94,9 @@ def is_fork_server(pid):
 
 
 def main():
+    if len(sys.argv) < 4 or sys.argv[2] != "--":
+        sys.exit(__doc__)
     out, argv = sys.argv[1], sys.argv[3:]
-    assert sys.argv[2] == "--" and argv, __doc__
     binary = argv[0]
     starts, names = functions(binary)
     child = os.fork()
