@@ -224,14 +224,12 @@ pub fn init_cloned(
         process::exit_now(EXIT_CORRAL_ERROR);
     };
     let mut ctrl = Control(File::from(ctrl));
-    // First: until then `ps` shows this process as its parent (the CLI's
-    // command line, or a fork server's), for the whole of the root's build.
-    wipe_inherited_args_and_env(&mut ctrl);
     let mut keep: Vec<RawFd> = vec![lifeline.as_raw_fd()];
     keep.extend(prepared.iter().map(|(_, tree)| tree.as_raw_fd()));
     if let Err((kind, msg)) = cloned_init_steps(&mut Sys, plan, join, join_later, &keep) {
         ctrl.fail(kind, msg);
     }
+    wipe_inherited_args_and_env(&mut ctrl);
     init::run(plan, ctrl, lifeline, prepared, join_later)
 }
 
