@@ -1,5 +1,17 @@
-# Sourced by the service benchmarks (serve.sh, serve-ab.sh, serve-tp-ab.sh):
-# starts one `corral serve` on loopback.
+# Sourced by the service benchmarks (serve.sh, serve-ab.sh, serve-tp-ab.sh,
+# serve-profile.sh): starts one `corral serve` on loopback.
+#
+# corral_bin: sets BIN to the corral to measure: $CORRAL_BIN when set (a
+# prebuilt binary), else this checkout's release build, built now.
+corral_bin() {
+    if [ -n "${CORRAL_BIN:-}" ]; then
+        BIN=$CORRAL_BIN
+    else
+        cargo build --release -q -p corral
+        BIN=$PWD/${CARGO_TARGET_DIR:-target}/$(rustc --print host-tuple)/release/corral
+    fi
+}
+
 #
 # start_server BIN DIR CAP: writes DIR/corral.toml (the builtin `code`
 # profile, its limits allowed to go unenforced when not root, CAP

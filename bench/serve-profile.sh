@@ -8,8 +8,10 @@
 # server's threads, kernel threads, the clients, idle), and within a
 # group under the outermost system call or page fault on its kernel
 # stack, or the work function of a kernel worker. The groups of a row
-# add up to 2 cores x the wall time / N: idle is part of it, since at
-# the concurrency cap a wait on the request's path leaves a core idle.
+# add up to the machine's cores x the wall time / N: idle is part of it.
+# With as many cores as P (2 and 2 by default) idle is the time a wait on
+# the request's path left a core with nothing to run; with more cores the
+# spare ones add to it (the script says so).
 #
 #   ./bench/serve-profile.sh      (N=600, P=2; CORRAL_BIN=path measures a
 #                                  prebuilt binary; needs perf and root
@@ -27,20 +29,23 @@ command -v perf >/dev/null || die "needs perf (Debian: linux-perf)"
 [ "$(id -u)" -eq 0 ] || die "needs root: perf samples every CPU, and the server's cgroups need root"
 # The workload's processes are told apart by their command name, which is
 # the name of the file executed: the sandbox runs python3 through its
-# symlink's target, so the bare row runs that file too.
+# symlink's target, so the bare row runs that file too. The clients run
+# as `python3`: the two names must differ.
 WORKLOAD=$(readlink -f "$PY")
-if [ -n "${CORRAL_BIN:-}" ]; then
-    BIN=$CORRAL_BIN
-else
-    cargo build --release -q -p corral
-    BIN=$PWD/target/$(rustc --print host-tuple)/release/corral
-fi
-TMP=$(mktemp -d /tmp/corral-serve-profile.XXXXXX)
-chmod 711 "$TMP"   # sandboxes (uid 65534 under root) pass through to their workspace
-cleanup() { [ -n "${SERVER_PID:-}" ] && kill "$SERVER_PID" 2>/dev/null; wait 2>/dev/null; rm -rf "$TMP"; }
-trap cleanup EXIT
+[ "$(basename "$WORKLOAD")" != python3 ] ||
+    die "$PY is not a symlink to a versioned python (python3.N): the program and the clients would share a command name"
 # shellcheck source=bench/serve-lib.sh
 source bench/serve-lib.sh
+corral_bin
+TMP=$(mktemp -d /tmp/corral-serve-profile.XXXXXX)
+chmod 711 "$TMP"   # sandboxes (uid 65534 under root) pass through to their workspace
+cleanup() {
+    if [ -n "${SERVER_PID:-}" ]; then kill "$SERVER_PID" 2>/dev/null || true; fi
+    wait 2>/dev/null || true
+    rm -rf "$TMP"
+}
+trap cleanup EXIT
+trap 'echo "serve-profile.sh: line $LINENO failed: $BASH_COMMAND" >&2' ERR
 start_server "$BIN" "$TMP/server" "$P"
 [ -n "$SERVER_ADDR" ] || die "the server did not start: $(tail -5 "$TMP/server/server.log")"
 client() { # COUNT: COUNT executions from P keep-alive clients
@@ -51,11 +56,18 @@ client $((4 * P))   # the server's sandboxes built ahead, its caches warm
 record() { # NAME CMD...: perf record of every CPU while CMD runs
     local name=$1
     shift
-    perf record -q -a -g -F "$HZ" -o "$TMP/$name.data" -- "$@" 2>>"$TMP/perf.log" >/dev/null ||
-        die "perf record failed for $name: $(tail -3 "$TMP/perf.log")"
-    perf script -i "$TMP/$name.data" -F comm,pid,tid,ip,sym >"$TMP/$name.txt" 2>>"$TMP/perf.log"
+    # cpu-clock, not cycles: a halted CPU's idle time is sampled too.
+    # --strict-freq: a rate above kernel.perf_event_max_sample_rate fails
+    # instead of being lowered, which would scale every figure wrongly.
+    perf record -q -a -g -e cpu-clock -F "$HZ" --strict-freq -o "$TMP/$name.data" -- "$@" \
+        2>>"$TMP/perf.log" >/dev/null ||
+        die "perf record, or the $name row's commands under it, failed: $(tail -3 "$TMP/perf.log")"
+    perf script -i "$TMP/$name.data" -F comm,pid,tid,ip,sym >"$TMP/$name.txt" 2>>"$TMP/perf.log" ||
+        die "perf script failed for $name: $(tail -3 "$TMP/perf.log")"
 }
 echo "service CPU per execution: N=$N, P=$P (= max_concurrent), $(nproc) cores, kernel $(uname -r), $(date -u '+%F %H:%M UTC')"
+[ "$(nproc)" -eq "$P" ] ||
+    echo "NOTE: $(nproc) cores for P=$P: idle includes the cores the executions never need"
 record bare sh -c "seq $N | xargs -P $P -I{} $WORKLOAD -c 'print(1)'"
 record corral env PYTHONPATH=bench "$PY" -c 'import sys; from serve_clients import run_executions
 run_executions(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]))' "$SERVER_ADDR" "$N" "$P"
@@ -80,21 +92,25 @@ def group(comm, pid):
         return "sandbox processes"
     return "other"
 
+ENTRY = ("x64_sys_call", "do_syscall_64")
+
 def bucket(frames):
-    """The outermost system call or page fault on the kernel stack, a
-    kernel worker's work function, or user/kernel."""
+    """A kernel worker's work function, else the outermost system call or
+    page fault on the kernel stack (perf lists the innermost frame first),
+    else user/kernel."""
     syms = [s for _, s in frames]
     if "process_one_work" in syms:
         i = syms.index("process_one_work")
         return syms[i - 1] if i > 0 else "work"
-    for i, s in enumerate(syms):
-        if s in ("x64_sys_call", "do_syscall_64") and i > 0:
-            j = i - 1
-            while j > 0 and syms[j] == "x64_sys_call":
-                j -= 1
-            return re.sub(r"^(__x64_sys_|__do_sys_|__se_sys_|ksys_)", "", syms[j])
-        if s == "asm_exc_page_fault":
+    for i in range(len(syms) - 1, -1, -1):
+        if syms[i] == "asm_exc_page_fault":
             return "page faults"
+        if syms[i] in ENTRY:
+            j = i - 1
+            while j >= 0 and syms[j] in ENTRY:
+                j -= 1
+            name = syms[j] if j >= 0 else "system call"
+            return re.sub(r"^(__x64_sys_|__do_sys_|__se_sys_|ksys_)", "", name)
     kernel = frames and frames[0][0].startswith("ffff")
     return "kernel, other" if kernel else "user"
 

@@ -34,20 +34,19 @@ if ((${#missing[@]})) && [ "$(id -u)" -eq 0 ]; then
     apt-get update -qq >&2
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >&2
 fi
-# CORRAL_BIN: measure that binary instead of building this checkout.
-if [ -n "${CORRAL_BIN:-}" ]; then
-    BIN=$CORRAL_BIN
-else
-    cargo build --release -q -p corral
-    BIN=$PWD/target/$(rustc --print host-tuple)/release/corral
-fi
-TMP=$(mktemp -d /tmp/corral-serve-bench.XXXXXX)
-chmod 711 "$TMP"   # sandboxes (uid 65534 under root) pass through to their workspace
-cleanup() { [ -n "${SERVER:-}" ] && kill "$SERVER" 2>/dev/null; wait 2>/dev/null; rm -rf "$TMP"; }
-trap cleanup EXIT
-trap 'echo "serve.sh: line $LINENO failed: $BASH_COMMAND" >&2' ERR
 # shellcheck source=bench/serve-lib.sh
 source bench/serve-lib.sh
+corral_bin
+TMP=$(mktemp -d /tmp/corral-serve-bench.XXXXXX)
+chmod 711 "$TMP"   # sandboxes (uid 65534 under root) pass through to their workspace
+# A server already gone must not stop the clean-up (set -e applies here).
+cleanup() {
+    if [ -n "${SERVER:-}" ]; then kill "$SERVER" 2>/dev/null || true; fi
+    wait 2>/dev/null || true
+    rm -rf "$TMP"
+}
+trap cleanup EXIT
+trap 'echo "serve.sh: line $LINENO failed: $BASH_COMMAND" >&2' ERR
 start_server "$BIN" "$TMP" "$P"
 SERVER=$SERVER_PID
 ADDR=$SERVER_ADDR

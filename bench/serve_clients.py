@@ -1,6 +1,7 @@
 """Keep-alive HTTP clients for the service benchmarks (bench/serve.sh,
-bench/serve-tp-ab.sh): one definition of how a batch of executions is
-sent to `corral serve` and checked, so both measure the same thing."""
+bench/serve-tp-ab.sh, bench/serve-profile.sh): one definition of how a
+batch of executions is sent to `corral serve` and checked, so all of them
+measure the same thing."""
 
 import http.client
 import json
@@ -21,10 +22,16 @@ def run_executions(addr, count, clients):
 
     def worker(k):
         c = http.client.HTTPConnection(host, int(port))
-        for _ in range(k):
-            c.request("POST", "/v1/executions", BODY, {"content-type": "application/json"})
-            r = c.getresponse()
-            d = r.read()
+        for i in range(k):
+            try:
+                c.request("POST", "/v1/executions", BODY, {"content-type": "application/json"})
+                r = c.getresponse()
+                d = r.read()
+            except (OSError, http.client.HTTPException) as e:
+                # A refused or reset connection fails the batch (a thread's
+                # exception would otherwise end it quietly, fewer sent).
+                bad.extend([f"{e!r}"] * (k - i))
+                return
             try:
                 ok = r.status == 200 and json.loads(d).get("stdout") == "1\n"
             except ValueError:
