@@ -169,59 +169,6 @@ fn mounts_never_follow_symlinks_planted_in_the_workspace() {
     assert_eq!(std::fs::read_dir(target.path()).unwrap().count(), 0);
 }
 
-/// A bind nested in the workdir needs its mount point in the caller's
-/// directory: it stands in for the run and is gone afterwards, each
-/// directory corral made on the way too; what the caller had stays.
-#[test]
-fn mount_points_made_in_the_workdir_are_gone_after_the_run() {
-    let dir = workdir();
-    std::fs::create_dir(dir.path().join("mine")).unwrap();
-    std::fs::write(dir.path().join("mine/kept"), "the user's").unwrap();
-    // The caller's own directory, owned like the workdir (root's tests
-    // give the workdir to another user).
-    let owner = std::fs::metadata(dir.path()).unwrap();
-    std::os::unix::fs::chown(
-        dir.path().join("mine"),
-        Some(std::os::unix::fs::MetadataExt::uid(&owner)),
-        Some(std::os::unix::fs::MetadataExt::gid(&owner)),
-    )
-    .unwrap();
-    let out = run(
-        &[
-            "--workdir",
-            dir.path().to_str().unwrap(),
-            "--ro",
-            "/usr/share:/workspace/sub/deep/share",
-            "--ro",
-            "/etc/hostname:/workspace/mine/hostname",
-        ],
-        &[
-            "sh",
-            "-c",
-            "test -d /workspace/sub/deep/share/doc && test -s /workspace/mine/hostname && echo mounted",
-        ],
-    );
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    assert!(
-        text(&out.stdout).contains("mounted"),
-        "{}",
-        text(&out.stdout)
-    );
-    let mut left: Vec<String> = std::fs::read_dir(dir.path())
-        .unwrap()
-        .map(|e| e.unwrap().file_name().into_string().unwrap())
-        .filter(|n| n != "mine")
-        .collect();
-    left.sort();
-    // The protected entries' placeholders go too (`.git`, `.vscode`, ...).
-    assert!(left.is_empty(), "left behind in the workdir: {left:?}");
-    let mine: Vec<_> = std::fs::read_dir(dir.path().join("mine"))
-        .unwrap()
-        .map(|e| e.unwrap().file_name())
-        .collect();
-    assert_eq!(mine, vec![std::ffi::OsString::from("kept")]);
-}
-
 #[test]
 fn extra_binds_are_read_only_or_read_write_as_asked() {
     let ro = workdir();

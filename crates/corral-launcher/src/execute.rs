@@ -19,7 +19,7 @@ use crate::launch::{
 };
 use crate::plan::{build_plan, program_for_held, sandbox_identity, with_program, RunRequest};
 use crate::prepared::PreparedSandbox;
-use crate::protect::Protection;
+use crate::protect::{ProtectError, Protection};
 use crate::reexec::ReadyHelper;
 use crate::resolve::CommandTable;
 use crate::result::{Enforced, ErrorInfo, RunResult};
@@ -298,7 +298,12 @@ fn execute_run(
         Ok(p) => p,
         Err(e) => {
             emit_all(&events);
-            return Err(refusal(EXIT_CORRAL_ERROR, e.code(), e.to_string(), events));
+            return Err(refusal(
+                EXIT_CORRAL_ERROR,
+                ProtectError::CODE,
+                e.to_string(),
+                events,
+            ));
         }
     };
     if let Some(event) = protection_event(plan, &protection) {

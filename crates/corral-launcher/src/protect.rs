@@ -1,7 +1,6 @@
 //! Protected entries of writable binds (a profile's `filesystem.protect`):
 //! planning the helper's [`MountOp::Protect`] steps, and, around the run,
-//! the placeholders that stand in for missing entries, and for the missing
-//! mount points of mounts nested in a writable bind.
+//! the placeholders that stand in for missing entries.
 //!
 //! A missing entry cannot be covered by a mount (a mount needs something
 //! to sit on), and a sandbox that could create `.mcp.json` or a whole
@@ -20,16 +19,10 @@
 //! each placeholder it uses and removes one only when it can take the lock
 //! exclusively, so a concurrent run's protection is never unmounted under
 //! it (unlinking a mount point in another mount namespace detaches it).
-//!
-//! A mount nested in a writable bind of a host directory (`--workdir DIR
-//! --ro X:/workspace/sub/x`) needs its mount point, `DIR/sub/x`, on the
-//! host. The same placeholders stand in for the missing ones, each
-//! directory on the way included, so the run leaves none of them behind
-//! in the caller's directory.
 
 use std::ffi::CString;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use corral_helper::MountOp;
 use corral_policy::{ProtectEntry, SandboxPath};
@@ -223,8 +216,7 @@ fn host_str(p: &Path) -> Result<String, PlanError> {
         .ok_or_else(|| PlanError::Mount(format!("{} is not UTF-8", p.display())))
 }
 
-/// One read-only protected entry, or a missing mount point's
-/// placeholder, held for the run.
+/// One read-only protected entry held for the run.
 struct Held {
     /// The entry's parent directory (`O_PATH`).
     parent: OwnedFd,
@@ -238,17 +230,6 @@ struct Held {
     placeholder: bool,
     /// A directory.
     dir: bool,
-    /// A mount point's placeholder rather than a protected entry's.
-    mount_point: bool,
-}
-
-/// Why a path is held: it decides the error's wording and code.
-#[derive(Clone, Copy)]
-enum Purpose<'a> {
-    /// A read-only protected entry.
-    Protect,
-    /// The mount point, on the host, of the mount at this sandbox path.
-    MountPoint(&'a SandboxPath),
 }
 
 /// The read-only protected entries of one run, with their placeholders:
@@ -259,92 +240,39 @@ pub struct Protection {
     held: Vec<Held>,
 }
 
-/// Why protected entries, or the mount points of mounts nested in a
-/// writable bind, could not be prepared.
+/// Why protected entries could not be prepared.
 #[derive(Debug, thiserror::Error)]
-#[error("{message}")]
-pub struct ProtectError {
-    code: &'static str,
-    message: String,
-}
+#[error("{0}")]
+pub struct ProtectError(String);
 
 impl ProtectError {
-    /// Stable code of a protected entry that could not be held.
-    pub const PROTECT: &'static str = "mount.protect";
-    /// Stable code of a nested mount's mount point that could not be made
-    /// (or is a symlink) in the writable bind it sits in.
-    pub const MOUNT_POINT: &'static str = "mount.mount_point";
-
-    /// This error's stable code: [`Self::PROTECT`] or [`Self::MOUNT_POINT`].
-    pub fn code(&self) -> &'static str {
-        self.code
-    }
+    /// Stable error code.
+    pub const CODE: &'static str = "mount.protect";
 }
 
 impl Protection {
     /// Creates the placeholders the plan's `mounts` need (owned like the
     /// directory they sit in), adopts stale ones, and takes a shared lock
-    /// on every read-only entry and on every placeholder: for protected
-    /// entries, and for the missing mount points (and directories on the
-    /// way) of mounts nested in a writable bind of a host directory.
+    /// on every read-only entry.
     pub fn prepare(mounts: &[MountOp]) -> Result<Protection, ProtectError> {
         let mut out = Protection::default();
-        for (i, op) in mounts.iter().enumerate() {
-            match op {
-                MountOp::Protect {
-                    source,
-                    read_only: true,
-                    dir,
-                    ..
-                } => out.held.push(hold(source, *dir, Purpose::Protect)?),
-                MountOp::Bind { .. } | MountOp::Tmpfs { .. } => {
-                    if let Some((root, parts)) = host_mount_point(&mounts[..i], op.dest()) {
-                        out.hold_mount_point(&root, &parts, mount_point_is_dir(op), op.dest())?;
-                    }
-                }
-                _ => {}
+        for op in mounts {
+            if let MountOp::Protect {
+                source,
+                read_only: true,
+                dir,
+                ..
+            } = op
+            {
+                out.held.push(hold(source, *dir)?);
             }
         }
         Ok(out)
     }
 
-    /// Holds `root/parts[0]`, `root/parts[0]/parts[1]`, ... down to the
-    /// mount point: each missing one becomes a placeholder (a directory,
-    /// the last one a file when the mount is of a file). Existing entries
-    /// that are not corral's placeholders are left alone, unlocked.
-    fn hold_mount_point(
-        &mut self,
-        root: &Path,
-        parts: &[String],
-        last_dir: bool,
-        dest: &SandboxPath,
-    ) -> Result<(), ProtectError> {
-        let mut path = root.to_path_buf();
-        for (i, part) in parts.iter().enumerate() {
-            path.push(part);
-            let dir = i + 1 < parts.len() || last_dir;
-            let source = path.to_str().ok_or_else(|| ProtectError {
-                code: ProtectError::MOUNT_POINT,
-                message: format!(
-                    "the mount point of {dest}, {}, is not UTF-8",
-                    path.display()
-                ),
-            })?;
-            let held = hold(source, dir, Purpose::MountPoint(dest))?;
-            if held.placeholder {
-                self.held.push(held);
-            }
-        }
-        Ok(())
-    }
-
-    /// How many placeholders this run created or adopted for protected
-    /// entries (those of mount points are not counted).
+    /// How many placeholders this run created or adopted.
     pub fn placeholders(&self) -> usize {
-        self.held
-            .iter()
-            .filter(|h| h.placeholder && !h.mount_point)
-            .count()
+        self.held.iter().filter(|h| h.placeholder).count()
     }
 
     /// Removes this run's placeholders that are still empty and that no
@@ -353,10 +281,8 @@ impl Protection {
         self.release();
     }
 
-    /// Last held first: a mount point's placeholder goes before the
-    /// placeholder directory it sits in, which is then empty.
     fn release(&mut self) {
-        while let Some(h) = self.held.pop() {
+        for h in self.held.drain(..) {
             if h.placeholder {
                 remove_placeholder(&h);
             }
@@ -370,92 +296,23 @@ impl Drop for Protection {
     }
 }
 
-/// Where the mount at `dest` sits on the host, when that is in a writable
-/// bind of a host directory: the bind's host root and the path's
-/// components below it. The mount covering `dest` is the one among the
-/// `earlier` steps whose destination is the longest proper ancestor of
-/// `dest` (later steps win a tie, as they are mounted on top). `None`
-/// when it is anything else (the scratch root, a tmpfs, a read-only
-/// bind: corral's own, or one the helper cannot write into).
-fn host_mount_point(earlier: &[MountOp], dest: &SandboxPath) -> Option<(PathBuf, Vec<String>)> {
-    let dest = dest.as_str();
-    let below = |ancestor: &str| -> Option<usize> {
-        let a = ancestor.trim_end_matches('/');
-        (dest.len() > a.len() + 1 && dest.starts_with(a) && dest.as_bytes()[a.len()] == b'/')
-            .then_some(a.len())
-    };
-    let (covering, depth) = earlier
-        .iter()
-        .filter(|op| !matches!(op, MountOp::Symlink { .. }))
-        .filter_map(|op| below(op.dest().as_str()).map(|d| (op, d)))
-        .fold(
-            None,
-            |best: Option<(&MountOp, usize)>, (op, d)| match best {
-                Some((_, b)) if b > d => best,
-                _ => Some((op, d)),
-            },
-        )?;
-    let root = match covering {
-        MountOp::Bind {
-            source,
-            writable: true,
-            ..
-        } => source,
-        // A directory on the way to a protected entry, bound onto itself
-        // read-write.
-        MountOp::Protect {
-            source,
-            read_only: false,
-            ..
-        } => source,
-        _ => return None,
-    };
-    let parts = dest[depth + 1..]
-        .split('/')
-        .filter(|p| !p.is_empty())
-        .map(str::to_string)
-        .collect();
-    Some((PathBuf::from(root), parts))
-}
-
-/// Whether the mount point of `op` is a directory: a tmpfs's is, a bind's
-/// is when its source is one (an unreadable source: a directory, the
-/// helper reports the source itself).
-fn mount_point_is_dir(op: &MountOp) -> bool {
-    match op {
-        MountOp::Bind { source, .. } => std::fs::metadata(source).map_or(true, |m| m.is_dir()),
-        _ => true,
-    }
-}
-
 const RESOLVE_HERE: u64 = m::RESOLVE_BENEATH | m::RESOLVE_NO_SYMLINKS | m::RESOLVE_NO_MAGICLINKS;
 
-fn hold(source: &str, dir: bool, purpose: Purpose) -> Result<Held, ProtectError> {
+fn hold(source: &str, dir: bool) -> Result<Held, ProtectError> {
     let path = Path::new(source);
-    let refuse = |what: String| match purpose {
-        Purpose::Protect => ProtectError {
-            code: ProtectError::PROTECT,
-            message: format!(
-                "cannot protect {source}: {what}. Check the directory, or turn protection off \
-                 (`--no-protect`, or `protect = []` in the profile's [filesystem])"
-            ),
-        },
-        Purpose::MountPoint(dest) => ProtectError {
-            code: ProtectError::MOUNT_POINT,
-            message: format!(
-                "cannot prepare {source}, the mount point of {dest} in a writable bind: {what}. \
-                 Check the directory, or mount {dest} elsewhere"
-            ),
-        },
+    let fail = |what: &str, e: corral_sys::Errno| {
+        ProtectError(format!(
+            "cannot protect {source}: {what}: {e}. Check the directory, or turn protection off \
+             (`--no-protect`, or `protect = []` in the profile's [filesystem])"
+        ))
     };
-    let fail = |what: &str, e: corral_sys::Errno| refuse(format!("{what}: {e}"));
     let (parent, name) = match (path.parent(), path.file_name()) {
         (Some(p), Some(n)) => (p, n),
         _ => return Err(fail("no parent directory", corral_sys::Errno(libc::EINVAL))),
     };
     let cpath = |p: &Path| {
         CString::new(p.as_os_str().as_encoded_bytes())
-            .map_err(|_| refuse("the path contains a NUL byte".into()))
+            .map_err(|_| ProtectError(format!("{source} contains a NUL byte")))
     };
     let parent = m::openat2(
         libc::AT_FDCWD,
@@ -478,9 +335,9 @@ fn hold(source: &str, dir: bool, purpose: Purpose) -> Result<Held, ProtectError>
     }
     let st = m::fstatat_nofollow(parent.as_fd(), &name).map_err(|e| fail("inspecting it", e))?;
     if st.is_symlink() {
-        return Err(refuse(
-            "it is a symlink (planted since the plan was made?); remove it".into(),
-        ));
+        return Err(ProtectError(format!(
+            "cannot protect {source}: it is a symlink (planted since the plan was made?); remove it"
+        )));
     }
     let fd = if st.is_dir() || st.is_regular() {
         let flags = libc::O_RDONLY
@@ -509,11 +366,7 @@ fn hold(source: &str, dir: bool, purpose: Purpose) -> Result<Held, ProtectError>
             // a placeholder left behind.
             let _ = fd::set_xattr(fd.as_fd(), PLACEHOLDER_XATTR, b"1");
         } else {
-            // A protected entry's placeholder is adopted while empty; a
-            // directory on the way to a mount point also when it holds
-            // another run's placeholders (the removal checks emptiness).
-            placeholder = is_marked(fd)
-                && (matches!(purpose, Purpose::MountPoint(_)) || is_empty(fd, st.is_dir()));
+            placeholder = is_marked(fd) && is_empty(fd, st.is_dir());
         }
     }
     Ok(Held {
@@ -522,7 +375,6 @@ fn hold(source: &str, dir: bool, purpose: Purpose) -> Result<Held, ProtectError>
         fd,
         placeholder,
         dir: st.is_dir(),
-        mount_point: matches!(purpose, Purpose::MountPoint(_)),
     })
 }
 
@@ -783,156 +635,5 @@ mod tests {
         assert!(root.path().join(".mcp.json").is_dir(), "removed while held");
         second.finish();
         assert!(!root.path().join(".mcp.json").exists(), "left behind");
-    }
-
-    fn bind(source: &Path, dest_: &str, writable: bool) -> MountOp {
-        MountOp::Bind {
-            source: source.to_str().unwrap().to_string(),
-            dest: dest(dest_),
-            writable,
-            idmap_from: None,
-            no_symlinks: true,
-        }
-    }
-
-    fn tmpfs(dest_: &str) -> MountOp {
-        MountOp::Tmpfs {
-            dest: dest(dest_),
-            size: 1 << 20,
-            mode: 0o755,
-        }
-    }
-
-    #[test]
-    fn a_nested_mount_sits_in_the_innermost_mount_above_it() {
-        let rw = Path::new("/host/rw");
-        let ops = [
-            bind(Path::new("/usr"), "/usr", false),
-            bind(rw, "/w", true),
-            tmpfs("/w/t"),
-            bind(Path::new("/host/ro"), "/w/ro", false),
-        ];
-        let at = |d: &str| host_mount_point(&ops, &dest(d));
-        assert_eq!(
-            at("/w/a/b"),
-            Some((rw.to_path_buf(), vec!["a".to_string(), "b".to_string()]))
-        );
-        // In corral's scratch tmpfs, a tmpfs or a read-only bind: not on a
-        // host directory the helper writes into.
-        assert_eq!(at("/data"), None);
-        assert_eq!(at("/w/t/x"), None);
-        assert_eq!(at("/w/ro/x"), None);
-        assert_eq!(at("/usr/x"), None);
-        // On the bind's own root: no mount point to make.
-        assert_eq!(at("/w"), None);
-        // A name that only starts like the bind's is not below it.
-        assert_eq!(at("/wx/y"), None);
-        // A later step at the same place is mounted on top and wins.
-        let over = [
-            bind(rw, "/w", true),
-            bind(Path::new("/host/ro"), "/w", false),
-        ];
-        assert_eq!(host_mount_point(&over, &dest("/w/x")), None);
-        // A directory pinned read-write on the way to a protected entry.
-        let pinned = [
-            bind(rw, "/w", true),
-            MountOp::Protect {
-                source: "/host/rw/.git".into(),
-                dest: dest("/w/.git"),
-                read_only: false,
-                dir: true,
-            },
-        ];
-        assert_eq!(
-            host_mount_point(&pinned, &dest("/w/.git/x")),
-            Some((PathBuf::from("/host/rw/.git"), vec!["x".to_string()]))
-        );
-    }
-
-    #[test]
-    fn nested_mount_points_stand_in_as_placeholders_and_go_after_the_run() {
-        let root = tempfile::tempdir().unwrap();
-        let sources = tempfile::tempdir().unwrap();
-        let file = sources.path().join("file");
-        std::fs::write(&file, "f").unwrap();
-        std::fs::create_dir(root.path().join("mine")).unwrap();
-        std::fs::write(root.path().join("mine/kept"), "the user's").unwrap();
-        let plan = [
-            bind(root.path(), "/w", true),
-            bind(sources.path(), "/w/sub/deep", false),
-            bind(&file, "/w/f/file", false),
-            tmpfs("/w/t"),
-            bind(sources.path(), "/w/mine/x", false),
-        ];
-        let protection = Protection::prepare(&plan).unwrap();
-        assert!(root.path().join("sub/deep").is_dir());
-        assert!(root.path().join("f/file").is_file());
-        assert!(root.path().join("t").is_dir());
-        assert!(root.path().join("mine/x").is_dir());
-        assert!(is_marked(
-            &m::openat2(
-                libc::AT_FDCWD,
-                &CString::new(root.path().join("sub/deep").to_str().unwrap()).unwrap(),
-                libc::O_RDONLY | libc::O_DIRECTORY,
-                0,
-                0,
-            )
-            .unwrap()
-        ));
-        // Only protected entries' placeholders are counted (and reported).
-        assert_eq!(protection.placeholders(), 0);
-        protection.finish();
-        let mut left: Vec<String> = std::fs::read_dir(root.path())
-            .unwrap()
-            .map(|e| e.unwrap().file_name().into_string().unwrap())
-            .collect();
-        left.sort();
-        assert_eq!(left, vec!["mine".to_string()], "left behind");
-        assert_eq!(
-            std::fs::read_to_string(root.path().join("mine/kept")).unwrap(),
-            "the user's"
-        );
-        assert!(!root.path().join("mine/x").exists());
-    }
-
-    #[test]
-    fn a_nested_mount_point_holding_something_stays() {
-        let root = tempfile::tempdir().unwrap();
-        let plan = [bind(root.path(), "/w", true), tmpfs("/w/sub/x")];
-        let protection = Protection::prepare(&plan).unwrap();
-        // Written on the host meanwhile (the sandbox sees the tmpfs there).
-        std::fs::write(root.path().join("sub/x/new"), "n").unwrap();
-        protection.finish();
-        assert!(root.path().join("sub/x/new").exists(), "lost");
-    }
-
-    #[test]
-    fn a_symlink_on_the_way_to_a_nested_mount_point_refuses_the_run() {
-        let root = tempfile::tempdir().unwrap();
-        let elsewhere = tempfile::tempdir().unwrap();
-        std::os::unix::fs::symlink(elsewhere.path(), root.path().join("sub")).unwrap();
-        let plan = [bind(root.path(), "/w", true), tmpfs("/w/sub/x")];
-        let err = Protection::prepare(&plan).err().unwrap();
-        assert_eq!(err.code(), ProtectError::MOUNT_POINT);
-        assert!(err.to_string().contains("symlink"), "{err}");
-        assert!(err.to_string().contains("/w/sub/x"), "{err}");
-        assert_eq!(std::fs::read_dir(elsewhere.path()).unwrap().count(), 0);
-    }
-
-    #[test]
-    fn concurrent_runs_keep_the_mount_points_the_other_one_holds() {
-        let root = tempfile::tempdir().unwrap();
-        let deep = [bind(root.path(), "/w", true), tmpfs("/w/sub/deep")];
-        let other = [bind(root.path(), "/w", true), tmpfs("/w/sub/other")];
-        let first = Protection::prepare(&deep).unwrap();
-        let second = Protection::prepare(&deep).unwrap();
-        let third = Protection::prepare(&other).unwrap();
-        first.finish();
-        assert!(root.path().join("sub/deep").is_dir(), "removed while held");
-        second.finish();
-        assert!(!root.path().join("sub/deep").exists(), "left behind");
-        assert!(root.path().join("sub/other").is_dir(), "removed while held");
-        third.finish();
-        assert!(!root.path().join("sub").exists(), "left behind");
     }
 }
