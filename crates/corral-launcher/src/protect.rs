@@ -23,6 +23,7 @@
 use std::ffi::CString;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 use corral_helper::MountOp;
 use corral_policy::{ProtectEntry, SandboxPath};
@@ -298,14 +299,27 @@ impl Drop for Protection {
 
 const RESOLVE_HERE: u64 = m::RESOLVE_BENEATH | m::RESOLVE_NO_SYMLINKS | m::RESOLVE_NO_MAGICLINKS;
 
+/// How long a run waits for an exclusive lock someone else holds on an
+/// entry before it refuses: corral's own runs hold one only for the
+/// moment of a removal; a sandbox that holds one (any process that can
+/// open the entry can) must not hang the next run before its timeout
+/// even starts.
+const LOCK_WAIT: Duration = Duration::from_secs(2);
+
+/// Looks of one entry before it is held: a name replaced between the look
+/// and the lock (a concurrent run removing a stale placeholder) is looked
+/// at again, this many times.
+const HOLD_ATTEMPTS: usize = 3;
+
 fn hold(source: &str, dir: bool) -> Result<Held, ProtectError> {
     let path = Path::new(source);
-    let fail = |what: &str, e: corral_sys::Errno| {
+    let refuse = |what: &str| {
         ProtectError(format!(
-            "cannot protect {source}: {what}: {e}. Check the directory, or turn protection off \
+            "cannot protect {source}: {what}. Check the directory, or turn protection off \
              (`--no-protect`, or `protect = []` in the profile's [filesystem])"
         ))
     };
+    let fail = |what: &str, e: corral_sys::Errno| refuse(&format!("{what}: {e}"));
     let (parent, name) = match (path.parent(), path.file_name()) {
         (Some(p), Some(n)) => (p, n),
         _ => return Err(fail("no parent directory", corral_sys::Errno(libc::EINVAL))),
@@ -323,74 +337,180 @@ fn hold(source: &str, dir: bool) -> Result<Held, ProtectError> {
     )
     .map_err(|e| fail("opening its directory", e))?;
     let name = cpath(Path::new(name))?;
-    let mut created = false;
-    match m::fstatat_nofollow(parent.as_fd(), &name) {
-        Ok(_) => {}
-        Err(e) if e.0 == libc::ENOENT => {
-            create_placeholder(&parent, &name, dir)
-                .map_err(|e| fail("creating a placeholder", e))?;
-            created = true;
-        }
-        Err(e) => return Err(fail("inspecting it", e)),
-    }
-    let st = m::fstatat_nofollow(parent.as_fd(), &name).map_err(|e| fail("inspecting it", e))?;
-    if st.is_symlink() {
-        return Err(ProtectError(format!(
-            "cannot protect {source}: it is a symlink (planted since the plan was made?); remove it"
-        )));
-    }
-    let fd = if st.is_dir() || st.is_regular() {
-        let flags = libc::O_RDONLY
-            | libc::O_NONBLOCK
-            | libc::O_NOFOLLOW
-            | libc::O_NOCTTY
-            | if st.is_dir() { libc::O_DIRECTORY } else { 0 };
-        let fd = m::openat2(parent.as_raw_fd(), &name, flags, 0, RESOLVE_HERE)
-            .map_err(|e| fail("opening it", e))?;
-        fd::flock(fd.as_fd(), FlockMode::Shared).map_err(|e| fail("locking it", e))?;
-        Some(fd)
-    } else {
-        None
-    };
-    let mut placeholder = created;
-    if let Some(fd) = &fd {
-        if created {
-            // Owned like the directory it sits in, so the user can remove
-            // one a killed corral left behind; marked as corral's.
-            let dir_st =
-                m::fstat(parent.as_fd()).map_err(|e| fail("inspecting its directory", e))?;
-            if corral_sys::process::uids().1 == 0 {
-                m::fchown(fd.as_fd(), dir_st.uid, dir_st.gid).map_err(|e| fail("chown", e))?;
-            }
-            // A filesystem without user xattrs only loses the adoption of
-            // a placeholder left behind.
-            let _ = fd::set_xattr(fd.as_fd(), PLACEHOLDER_XATTR, b"1");
-        } else {
-            placeholder = is_marked(fd) && is_empty(fd, st.is_dir());
+    let deadline = Instant::now() + LOCK_WAIT;
+    for _ in 0..HOLD_ATTEMPTS {
+        // `None`: replaced while it was being locked; look again.
+        if let Some(looked) = hold_once(&parent, &name, dir, deadline, &refuse)? {
+            return Ok(Held {
+                parent,
+                name,
+                fd: looked.fd,
+                placeholder: looked.placeholder,
+                dir: looked.dir,
+            });
         }
     }
-    Ok(Held {
-        parent,
-        name,
-        fd,
-        placeholder,
-        dir: st.is_dir(),
-    })
+    Err(refuse(
+        "it was replaced each time corral locked it (another process renaming it?)",
+    ))
 }
 
-fn create_placeholder(parent: &OwnedFd, name: &CString, dir: bool) -> corral_sys::SysResult<()> {
-    if dir {
-        m::mkdirat(parent.as_raw_fd(), name, 0o755)
+/// What [`hold_once`] found and holds.
+struct Looked {
+    /// The entry, open and share-locked (a directory or regular file).
+    fd: Option<OwnedFd>,
+    /// A placeholder of corral's (made now, or an empty marked one).
+    placeholder: bool,
+    /// A directory.
+    dir: bool,
+}
+
+/// One look at the entry `name` in `parent`: made as a placeholder when
+/// missing, opened and share-locked when a directory or regular file.
+/// `None` when the name no longer leads to the entry once it is locked.
+fn hold_once(
+    parent: &OwnedFd,
+    name: &CString,
+    dir: bool,
+    deadline: Instant,
+    refuse: &dyn Fn(&str) -> ProtectError,
+) -> Result<Option<Looked>, ProtectError> {
+    let fail = |what: &str, e: corral_sys::Errno| refuse(&format!("{what}: {e}"));
+    let (fd, st, created) = match m::fstatat_nofollow(parent.as_fd(), name) {
+        Err(e) if e.0 == libc::ENOENT => {
+            // The descriptor of what was made, never a second look by
+            // name: as root the placeholder is chowned next, and a
+            // process writing the directory could swap in another file
+            // in between, for corral to hand over.
+            let fd = create_placeholder(parent, name, dir)
+                .map_err(|e| fail("creating a placeholder", e))?;
+            let st = m::fstat(fd.as_fd()).map_err(|e| fail("inspecting it", e))?;
+            (Some(fd), st, true)
+        }
+        Err(e) => return Err(fail("inspecting it", e)),
+        Ok(st) if st.is_symlink() => {
+            return Err(refuse(
+                "it is a symlink (planted since the plan was made?); remove it",
+            ))
+        }
+        Ok(st) if st.is_dir() || st.is_regular() => {
+            let flags = libc::O_RDONLY
+                | libc::O_NONBLOCK
+                | libc::O_NOFOLLOW
+                | libc::O_NOCTTY
+                | if st.is_dir() { libc::O_DIRECTORY } else { 0 };
+            let fd = m::openat2(parent.as_raw_fd(), name, flags, 0, RESOLVE_HERE)
+                .map_err(|e| fail("opening it", e))?;
+            (Some(fd), st, false)
+        }
+        Ok(st) => (None, st, false),
+    };
+    let Some(fd) = fd else {
+        return Ok(Some(Looked {
+            fd: None,
+            placeholder: false,
+            dir: st.is_dir(),
+        }));
+    };
+    lock_shared(&fd, deadline, refuse)?;
+    // Still the entry at that name (a concurrent run may have removed a
+    // stale placeholder between the look and the lock)?
+    let now = m::fstatat_nofollow(parent.as_fd(), name);
+    let held = m::fstat(fd.as_fd()).map_err(|e| fail("inspecting it", e))?;
+    if !now.is_ok_and(|n| (n.dev, n.ino) == (held.dev, held.ino)) {
+        if created {
+            return Err(refuse(
+                "it was replaced right after corral made it (another process writing the directory?)",
+            ));
+        }
+        return Ok(None);
+    }
+    let placeholder = if created {
+        // Owned like the directory it sits in, so the user can remove
+        // one a killed corral left behind; marked as corral's.
+        let dir_st = m::fstat(parent.as_fd()).map_err(|e| fail("inspecting its directory", e))?;
+        if corral_sys::process::uids().1 == 0 {
+            m::fchown(fd.as_fd(), dir_st.uid, dir_st.gid).map_err(|e| fail("chown", e))?;
+        }
+        // A filesystem without user xattrs only loses the adoption of
+        // a placeholder left behind.
+        let _ = fd::set_xattr(fd.as_fd(), PLACEHOLDER_XATTR, b"1");
+        true
     } else {
-        m::openat2(
+        is_marked(&fd) && is_empty(&fd, held.is_dir())
+    };
+    Ok(Some(Looked {
+        fd: Some(fd),
+        placeholder,
+        dir: held.is_dir(),
+    }))
+}
+
+/// A shared lock on `fd`, waiting until `deadline` for an exclusive one
+/// someone else holds.
+fn lock_shared(
+    fd: &OwnedFd,
+    deadline: Instant,
+    refuse: &dyn Fn(&str) -> ProtectError,
+) -> Result<(), ProtectError> {
+    loop {
+        match fd::flock(fd.as_fd(), FlockMode::SharedNow) {
+            Ok(()) => return Ok(()),
+            Err(e) if e.0 == libc::EWOULDBLOCK && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err(e) if e.0 == libc::EWOULDBLOCK => {
+                return Err(refuse(&format!(
+                    "another process has held an exclusive lock on it for over {} s \
+                     (a sandbox of a run still going?)",
+                    LOCK_WAIT.as_secs()
+                )))
+            }
+            Err(e) => return Err(refuse(&format!("locking it: {e}"))),
+        }
+    }
+}
+
+/// Makes the placeholder `name` in `parent` (a directory, else an empty
+/// file) and returns it open for reading. A directory is opened by name
+/// after `mkdirat`, which returns none: it must then look just made
+/// (a directory of this process's user, empty, unmarked), or something
+/// was swapped in and the run is refused (`EEXIST`).
+fn create_placeholder(
+    parent: &OwnedFd,
+    name: &CString,
+    dir: bool,
+) -> corral_sys::SysResult<OwnedFd> {
+    if !dir {
+        return m::openat2(
             parent.as_raw_fd(),
             name,
             libc::O_CREAT | libc::O_EXCL | libc::O_RDONLY | libc::O_NOFOLLOW,
             0o644,
             RESOLVE_HERE,
-        )
-        .map(drop)
+        );
     }
+    m::mkdirat(parent.as_raw_fd(), name, 0o755)?;
+    let fd = m::openat2(
+        parent.as_raw_fd(),
+        name,
+        libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_NONBLOCK,
+        0,
+        RESOLVE_HERE,
+    )?;
+    if is_fresh_dir(&fd) {
+        Ok(fd)
+    } else {
+        Err(corral_sys::Errno(libc::EEXIST))
+    }
+}
+
+/// Whether the directory open at `fd` looks as `mkdirat` just left it:
+/// owned by this process's effective user, empty, without corral's mark.
+fn is_fresh_dir(fd: &OwnedFd) -> bool {
+    m::fstat(fd.as_fd()).is_ok_and(|st| st.is_dir() && st.uid == corral_sys::process::uids().1)
+        && is_empty(fd, true)
+        && !is_marked(fd)
 }
 
 fn is_marked(fd: &OwnedFd) -> bool {
@@ -635,5 +755,54 @@ mod tests {
         assert!(root.path().join(".mcp.json").is_dir(), "removed while held");
         second.finish();
         assert!(!root.path().join(".mcp.json").exists(), "left behind");
+    }
+
+    #[test]
+    fn an_entry_another_process_keeps_locked_refuses_the_run_after_a_bounded_wait() {
+        let root = tempfile::tempdir().unwrap();
+        std::fs::create_dir(root.path().join(".cursor")).unwrap();
+        let plan = plan_for(root.path(), &[".cursor"]);
+        // What a sandbox could do to an entry of its workdir.
+        let entry = std::fs::File::open(root.path().join(".cursor")).unwrap();
+        fd::flock(entry.as_fd(), FlockMode::ExclusiveNow).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(Protection::prepare(&plan).err().map(|e| e.to_string()));
+        });
+        let err = rx
+            .recv_timeout(Duration::from_secs(20))
+            .expect("the run waited on the lock without bound");
+        let err = err.expect("held despite another process's exclusive lock");
+        assert!(err.contains("exclusive lock"), "{err}");
+        assert!(err.contains(".cursor"), "{err}");
+    }
+
+    #[test]
+    fn a_placeholder_is_chowned_only_when_it_looks_just_made() {
+        let root = tempfile::tempdir().unwrap();
+        let open = |name: &str| {
+            m::openat2(
+                libc::AT_FDCWD,
+                &CString::new(root.path().join(name).to_str().unwrap()).unwrap(),
+                libc::O_RDONLY | libc::O_DIRECTORY,
+                0,
+                0,
+            )
+            .unwrap()
+        };
+        std::fs::create_dir(root.path().join("fresh")).unwrap();
+        assert!(is_fresh_dir(&open("fresh")));
+        // Swapped in instead: something with content, corral's mark, or
+        // another owner's directory.
+        std::fs::create_dir_all(root.path().join("full/x")).unwrap();
+        assert!(!is_fresh_dir(&open("full")));
+        std::fs::create_dir(root.path().join("marked")).unwrap();
+        fd::set_xattr(open("marked").as_fd(), PLACEHOLDER_XATTR, b"1").unwrap();
+        assert!(!is_fresh_dir(&open("marked")));
+        if corral_sys::process::uids().1 == 0 {
+            std::fs::create_dir(root.path().join("theirs")).unwrap();
+            std::os::unix::fs::chown(root.path().join("theirs"), Some(4242), Some(4242)).unwrap();
+            assert!(!is_fresh_dir(&open("theirs")));
+        }
     }
 }

@@ -615,6 +615,9 @@ mod tests {
 pub enum FlockMode {
     /// `LOCK_SH`: shared, waits.
     Shared,
+    /// `LOCK_SH | LOCK_NB`: shared, or `EWOULDBLOCK` at once when someone
+    /// holds an exclusive lock.
+    SharedNow,
     /// `LOCK_EX | LOCK_NB`: exclusive, or `EWOULDBLOCK` at once when
     /// anyone else holds a lock.
     ExclusiveNow,
@@ -625,6 +628,7 @@ pub enum FlockMode {
 pub fn flock(fd: std::os::fd::BorrowedFd<'_>, mode: FlockMode) -> SysResult<()> {
     let op = match mode {
         FlockMode::Shared => libc::LOCK_SH,
+        FlockMode::SharedNow => libc::LOCK_SH | libc::LOCK_NB,
         FlockMode::ExclusiveNow => libc::LOCK_EX | libc::LOCK_NB,
     };
     // SAFETY: flock takes an fd, valid for the call, and an integer.
