@@ -376,14 +376,33 @@ fn hold_once(
     refuse: &dyn Fn(&str) -> ProtectError,
 ) -> Result<Option<Looked>, ProtectError> {
     let fail = |what: &str, e: corral_sys::Errno| refuse(&format!("{what}: {e}"));
+    // What a concurrent run (or a sandbox writing the directory) does
+    // between two steps: made, removed or retyped the entry. Look again.
+    let changed = |e: &corral_sys::Errno| {
+        matches!(
+            e.0,
+            libc::ENOENT | libc::EEXIST | libc::ENOTDIR | libc::ELOOP
+        )
+    };
     let (fd, st, created) = match m::fstatat_nofollow(parent.as_fd(), name) {
         Err(e) if e.0 == libc::ENOENT => {
-            // The descriptor of what was made, never a second look by
-            // name: as root the placeholder is chowned next, and a
-            // process writing the directory could swap in another file
-            // in between, for corral to hand over.
-            let fd = create_placeholder(parent, name, dir)
-                .map_err(|e| fail("creating a placeholder", e))?;
+            let fd = match create_placeholder(parent, name, dir) {
+                Ok(Some(fd)) => fd,
+                Ok(None) => {
+                    return Err(refuse(
+                        "the directory corral made there was replaced at once \
+                         (another process writing the directory?)",
+                    ))
+                }
+                Err(e) if changed(&e) => return Ok(None),
+                Err(e) => return Err(fail("creating a placeholder", e)),
+            };
+            // Given away and marked at once, through the descriptor of
+            // what was made: a run refused from here on leaves a
+            // placeholder the next run on the directory adopts and
+            // removes, not a stray entry of root's.
+            adopt_as_placeholder(parent, &fd)
+                .map_err(|e| fail("giving it to the directory's owner", e))?;
             let st = m::fstat(fd.as_fd()).map_err(|e| fail("inspecting it", e))?;
             (Some(fd), st, true)
         }
@@ -399,9 +418,11 @@ fn hold_once(
                 | libc::O_NOFOLLOW
                 | libc::O_NOCTTY
                 | if st.is_dir() { libc::O_DIRECTORY } else { 0 };
-            let fd = m::openat2(parent.as_raw_fd(), name, flags, 0, RESOLVE_HERE)
-                .map_err(|e| fail("opening it", e))?;
-            (Some(fd), st, false)
+            match m::openat2(parent.as_raw_fd(), name, flags, 0, RESOLVE_HERE) {
+                Ok(fd) => (Some(fd), st, false),
+                Err(e) if changed(&e) => return Ok(None),
+                Err(e) => return Err(fail("opening it", e)),
+            }
         }
         Ok(st) => (None, st, false),
     };
@@ -425,25 +446,26 @@ fn hold_once(
         }
         return Ok(None);
     }
-    let placeholder = if created {
-        // Owned like the directory it sits in, so the user can remove
-        // one a killed corral left behind; marked as corral's.
-        let dir_st = m::fstat(parent.as_fd()).map_err(|e| fail("inspecting its directory", e))?;
-        if corral_sys::process::uids().1 == 0 {
-            m::fchown(fd.as_fd(), dir_st.uid, dir_st.gid).map_err(|e| fail("chown", e))?;
-        }
-        // A filesystem without user xattrs only loses the adoption of
-        // a placeholder left behind.
-        let _ = fd::set_xattr(fd.as_fd(), PLACEHOLDER_XATTR, b"1");
-        true
-    } else {
-        is_marked(&fd) && is_empty(&fd, held.is_dir())
-    };
+    let placeholder = created || (is_marked(&fd) && is_empty(&fd, held.is_dir()));
     Ok(Some(Looked {
         fd: Some(fd),
         placeholder,
         dir: held.is_dir(),
     }))
+}
+
+/// Marks a placeholder just made (open at `fd`) as corral's, then, when
+/// corral is root, gives it to the owner of `parent`, so the user can
+/// remove one a killed corral left behind. Marked first: one left by a
+/// failed chown is still adopted and removed by the next run. A
+/// filesystem without user xattrs only loses that adoption.
+fn adopt_as_placeholder(parent: &OwnedFd, fd: &OwnedFd) -> corral_sys::SysResult<()> {
+    let _ = fd::set_xattr(fd.as_fd(), PLACEHOLDER_XATTR, b"1");
+    if corral_sys::process::uids().1 == 0 {
+        let dir_st = m::fstat(parent.as_fd())?;
+        m::fchown(fd.as_fd(), dir_st.uid, dir_st.gid)?;
+    }
+    Ok(())
 }
 
 /// A shared lock on `fd`, waiting until `deadline` for an exclusive one
@@ -461,8 +483,8 @@ fn lock_shared(
             }
             Err(e) if e.0 == libc::EWOULDBLOCK => {
                 return Err(refuse(&format!(
-                    "another process has held an exclusive lock on it for over {} s \
-                     (a sandbox of a run still going?)",
+                    "another process kept an exclusive lock on it through corral's wait ({} s; \
+                     a sandbox of a run still going?)",
                     LOCK_WAIT.as_secs()
                 )))
             }
@@ -472,15 +494,16 @@ fn lock_shared(
 }
 
 /// Makes the placeholder `name` in `parent` (a directory, else an empty
-/// file) and returns it open for reading. A directory is opened by name
-/// after `mkdirat`, which returns none: it must then look just made
-/// (a directory of this process's user, empty, unmarked), or something
-/// was swapped in and the run is refused (`EEXIST`).
+/// file) and returns it open for reading: a file through the descriptor
+/// that created it; a directory opened by name after `mkdirat` (which
+/// returns none), `None` when what is there then does not look just made
+/// ([`is_fresh_dir`]): something was swapped in, which corral must not
+/// give away.
 fn create_placeholder(
     parent: &OwnedFd,
     name: &CString,
     dir: bool,
-) -> corral_sys::SysResult<OwnedFd> {
+) -> corral_sys::SysResult<Option<OwnedFd>> {
     if !dir {
         return m::openat2(
             parent.as_raw_fd(),
@@ -488,7 +511,8 @@ fn create_placeholder(
             libc::O_CREAT | libc::O_EXCL | libc::O_RDONLY | libc::O_NOFOLLOW,
             0o644,
             RESOLVE_HERE,
-        );
+        )
+        .map(Some);
     }
     m::mkdirat(parent.as_raw_fd(), name, 0o755)?;
     let fd = m::openat2(
@@ -498,19 +522,23 @@ fn create_placeholder(
         0,
         RESOLVE_HERE,
     )?;
-    if is_fresh_dir(&fd) {
-        Ok(fd)
-    } else {
-        Err(corral_sys::Errno(libc::EEXIST))
-    }
+    Ok(is_fresh_dir(parent, &fd).then_some(fd))
 }
 
-/// Whether the directory open at `fd` looks as `mkdirat` just left it:
-/// owned by this process's effective user, empty, without corral's mark.
-fn is_fresh_dir(fd: &OwnedFd) -> bool {
-    m::fstat(fd.as_fd()).is_ok_and(|st| st.is_dir() && st.uid == corral_sys::process::uids().1)
-        && is_empty(fd, true)
-        && !is_marked(fd)
+/// Whether the directory open at `fd` looks as `mkdirat` in `parent` just
+/// left it: empty, without corral's mark, and, when corral is root (and
+/// gives it away next), root's or already the parent's owner's (a
+/// filesystem mounted with a fixed owner makes it so). What else passes,
+/// an empty unmarked directory of root's renamed in from the same
+/// directory, is harmless to give away.
+fn is_fresh_dir(parent: &OwnedFd, fd: &OwnedFd) -> bool {
+    let Ok(st) = m::fstat(fd.as_fd()) else {
+        return false;
+    };
+    let owner_ok = corral_sys::process::uids().1 != 0
+        || st.uid == 0
+        || m::fstat(parent.as_fd()).is_ok_and(|p| (p.uid, p.gid) == (st.uid, st.gid));
+    st.is_dir() && owner_ok && is_empty(fd, true) && !is_marked(fd)
 }
 
 fn is_marked(fd: &OwnedFd) -> bool {
@@ -790,19 +818,23 @@ mod tests {
             )
             .unwrap()
         };
+        let parent = open(".");
         std::fs::create_dir(root.path().join("fresh")).unwrap();
-        assert!(is_fresh_dir(&open("fresh")));
+        assert!(is_fresh_dir(&parent, &open("fresh")));
         // Swapped in instead: something with content, corral's mark, or
-        // another owner's directory.
+        // another user's directory.
         std::fs::create_dir_all(root.path().join("full/x")).unwrap();
-        assert!(!is_fresh_dir(&open("full")));
+        assert!(!is_fresh_dir(&parent, &open("full")));
         std::fs::create_dir(root.path().join("marked")).unwrap();
         fd::set_xattr(open("marked").as_fd(), PLACEHOLDER_XATTR, b"1").unwrap();
-        assert!(!is_fresh_dir(&open("marked")));
-        if corral_sys::process::uids().1 == 0 {
-            std::fs::create_dir(root.path().join("theirs")).unwrap();
-            std::os::unix::fs::chown(root.path().join("theirs"), Some(4242), Some(4242)).unwrap();
-            assert!(!is_fresh_dir(&open("theirs")));
+        assert!(!is_fresh_dir(&parent, &open("marked")));
+        let theirs = root.path().join("theirs");
+        std::fs::create_dir(&theirs).unwrap();
+        // As root only, where 4242 is mapped (not in every user namespace).
+        if corral_sys::process::uids().1 == 0
+            && std::os::unix::fs::chown(&theirs, Some(4242), Some(4242)).is_ok()
+        {
+            assert!(!is_fresh_dir(&parent, &open("theirs")));
         }
     }
 }

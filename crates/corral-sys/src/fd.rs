@@ -613,10 +613,9 @@ mod tests {
 /// How [`flock`] locks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FlockMode {
-    /// `LOCK_SH`: shared, waits.
-    Shared,
     /// `LOCK_SH | LOCK_NB`: shared, or `EWOULDBLOCK` at once when someone
-    /// holds an exclusive lock.
+    /// holds an exclusive lock. (No waiting variant: whoever can open a
+    /// file can hold its exclusive lock forever.)
     SharedNow,
     /// `LOCK_EX | LOCK_NB`: exclusive, or `EWOULDBLOCK` at once when
     /// anyone else holds a lock.
@@ -627,7 +626,6 @@ pub enum FlockMode {
 /// the last fd of that open file description is closed).
 pub fn flock(fd: std::os::fd::BorrowedFd<'_>, mode: FlockMode) -> SysResult<()> {
     let op = match mode {
-        FlockMode::Shared => libc::LOCK_SH,
         FlockMode::SharedNow => libc::LOCK_SH | libc::LOCK_NB,
         FlockMode::ExclusiveNow => libc::LOCK_EX | libc::LOCK_NB,
     };
