@@ -13,6 +13,20 @@ corral_bin() {
 }
 
 #
+# bench_tmp NAME: sets TMP to a fresh directory /tmp/corral-NAME.XXXXXX
+# (mode 0711: sandboxes running as uid 65534 under root pass through to
+# their workspace), removed on exit once the server started for the run
+# (SERVER_PID) is killed (a server already gone does not stop the clean-up:
+# set -e applies in traps); a failing command names its line.
+bench_tmp() {
+    TMP=$(mktemp -d "/tmp/corral-$1.XXXXXX")
+    chmod 711 "$TMP"
+    trap 'if [ -n "${SERVER_PID:-}" ]; then kill "$SERVER_PID" 2>/dev/null || true; fi
+          wait 2>/dev/null || true
+          rm -rf "$TMP"' EXIT
+    trap 'echo "$(basename "$0"): line $LINENO failed: $BASH_COMMAND" >&2' ERR
+}
+
 # start_server BIN DIR CAP: writes DIR/corral.toml (the builtin `code`
 # profile, its limits allowed to go unenforced when not root, CAP
 # executions at once, the audit database and work_dir in DIR, mode 0711 so

@@ -37,15 +37,7 @@ WORKLOAD=$(readlink -f "$PY")
 # shellcheck source=bench/serve-lib.sh
 source bench/serve-lib.sh
 corral_bin
-TMP=$(mktemp -d /tmp/corral-serve-profile.XXXXXX)
-chmod 711 "$TMP"   # sandboxes (uid 65534 under root) pass through to their workspace
-cleanup() {
-    if [ -n "${SERVER_PID:-}" ]; then kill "$SERVER_PID" 2>/dev/null || true; fi
-    wait 2>/dev/null || true
-    rm -rf "$TMP"
-}
-trap cleanup EXIT
-trap 'echo "serve-profile.sh: line $LINENO failed: $BASH_COMMAND" >&2' ERR
+bench_tmp serve-profile
 start_server "$BIN" "$TMP/server" "$P"
 [ -n "$SERVER_ADDR" ] || die "the server did not start: $(tail -5 "$TMP/server/server.log")"
 client() { # COUNT: COUNT executions from P keep-alive clients

@@ -37,18 +37,8 @@ fi
 # shellcheck source=bench/serve-lib.sh
 source bench/serve-lib.sh
 corral_bin
-TMP=$(mktemp -d /tmp/corral-serve-bench.XXXXXX)
-chmod 711 "$TMP"   # sandboxes (uid 65534 under root) pass through to their workspace
-# A server already gone must not stop the clean-up (set -e applies here).
-cleanup() {
-    if [ -n "${SERVER:-}" ]; then kill "$SERVER" 2>/dev/null || true; fi
-    wait 2>/dev/null || true
-    rm -rf "$TMP"
-}
-trap cleanup EXIT
-trap 'echo "serve.sh: line $LINENO failed: $BASH_COMMAND" >&2' ERR
+bench_tmp serve-bench
 start_server "$BIN" "$TMP" "$P"
-SERVER=$SERVER_PID
 ADDR=$SERVER_ADDR
 BODY='{"command": ["python3", "-c", "print(1)"]}'
 curl -sf -X POST -H 'content-type: application/json' -d "$BODY" "http://$ADDR/v1/executions" | grep -q '"stdout":"1\\n"'
@@ -225,14 +215,14 @@ printf '%-28s %7.3f s (bare python3 writing them: %.3f s)\n' "10,000 input files
 # is left of this server's once it has stopped. Its helpers are its
 # children; its cgroups are named <server pid>-<n>. Other corral servers on
 # the machine have theirs too: the system-wide counts are only shown.
-server_pid=$SERVER
+server_pid=$SERVER_PID
 # Its helpers, and the inits of its sandboxes built ahead (their children).
 helpers=$(pgrep -P "$server_pid" -f 'corral-sandbox' | paste -sd, || true)
 if [ -n "$helpers" ]; then
     inits=$(for h in ${helpers//,/ }; do pgrep -P "$h" || true; done | paste -sd, || true)
     [ -z "$inits" ] || helpers="$helpers,$inits"
 fi
-kill -TERM "$SERVER"; wait "$SERVER" 2>/dev/null || true; SERVER=
+kill -TERM "$SERVER_PID"; wait "$SERVER_PID" 2>/dev/null || true; SERVER_PID=
 left=0 nhelpers=0
 if [ -n "$helpers" ]; then
     left=$( (ps -o pid= -p "$helpers" 2>/dev/null || true) | wc -l)   # ps fails when none is left
