@@ -208,7 +208,10 @@ pub fn symlinkat(target: &CStr, dirfd: RawFd, linkpath: &CStr) -> SysResult<()> 
 }
 
 /// `openat(2)` that creates a regular file without following a symlink at
-/// the last component. Returns the new fd.
+/// the last component. Returns the new fd. `O_NONBLOCK`: a FIFO already
+/// at `name` (one a sandbox left in a writable bind, where a later run's
+/// mount point goes) fails with `ENXIO` instead of blocking the open
+/// until something reads it.
 pub fn create_file_at(dirfd: RawFd, name: &CStr, mode: u32) -> SysResult<OwnedFd> {
     // SAFETY: `name` is NUL-terminated and alive; flags forbid following a
     // final symlink.
@@ -216,7 +219,7 @@ pub fn create_file_at(dirfd: RawFd, name: &CStr, mode: u32) -> SysResult<OwnedFd
         libc::openat(
             dirfd,
             name.as_ptr(),
-            libc::O_CREAT | libc::O_WRONLY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            libc::O_CREAT | libc::O_WRONLY | libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK,
             mode as libc::c_uint,
         )
     })?;
@@ -488,4 +491,29 @@ pub fn chmod_fd(fd: BorrowedFd<'_>, mode: u32) -> SysResult<()> {
         .map_err(|_| crate::Errno(libc::EINVAL))?;
     // SAFETY: `proc_path` is NUL-terminated and alive for the call.
     cvt(unsafe { libc::chmod(proc_path.as_ptr(), mode) }).map(drop)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn a_fifo_where_a_file_is_created_fails_instead_of_blocking() {
+        let dir = std::env::temp_dir().join(format!("corral-sys-fifo-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let fifo = CString::new(dir.join("mount-point").to_str().unwrap()).unwrap();
+        // SAFETY: `fifo` is NUL-terminated and alive for the call.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(create_file_at(libc::AT_FDCWD, &fifo, 0o644).map(drop));
+        });
+        let made = rx
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("opening the FIFO blocked");
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(made, Err(Errno(libc::ENXIO)));
+    }
 }
