@@ -189,9 +189,11 @@ fn a_client_that_stops_reading_is_disconnected_and_its_execution_ends() {
         "closed only after {:?}",
         started.elapsed()
     );
-    // The execution it fed ended with it (no sandbox left writing).
+    // The execution it fed ended with it (no sandbox left writing). Its
+    // own program text, not a fragment another process's command line
+    // may hold.
     wait_until(30, "the sandbox of the abandoned stream is gone", || {
-        !process_running("", "sys.stdout.write(")
+        !process_running("python3", "sys.stdout.write('x' * 65536)")
     });
     let (status, _) = healthz(&server.addr);
     assert_eq!(status, 200);
