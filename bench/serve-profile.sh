@@ -40,11 +40,11 @@ corral_bin
 bench_tmp serve-profile
 start_server "$BIN" "$TMP/server" "$P"
 [ -n "$SERVER_ADDR" ] || die "the server did not start: $(tail -5 "$TMP/server/server.log")"
-client() { # COUNT: COUNT executions from P keep-alive clients
-    PYTHONPATH=bench "$PY" -c 'import sys; from serve_clients import run_executions
-run_executions(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]))' "$SERVER_ADDR" "$1" "$P"
-}
-client $((4 * P))   # the server's sandboxes built ahead, its caches warm
+# CLIENT COUNT P: COUNT executions from P keep-alive clients (a command, so
+# that perf can run it too).
+CLIENT=(env PYTHONPATH=bench "$PY" -c 'import sys; from serve_clients import run_executions
+run_executions(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]))' "$SERVER_ADDR")
+"${CLIENT[@]}" $((4 * P)) "$P"   # the server's sandboxes built ahead, its caches warm
 record() { # NAME CMD...: perf record of every CPU while CMD runs
     local name=$1
     shift
@@ -61,8 +61,7 @@ echo "service CPU per execution: N=$N, P=$P (= max_concurrent), $(nproc) cores, 
 [ "$(nproc)" -eq "$P" ] ||
     echo "NOTE: $(nproc) cores for P=$P: idle includes the cores the executions never need"
 record bare sh -c "seq $N | xargs -P $P -I{} $WORKLOAD -c 'print(1)'"
-record corral env PYTHONPATH=bench "$PY" -c 'import sys; from serve_clients import run_executions
-run_executions(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]))' "$SERVER_ADDR" "$N" "$P"
+record corral "${CLIENT[@]}" "$N" "$P"
 "$PY" - "$TMP" "$N" "$HZ" "$SERVER_PID" "$(basename "$WORKLOAD")" <<'PYEOF'
 import collections, re, sys
 tmp, n, hz, server, workload = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]

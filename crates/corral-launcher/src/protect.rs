@@ -384,7 +384,7 @@ fn hold_once(
             libc::ENOENT | libc::EEXIST | libc::ENOTDIR | libc::ELOOP
         )
     };
-    let (fd, st, created) = match m::fstatat_nofollow(parent.as_fd(), name) {
+    let (fd, created) = match m::fstatat_nofollow(parent.as_fd(), name) {
         Err(e) if e.0 == libc::ENOENT => {
             let fd = match create_placeholder(parent, name, dir) {
                 Ok(Some(fd)) => fd,
@@ -403,8 +403,7 @@ fn hold_once(
             // removes, not a stray entry of root's.
             adopt_as_placeholder(parent, &fd)
                 .map_err(|e| fail("giving it to the directory's owner", e))?;
-            let st = m::fstat(fd.as_fd()).map_err(|e| fail("inspecting it", e))?;
-            (Some(fd), st, true)
+            (fd, true)
         }
         Err(e) => return Err(fail("inspecting it", e)),
         Ok(st) if st.is_symlink() => {
@@ -419,19 +418,19 @@ fn hold_once(
                 | libc::O_NOCTTY
                 | if st.is_dir() { libc::O_DIRECTORY } else { 0 };
             match m::openat2(parent.as_raw_fd(), name, flags, 0, RESOLVE_HERE) {
-                Ok(fd) => (Some(fd), st, false),
+                Ok(fd) => (fd, false),
                 Err(e) if changed(&e) => return Ok(None),
                 Err(e) => return Err(fail("opening it", e)),
             }
         }
-        Ok(st) => (None, st, false),
-    };
-    let Some(fd) = fd else {
-        return Ok(Some(Looked {
-            fd: None,
-            placeholder: false,
-            dir: st.is_dir(),
-        }));
+        // Neither a directory nor a regular file: not opened, not locked.
+        Ok(_) => {
+            return Ok(Some(Looked {
+                fd: None,
+                placeholder: false,
+                dir: false,
+            }))
+        }
     };
     lock_shared(&fd, deadline, refuse)?;
     // Still the entry at that name (a concurrent run may have removed a
