@@ -170,6 +170,72 @@ fn mounts_never_follow_symlinks_planted_in_the_workspace() {
 }
 
 #[test]
+fn a_file_bound_over_an_existing_entry_of_the_workdir_leaves_it_untouched() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = workdir();
+    let host = workdir();
+    std::fs::write(host.path().join("cfg.json"), "from the bind").unwrap();
+    // A file nobody may write sits where the file is bound: the mount
+    // point exists, so the run needs no write access to it.
+    let kept = dir.path().join("cfg.json");
+    std::fs::write(&kept, "kept").unwrap();
+    std::fs::set_permissions(&kept, std::fs::Permissions::from_mode(0o444)).unwrap();
+    let bind = format!(
+        "{}:/workspace/cfg.json",
+        host.path().join("cfg.json").display()
+    );
+    let workdir_flag = dir.path().to_str().unwrap();
+    let out = run(
+        &["--workdir", workdir_flag, "--ro", &bind],
+        &["sh", "-c", "cat cfg.json"],
+    );
+    assert_eq!(
+        (out.status.code(), text(&out.stdout)),
+        (Some(0), "from the bind".to_owned()),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(std::fs::read_to_string(&kept).unwrap(), "kept");
+    let mode = std::fs::metadata(&kept).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o444);
+    // A FIFO (one an earlier sandbox left there): opened for writing, it
+    // would hold the run's setup until something read it.
+    let fifo = std::ffi::CString::new(dir.path().join("pipe").to_str().unwrap()).unwrap();
+    // SAFETY: `fifo` is NUL-terminated and alive for the call.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
+    let bind = format!("{}:/workspace/pipe", host.path().join("cfg.json").display());
+    let out = run(
+        &["--workdir", workdir_flag, "--ro", &bind, "--timeout", "20"],
+        &["sh", "-c", "cat pipe"],
+    );
+    assert_eq!(
+        (out.status.code(), text(&out.stdout)),
+        (Some(0), "from the bind".to_owned()),
+        "{}",
+        text(&out.stderr)
+    );
+    // A directory where a file is bound cannot be its mount point: the
+    // run is refused, saying so, and the directory stays as it was.
+    std::fs::create_dir(dir.path().join("sub")).unwrap();
+    std::fs::write(dir.path().join("sub/a"), "a").unwrap();
+    let bind = format!("{}:/workspace/sub", host.path().join("cfg.json").display());
+    let out = run(
+        &["--workdir", workdir_flag, "--ro", &bind],
+        &["sh", "-c", "true"],
+    );
+    assert_eq!(out.status.code(), Some(125), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("/workspace/sub is a directory"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("sub/a")).unwrap(),
+        "a"
+    );
+}
+
+#[test]
 fn extra_binds_are_read_only_or_read_write_as_asked() {
     let ro = workdir();
     let rw = workdir();

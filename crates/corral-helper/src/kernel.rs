@@ -126,7 +126,7 @@ pub(crate) trait Kernel {
     fn mkdir_at(&mut self, dir: At<'_, Self::Fd>, name: &CStr, mode: u32) -> SysResult<()>;
     /// Sets the permission bits of `path` (`std::fs::set_permissions`).
     fn chmod(&mut self, path: &str, mode: u32) -> io::Result<()>;
-    /// Creates a regular file without following a final symlink
+    /// Creates a new regular file, `EEXIST` when anything is there
     /// (`mount::create_file_at`).
     fn create_file_at(
         &mut self,

@@ -239,7 +239,10 @@ fn ensure_target<K: Kernel>(
 
 /// Creates `name` in `parent` unless it exists (a directory when `dir`,
 /// else an empty file) and opens it as an `O_PATH` fd without following a
-/// symlink. `rel` is the whole path, for errors.
+/// symlink. `rel` is the whole path, for errors. What is there already is
+/// used as it is, never opened for writing: in a writable bind a file the
+/// sandbox identity may not write, or a FIFO a sandbox left, is as good a
+/// mount point as a new one.
 fn entry<K: Kernel>(
     k: &mut K,
     parent: &K::Fd,
@@ -254,12 +257,12 @@ fn entry<K: Kernel>(
         k.create_file_at(At::Fd(parent), &name, 0o644).map(drop)
     };
     match made {
-        Ok(()) => {}
-        Err(e) if e.0 == libc::EEXIST => {}
+        Ok(()) | Err(Errno(libc::EEXIST)) => {}
         Err(e) => return Err(mount_err(format!("creating mount point /{rel}"))(e)),
     }
     let flags = libc::O_PATH | if dir { libc::O_DIRECTORY } else { 0 };
-    k.open_at(At::Fd(parent), &name, flags, RESOLVE_STRICT)
+    let fd = k
+        .open_at(At::Fd(parent), &name, flags, RESOLVE_STRICT)
         .map_err(|e| {
             let why = if_symlink(
                 e,
@@ -269,7 +272,19 @@ fn entry<K: Kernel>(
                 FailureKind::Mount,
                 format!("opening mount point /{rel}: {e}{why}"),
             )
-        })
+        })?;
+    // A file is bound onto any entry but a directory (mount(2): EISDIR
+    // otherwise); one that was there already (not made above) is checked.
+    if !dir && made.is_err() && k.is_dir(&fd).unwrap_or(false) {
+        return Err((
+            FailureKind::Mount,
+            format!(
+                "mount point /{rel} is a directory, and a file is bound there; \
+                 remove the directory or bind the file elsewhere"
+            ),
+        ));
+    }
+    Ok(fd)
 }
 
 /// ` (why)` when `e` is the ELOOP of an `openat2` that met a symlink it

@@ -207,19 +207,20 @@ pub fn symlinkat(target: &CStr, dirfd: RawFd, linkpath: &CStr) -> SysResult<()> 
     cvt(unsafe { libc::symlinkat(target.as_ptr(), dirfd, linkpath.as_ptr()) }).map(drop)
 }
 
-/// `openat(2)` that creates a regular file without following a symlink at
-/// the last component. Returns the new fd. `O_NONBLOCK`: a FIFO already
-/// at `name` (one a sandbox left in a writable bind, where a later run's
-/// mount point goes) fails with `ENXIO` instead of blocking the open
-/// until something reads it.
+/// `openat(2)` that creates a new regular file at `name` and returns its
+/// fd; `EEXIST` when anything is there already (`O_EXCL`), a symlink
+/// included, which is not followed. Nothing that exists is ever opened
+/// for writing: a read-only file, a FIFO or a device a sandbox left in a
+/// writable bind, where a later run's mount point goes, is the caller's
+/// to look at (an `O_PATH` open), not written through or waited on.
 pub fn create_file_at(dirfd: RawFd, name: &CStr, mode: u32) -> SysResult<OwnedFd> {
-    // SAFETY: `name` is NUL-terminated and alive; flags forbid following a
-    // final symlink.
+    // SAFETY: `name` is NUL-terminated and alive; O_EXCL with O_CREAT never
+    // opens what exists, a final symlink included (open(2)).
     let fd = cvt(unsafe {
         libc::openat(
             dirfd,
             name.as_ptr(),
-            libc::O_CREAT | libc::O_WRONLY | libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK,
+            libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
             mode as libc::c_uint,
         )
     })?;
@@ -500,20 +501,39 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_fifo_where_a_file_is_created_fails_instead_of_blocking() {
-        let dir = std::env::temp_dir().join(format!("corral-sys-fifo-{}", std::process::id()));
+    fn what_exists_where_a_file_is_created_is_never_opened() {
+        let dir = std::env::temp_dir().join(format!("corral-sys-create-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let fifo = CString::new(dir.join("mount-point").to_str().unwrap()).unwrap();
+        let at = dir.clone();
+        let path = move |name: &str| CString::new(at.join(name).to_str().unwrap()).unwrap();
+        // A FIFO: opening it for writing would block until a reader came.
+        let fifo = path("fifo");
         // SAFETY: `fifo` is NUL-terminated and alive for the call.
         assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
+        // A file nobody may write, and a dangling symlink.
+        std::fs::write(dir.join("read-only"), "kept").unwrap();
+        std::fs::set_permissions(
+            dir.join("read-only"),
+            std::os::unix::fs::PermissionsExt::from_mode(0o444),
+        )
+        .unwrap();
+        std::os::unix::fs::symlink(dir.join("nowhere"), dir.join("link")).unwrap();
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
-            let _ = tx.send(create_file_at(libc::AT_FDCWD, &fifo, 0o644).map(drop));
+            let made: Vec<_> = ["fifo", "read-only", "link"]
+                .iter()
+                .map(|name| create_file_at(libc::AT_FDCWD, &path(name), 0o644).map(drop))
+                .collect();
+            let _ = tx.send(made);
         });
         let made = rx
             .recv_timeout(std::time::Duration::from_secs(10))
             .expect("opening the FIFO blocked");
+        let nowhere = dir.join("nowhere").exists();
+        let kept = std::fs::read_to_string(dir.join("read-only")).unwrap();
         std::fs::remove_dir_all(&dir).unwrap();
-        assert_eq!(made, Err(Errno(libc::ENXIO)));
+        assert_eq!(made, vec![Err(Errno(libc::EEXIST)); 3]);
+        assert!(!nowhere, "the symlink was followed");
+        assert_eq!(kept, "kept");
     }
 }
