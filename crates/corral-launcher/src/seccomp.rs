@@ -385,6 +385,69 @@ mod tests {
     }
 
     #[test]
+    fn clone_is_decided_by_one_test_of_its_flags() {
+        const EPERM: u32 = 0x0005_0000 | libc::EPERM as u32;
+        const ALLOW: u32 = 0x7fff_0000;
+        let native = build_linear(Program::Init).unwrap()[1].k;
+        let namespaces = [
+            libc::CLONE_NEWNS,
+            libc::CLONE_NEWUSER,
+            libc::CLONE_NEWPID,
+            libc::CLONE_NEWNET,
+            libc::CLONE_NEWIPC,
+            libc::CLONE_NEWUTS,
+            libc::CLONE_NEWCGROUP,
+            0x80, // CLONE_NEWTIME
+        ];
+        // What glibc's pthread_create and fork pass.
+        let thread = libc::CLONE_VM
+            | libc::CLONE_FS
+            | libc::CLONE_FILES
+            | libc::CLONE_SIGHAND
+            | libc::CLONE_THREAD
+            | libc::CLONE_SYSVSEM
+            | libc::CLONE_SETTLS
+            | libc::CLONE_PARENT_SETTID
+            | libc::CLONE_CHILD_CLEARTID;
+        let fork = libc::CLONE_CHILD_SETTID | libc::CLONE_CHILD_CLEARTID | libc::SIGCHLD;
+        for unix_sockets in [false, true] {
+            let p = Program::Main {
+                strict: false,
+                unix_sockets,
+            };
+            let tree = rules::build(p).unwrap();
+            let linear = build_linear(p).unwrap();
+            // One JSET where seccompiler tests each flag in both words.
+            assert_eq!(tree.iter().filter(|i| i.code == 0x45).count(), 1);
+            assert!(
+                tree.len() + 60 < linear.len(),
+                "{} instructions against seccompiler's {}",
+                tree.len(),
+                linear.len()
+            );
+            let decide = |flags: u64| {
+                let mut data = SeccompData {
+                    nr: libc::SYS_clone as u32,
+                    arch: native,
+                    args: [0; 6],
+                };
+                data.args[0] = flags;
+                run(&tree, &data)
+            };
+            for flag in namespaces {
+                let flag = flag as u64;
+                assert_eq!(decide(flag), EPERM, "{flag:#x}");
+                assert_eq!(decide(flag | fork as u64), EPERM, "{flag:#x} with fork's");
+                assert_eq!(decide(flag | 0xffff_ffff_0000_0000), EPERM, "{flag:#x}");
+            }
+            assert_eq!(decide(thread as u64), ALLOW);
+            assert_eq!(decide(fork as u64), ALLOW);
+            // The kernel reads the low word only (kernel/fork.c).
+            assert_eq!(decide(0xffff_ffff_0000_0000 | fork as u64), ALLOW);
+        }
+    }
+
+    #[test]
     fn the_search_tree_decides_every_syscall_as_the_linear_program_does() {
         const AUDIT_ARCH_I386: u32 = 0x4000_0003;
         let native = build_linear(Program::Init).unwrap()[1].k;

@@ -284,12 +284,13 @@ fn attack_clone_with_namespace_flags_is_refused() {
         return 'ok'
     return e
 say('plain clone', clone(0))
-for name, f in [('NEWUSER', 0x10000000), ('NEWUSER|NEWNS', 0x10020000), ('NEWNS', 0x20000), ('NEWPID', 0x20000000), ('NEWNET', 0x40000000), ('NEWIPC', 0x08000000), ('NEWUTS', 0x04000000), ('NEWCGROUP', 0x02000000)]:
+for name, f in [('NEWUSER', 0x10000000), ('NEWUSER|NEWNS', 0x10020000), ('NEWNS', 0x20000), ('NEWPID', 0x20000000), ('NEWNET', 0x40000000), ('NEWIPC', 0x08000000), ('NEWUTS', 0x04000000), ('NEWCGROUP', 0x02000000), ('NEWUSER, high word set', 0xffffffff10000000)]:
     say('clone', name, clone(f))
+say('plain clone, high word set', clone(0xffffffff00000000))
 "#,
         "plain clone ok\nclone NEWUSER EPERM\nclone NEWUSER|NEWNS EPERM\nclone NEWNS EPERM\n\
          clone NEWPID EPERM\nclone NEWNET EPERM\nclone NEWIPC EPERM\nclone NEWUTS EPERM\n\
-         clone NEWCGROUP EPERM\n",
+         clone NEWCGROUP EPERM\nclone NEWUSER, high word set EPERM\nplain clone, high word set ok\n",
     );
 }
 
