@@ -389,27 +389,21 @@ mod tests {
         const EPERM: u32 = 0x0005_0000 | libc::EPERM as u32;
         const ALLOW: u32 = 0x7fff_0000;
         let native = build_linear(Program::Init).unwrap()[1].k;
-        let namespaces = [
-            libc::CLONE_NEWNS,
-            libc::CLONE_NEWUSER,
-            libc::CLONE_NEWPID,
-            libc::CLONE_NEWNET,
-            libc::CLONE_NEWIPC,
-            libc::CLONE_NEWUTS,
-            libc::CLONE_NEWCGROUP,
-            0x80, // CLONE_NEWTIME
+        let namespaces: [u64; 8] = [
+            0x0002_0000, // CLONE_NEWNS
+            0x1000_0000, // CLONE_NEWUSER
+            0x2000_0000, // CLONE_NEWPID
+            0x4000_0000, // CLONE_NEWNET
+            0x0800_0000, // CLONE_NEWIPC
+            0x0400_0000, // CLONE_NEWUTS
+            0x0200_0000, // CLONE_NEWCGROUP
+            0x80,        // CLONE_NEWTIME
         ];
-        // What glibc's pthread_create and fork pass.
-        let thread = libc::CLONE_VM
-            | libc::CLONE_FS
-            | libc::CLONE_FILES
-            | libc::CLONE_SIGHAND
-            | libc::CLONE_THREAD
-            | libc::CLONE_SYSVSEM
-            | libc::CLONE_SETTLS
-            | libc::CLONE_PARENT_SETTID
-            | libc::CLONE_CHILD_CLEARTID;
-        let fork = libc::CLONE_CHILD_SETTID | libc::CLONE_CHILD_CLEARTID | libc::SIGCHLD;
+        // What glibc's pthread_create (CLONE_VM | FS | FILES | SIGHAND |
+        // THREAD | SYSVSEM | SETTLS | PARENT_SETTID | CHILD_CLEARTID) and
+        // fork (CLONE_CHILD_SETTID | CHILD_CLEARTID | SIGCHLD) pass.
+        let thread: u64 = 0x003d_0f00;
+        let fork: u64 = 0x0120_0011;
         for unix_sockets in [false, true] {
             let p = Program::Main {
                 strict: false,
@@ -427,7 +421,7 @@ mod tests {
             );
             let decide = |flags: u64| {
                 let mut data = SeccompData {
-                    nr: libc::SYS_clone as u32,
+                    nr: u32::try_from(libc::SYS_clone).unwrap(),
                     arch: native,
                     args: [0; 6],
                 };
@@ -435,15 +429,14 @@ mod tests {
                 run(&tree, &data)
             };
             for flag in namespaces {
-                let flag = flag as u64;
                 assert_eq!(decide(flag), EPERM, "{flag:#x}");
-                assert_eq!(decide(flag | fork as u64), EPERM, "{flag:#x} with fork's");
+                assert_eq!(decide(flag | fork), EPERM, "{flag:#x} with fork's");
                 assert_eq!(decide(flag | 0xffff_ffff_0000_0000), EPERM, "{flag:#x}");
             }
-            assert_eq!(decide(thread as u64), ALLOW);
-            assert_eq!(decide(fork as u64), ALLOW);
+            assert_eq!(decide(thread), ALLOW);
+            assert_eq!(decide(fork), ALLOW);
             // The kernel reads the low word only (kernel/fork.c).
-            assert_eq!(decide(0xffff_ffff_0000_0000 | fork as u64), ALLOW);
+            assert_eq!(decide(0xffff_ffff_0000_0000 | fork), ALLOW);
         }
     }
 

@@ -118,8 +118,7 @@ fn clone_namespaces_denied() -> (i64, Leaf) {
         libc::SYS_clone,
         Leaf::AnyFlag {
             arg: 0,
-            // Every flag is in the low word (NS_MASK < 2^32).
-            mask: NS_MASK as u32,
+            mask: NS_MASK,
         },
     )
 }
@@ -242,13 +241,14 @@ const NS_FLAGS: [u64; 7] = [
     libc::CLONE_NEWUTS as u64,
     libc::CLONE_NEWCGROUP as u64,
 ];
-const NS_MASK: u64 = libc::CLONE_NEWNS as u64
-    | libc::CLONE_NEWUSER as u64
-    | libc::CLONE_NEWPID as u64
-    | libc::CLONE_NEWNET as u64
-    | libc::CLONE_NEWIPC as u64
-    | libc::CLONE_NEWUTS as u64
-    | libc::CLONE_NEWCGROUP as u64
+/// Every namespace flag of `clone(2)`, all in the low word of its flags.
+const NS_MASK: u32 = libc::CLONE_NEWNS as u32
+    | libc::CLONE_NEWUSER as u32
+    | libc::CLONE_NEWPID as u32
+    | libc::CLONE_NEWNET as u32
+    | libc::CLONE_NEWIPC as u32
+    | libc::CLONE_NEWUTS as u32
+    | libc::CLONE_NEWCGROUP as u32
     | 0x80; // CLONE_NEWTIME
 
 /// `TIOCSTI`: push a byte into a terminal's input queue (CVE-2017-5226).
@@ -973,7 +973,12 @@ fn strict_rules(unix_sockets: bool) -> Result<BTreeMap<i64, Vec<SeccompRule>>, S
     );
     rules.insert(
         libc::SYS_clone,
-        vec![rule(vec![cond(0, Len::Qword, Op::MaskedEq(NS_MASK), 0)?])?],
+        vec![rule(vec![cond(
+            0,
+            Len::Qword,
+            Op::MaskedEq(u64::from(NS_MASK)),
+            0,
+        )?])?],
     );
     rules.insert(
         libc::SYS_ioctl,
