@@ -452,8 +452,13 @@ mod tests {
         let clone3 = rules::CLONE3_ENOSYS.0;
         assert!(STRICT_ALLOWED.iter().any(|(_, nr)| *nr == clone3));
         assert!(!DENIED.iter().any(|(_, nr, _)| *nr == clone3));
-        for p in Program::ALL {
-            let tree = rules::build(p).unwrap();
+        let layouts = Program::ALL.iter().flat_map(|&p| {
+            [
+                (p, rules::build(p).unwrap()),
+                (p, rules::build_spread(p).unwrap()),
+            ]
+        });
+        for (p, tree) in layouts {
             let linear = build_linear(p).unwrap();
             assert!(tree.len() <= 4096, "{p:?}: within BPF_MAXINSNS");
             let mut numbers: Vec<u32> = (0..1024).collect();
