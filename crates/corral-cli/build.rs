@@ -95,11 +95,15 @@ fn link_order() {
 /// with its pointers unrelocated. So the option is kept only if a probe
 /// linked with it, as corral is, runs and prints a string it reaches
 /// through a relocated pointer; a cross build, whose probe cannot run
-/// here, does without. `CORRAL_PACK_RELOCS=off` turns it off.
+/// here, does without. Only for the static build: a dynamically linked
+/// corral is relocated by the dynamic loader, and packed it would need
+/// glibc 2.36 wherever it runs, not only where it was built.
+/// `CORRAL_PACK_RELOCS=off` turns it off.
 fn packed_relocations() {
     println!("cargo:rerun-if-env-changed=CORRAL_PACK_RELOCS");
     if env::var("CORRAL_PACK_RELOCS").ok().as_deref() == Some("off")
         || env::var("HOST").ok() != env::var("TARGET").ok()
+        || !static_crt()
     {
         return;
     }
@@ -107,14 +111,25 @@ fn packed_relocations() {
     // A pointer in a static: a relative relocation in a PIE.
     let source = "static WORDS: &[&str] = &[\"relocated\"];\n\
                   fn main() { println!(\"{}\", WORDS[0]); }\n";
+    // A linker that does not know the option: nothing to say.
     let Some(probe) = link_probe("relr-probe", source, &args) else {
         return;
     };
-    let ran = Command::new(&probe).output();
+    // Run where it was made, and with no coverage output of its own.
+    let ran = Command::new(&probe)
+        .current_dir(probe.parent().unwrap_or(Path::new("/")))
+        .env_remove("LLVM_PROFILE_FILE")
+        .output();
     if ran.is_ok_and(|out| out.status.success() && out.stdout == b"relocated\n") {
         for arg in args {
             println!("cargo:rustc-link-arg-bins={arg}");
         }
+    } else {
+        println!(
+            "cargo:warning=a program linked with -z pack-relative-relocs does not run here \
+             (glibc older than 2.36?): corral's relocations stay unpacked, and `corral run` \
+             starts ~0.05 ms slower"
+        );
     }
 }
 

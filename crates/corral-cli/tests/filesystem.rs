@@ -233,6 +233,23 @@ fn a_file_bound_over_an_existing_entry_of_the_workdir_leaves_it_untouched() {
         std::fs::read_to_string(dir.path().join("sub/a")).unwrap(),
         "a"
     );
+    // And a file where a directory is bound.
+    let out = run(
+        &[
+            "--workdir",
+            workdir_flag,
+            "--ro",
+            "/usr/share:/workspace/cfg.json",
+        ],
+        &["sh", "-c", "true"],
+    );
+    assert_eq!(out.status.code(), Some(125), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("a file is in the way"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(std::fs::read_to_string(&kept).unwrap(), "kept");
 }
 
 #[test]

@@ -264,10 +264,16 @@ fn entry<K: Kernel>(
     let fd = k
         .open_at(At::Fd(parent), &name, flags, RESOLVE_STRICT)
         .map_err(|e| {
-            let why = if_symlink(
-                e,
-                "a symlink is in the way; corral never mounts through symlinks",
-            );
+            let why = match e.0 {
+                libc::ENOTDIR if dir => {
+                    " (a file is in the way of a directory's mount point; remove it or mount elsewhere)"
+                        .to_owned()
+                }
+                _ => if_symlink(
+                    e,
+                    "a symlink is in the way; corral never mounts through symlinks",
+                ),
+            };
             (
                 FailureKind::Mount,
                 format!("opening mount point /{rel}: {e}{why}"),

@@ -453,10 +453,16 @@ mod tests {
         assert!(STRICT_ALLOWED.iter().any(|(_, nr)| *nr == clone3));
         assert!(!DENIED.iter().any(|(_, nr, _)| *nr == clone3));
         let layouts = Program::ALL.iter().flat_map(|&p| {
-            [
-                (p, rules::build(p).unwrap()),
-                (p, rules::build_spread(p).unwrap()),
-            ]
+            let (compact, spread) = (rules::build(p).unwrap(), rules::build_spread(p).unwrap());
+            // The compact layout is the one installed: it must not have
+            // fallen back to the spread one.
+            assert!(
+                compact.len() < spread.len(),
+                "{p:?}: {} instructions compact, {} spread",
+                compact.len(),
+                spread.len()
+            );
+            [(p, compact), (p, spread)]
         });
         for (p, tree) in layouts {
             let linear = build_linear(p).unwrap();
