@@ -14,8 +14,9 @@
 # spare ones add to it (the script says so).
 #
 #   ./bench/serve-profile.sh      (N=600, P=2; CORRAL_BIN=path measures a
-#                                  prebuilt binary; needs perf and root
-#                                  for system-wide sampling)
+#                                  prebuilt binary; TOP=6 items named per
+#                                  group; needs perf and root for
+#                                  system-wide sampling)
 # perf's own overhead is in the figures (~5%); compare rows of one run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,6 +24,7 @@ export PATH="$HOME/.cargo/bin:$PATH"
 N=${N:-600}
 P=${P:-2}
 HZ=${HZ:-2999}
+TOP=${TOP:-6}
 PY=/usr/bin/python3
 die() { echo "serve-profile.sh: $*" >&2; exit 1; }
 command -v perf >/dev/null || die "needs perf (Debian: linux-perf)"
@@ -62,9 +64,10 @@ echo "service CPU per execution: N=$N, P=$P (= max_concurrent), $(nproc) cores, 
     echo "NOTE: $(nproc) cores for P=$P: idle includes the cores the executions never need"
 record bare sh -c "seq $N | xargs -P $P -I{} $WORKLOAD -c 'print(1)'"
 record corral "${CLIENT[@]}" "$N" "$P"
-"$PY" - "$TMP" "$N" "$HZ" "$SERVER_PID" "$(basename "$WORKLOAD")" <<'PYEOF'
+"$PY" - "$TMP" "$N" "$HZ" "$SERVER_PID" "$(basename "$WORKLOAD")" "$TOP" <<'PYEOF'
 import collections, re, sys
 tmp, n, hz, server, workload = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
+top_n = int(sys.argv[6])
 KTHREAD = re.compile(r"(kworker|ksoftirqd|rcu|migration|kdamond|kcompactd|khugepaged|kswapd|irq/)")
 CLIENTS = {"python3", "xargs", "seq", "sh"}
 
@@ -143,8 +146,11 @@ for g in order:
     b, c = ms(rows["bare"][0][g]), ms(rows["corral"][0][g])
     if b == 0 and c == 0:
         continue
-    top = ", ".join(f"{k} {ms(v):.2f}" for k, v in rows["corral"][1][g].most_common(6) if ms(v) >= 0.01)
-    print(f"  {g:<32}{b:8.2f}{c:8.2f}{c - b:+8.2f}   {top}")
+    top = lambda row: ", ".join(f"{k} {ms(v):.2f}" for k, v in rows[row][1][g].most_common(top_n) if ms(v) >= 0.01)
+    print(f"  {g:<32}{b:8.2f}{c:8.2f}{c - b:+8.2f}   {top('corral')}")
+    if g.startswith("the program") and b > 0:
+        # The same program in both rows: where bare python's time goes too.
+        print(f"  {'':<56}   bare: {top('bare')}")
 tb, tc = (ms(sum(rows[r][0].values())) for r in ("bare", "corral"))
 print(f"  {'total (cores x wall / N)':<32}{tb:8.2f}{tc:8.2f}{tc - tb:+8.2f}")
 print(f"corral / bare, executions per second: {tb / tc:.2f}x (under perf)")

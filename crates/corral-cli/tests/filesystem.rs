@@ -174,27 +174,37 @@ fn a_file_bound_over_an_existing_entry_of_the_workdir_leaves_it_untouched() {
     use std::os::unix::fs::PermissionsExt;
     let dir = workdir();
     let host = workdir();
-    std::fs::write(host.path().join("cfg.json"), "from the bind").unwrap();
+    let source = host.path().join("cfg.json");
+    std::fs::write(&source, "from the bind").unwrap();
+    let workdir_flag = dir.path().to_str().unwrap();
+    // `--ro SOURCE:/workspace/AT`, then `script` in the sandbox.
+    let run_bound = |source: &str, at: &str, script: &str| {
+        let bind = format!("{source}:/workspace/{at}");
+        run(
+            &["--workdir", workdir_flag, "--ro", &bind, "--timeout", "20"],
+            &["sh", "-c", script],
+        )
+    };
+    let reads_the_bind = |at: &str| {
+        let out = run_bound(source.to_str().unwrap(), at, &format!("cat {at}"));
+        assert_eq!(
+            (out.status.code(), text(&out.stdout)),
+            (Some(0), "from the bind".to_owned()),
+            "{at}: {}",
+            text(&out.stderr)
+        );
+    };
+    let refused = |source: &str, at: &str, why: &str| {
+        let out = run_bound(source, at, "true");
+        assert_eq!(out.status.code(), Some(125), "{}", text(&out.stderr));
+        assert!(text(&out.stderr).contains(why), "{}", text(&out.stderr));
+    };
     // A file nobody may write sits where the file is bound: the mount
     // point exists, so the run needs no write access to it.
     let kept = dir.path().join("cfg.json");
     std::fs::write(&kept, "kept").unwrap();
     std::fs::set_permissions(&kept, std::fs::Permissions::from_mode(0o444)).unwrap();
-    let bind = format!(
-        "{}:/workspace/cfg.json",
-        host.path().join("cfg.json").display()
-    );
-    let workdir_flag = dir.path().to_str().unwrap();
-    let out = run(
-        &["--workdir", workdir_flag, "--ro", &bind],
-        &["sh", "-c", "cat cfg.json"],
-    );
-    assert_eq!(
-        (out.status.code(), text(&out.stdout)),
-        (Some(0), "from the bind".to_owned()),
-        "{}",
-        text(&out.stderr)
-    );
+    reads_the_bind("cfg.json");
     assert_eq!(std::fs::read_to_string(&kept).unwrap(), "kept");
     let mode = std::fs::metadata(&kept).unwrap().permissions().mode();
     assert_eq!(mode & 0o777, 0o444);
@@ -203,52 +213,22 @@ fn a_file_bound_over_an_existing_entry_of_the_workdir_leaves_it_untouched() {
     let fifo = std::ffi::CString::new(dir.path().join("pipe").to_str().unwrap()).unwrap();
     // SAFETY: `fifo` is NUL-terminated and alive for the call.
     assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
-    let bind = format!("{}:/workspace/pipe", host.path().join("cfg.json").display());
-    let out = run(
-        &["--workdir", workdir_flag, "--ro", &bind, "--timeout", "20"],
-        &["sh", "-c", "cat pipe"],
-    );
-    assert_eq!(
-        (out.status.code(), text(&out.stdout)),
-        (Some(0), "from the bind".to_owned()),
-        "{}",
-        text(&out.stderr)
-    );
-    // A directory where a file is bound cannot be its mount point: the
-    // run is refused, saying so, and the directory stays as it was.
+    reads_the_bind("pipe");
+    // A directory where a file is bound cannot be its mount point, nor a
+    // file where a directory is: the run is refused, saying so, and what
+    // is there stays as it was.
     std::fs::create_dir(dir.path().join("sub")).unwrap();
     std::fs::write(dir.path().join("sub/a"), "a").unwrap();
-    let bind = format!("{}:/workspace/sub", host.path().join("cfg.json").display());
-    let out = run(
-        &["--workdir", workdir_flag, "--ro", &bind],
-        &["sh", "-c", "true"],
-    );
-    assert_eq!(out.status.code(), Some(125), "{}", text(&out.stderr));
-    assert!(
-        text(&out.stderr).contains("/workspace/sub is a directory"),
-        "{}",
-        text(&out.stderr)
+    refused(
+        source.to_str().unwrap(),
+        "sub",
+        "/workspace/sub is a directory",
     );
     assert_eq!(
         std::fs::read_to_string(dir.path().join("sub/a")).unwrap(),
         "a"
     );
-    // And a file where a directory is bound.
-    let out = run(
-        &[
-            "--workdir",
-            workdir_flag,
-            "--ro",
-            "/usr/share:/workspace/cfg.json",
-        ],
-        &["sh", "-c", "true"],
-    );
-    assert_eq!(out.status.code(), Some(125), "{}", text(&out.stderr));
-    assert!(
-        text(&out.stderr).contains("a file is in the way"),
-        "{}",
-        text(&out.stderr)
-    );
+    refused("/usr/share", "cfg.json", "a file is in the way");
     assert_eq!(std::fs::read_to_string(&kept).unwrap(), "kept");
 }
 
