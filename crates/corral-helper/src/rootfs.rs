@@ -279,8 +279,9 @@ fn entry<K: Kernel>(
                 format!("opening mount point /{rel}: {e}{why}"),
             )
         })?;
-    // A file is bound onto any entry but a directory (mount(2): EISDIR
-    // otherwise); one that was there already (not made above) is checked.
+    // A file can be bound onto any entry but a directory (the mount would
+    // fail with ENOTDIR); one that was there already (not made above) is
+    // checked, for a message that says so.
     if !dir && made.is_err() && k.is_dir(&fd).unwrap_or(false) {
         return Err((
             FailureKind::Mount,
