@@ -518,11 +518,12 @@ fn report(outcome: &Outcome, profile: &Profile, oom_killed: bool) {
     if let Some((_, message)) = &outcome.failure {
         crate::say(message);
     }
+    if let Some(message) = outcome.interrupted_message() {
+        crate::say(&message);
+    }
     if outcome.timed_out {
-        eprintln!(
-            "corral: timed out after {}s; the whole sandbox was killed",
-            profile.limits.timeout_secs.unwrap_or_default()
-        );
+        let secs = profile.limits.timeout_secs.unwrap_or_default();
+        eprintln!("corral: {}", outcome.timeout_message(secs));
     }
     if let Some(kill) = profile
         .limits

@@ -142,3 +142,169 @@ fn closed_standard_streams_are_opened_on_dev_null() {
     let _ = child.wait();
     assert_eq!(links, ["/dev/null"; 3], "corral's fds 0-2");
 }
+
+/// A FUSE filesystem that answers root and holds every other uid's
+/// requests (`lifecycle_support/hung_fs.py`), as a network filesystem
+/// whose server went away does: a sandbox's init, which runs as another
+/// uid, waits on it while it builds the root, until it is killed. Mounted
+/// in a fresh directory; stopped and unmounted on drop.
+struct HungFs {
+    dir: tempfile::TempDir,
+    daemon: std::process::Child,
+    lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl HungFs {
+    /// Mounts it (root only).
+    fn mount() -> HungFs {
+        use std::io::BufRead;
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        // The sandbox's uid walks through it to the mount.
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o711))
+            .expect("chmod the temporary directory");
+        let script = dir.path().join("hung_fs.py");
+        std::fs::write(&script, include_str!("lifecycle_support/hung_fs.py"))
+            .expect("write the FUSE filesystem's script");
+        let mnt = dir.path().join("mnt");
+        std::fs::create_dir(&mnt).expect("make the mount point");
+        let mut daemon = std::process::Command::new("/usr/bin/python3")
+            .arg(&script)
+            .arg(&mnt)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("python3 for the test's FUSE filesystem");
+        let stdout = daemon.stdout.take().expect("the daemon's stdout");
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+            {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let fs = HungFs { dir, daemon, lines };
+        fs.expect_line("mounted", "the FUSE filesystem was not mounted");
+        fs
+    }
+
+    /// The directory in it that only root may use.
+    fn sub(&self) -> std::path::PathBuf {
+        self.dir.path().join("mnt/sub")
+    }
+
+    /// Waits (20 s at most) for a line of the daemon's that starts with
+    /// `prefix`.
+    fn expect_line(&self, prefix: &str, what: &str) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) if line.starts_with(prefix) => return,
+                Ok(_) => {}
+                Err(e) => panic!("{what} ({e})"),
+            }
+        }
+    }
+}
+
+impl Drop for HungFs {
+    fn drop(&mut self) {
+        // Its end of /dev/fuse closed, the kernel fails what it still
+        // holds; the mount stays until unmounted.
+        let _ = self.daemon.kill();
+        let _ = self.daemon.wait();
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(self.dir.path().join("mnt"))
+            .status();
+    }
+}
+
+/// `corral run` with a read-only bind of a directory on a filesystem that
+/// stopped answering, started with `--json` and `--timeout SECS`; returns
+/// once the sandbox's set-up waits on it.
+fn run_hung_on(fs: &HungFs, timeout: &str) -> std::process::Child {
+    let bind = format!("{}:/data", fs.sub().display());
+    let child = corral_run()
+        .args(["--json", "--timeout", timeout, "--ro", &bind])
+        .args(["--", "sh", "-c", "echo the program ran"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("corral run");
+    fs.expect_line("held", "the sandbox's set-up never reached the filesystem");
+    child
+}
+
+/// SIGTERM (or Ctrl-C's SIGINT) while the sandbox is still being set up
+/// has no program to go to: init holds every signal blocked until it
+/// starts one. corral kills the sandbox at once and exits with 128 + the
+/// signal, saying so, rather than wait for a set-up that may never end
+/// (here a bind on a filesystem that does not answer) until its timeout.
+#[test]
+fn a_signal_while_the_set_up_hangs_ends_the_run_at_once() {
+    if !is_root() {
+        eprintln!("SKIP: mounting the test's FUSE filesystem needs root");
+        return;
+    }
+    let fs = HungFs::mount();
+    let child = run_hung_on(&fs, "30");
+    let sent = Instant::now();
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let out = child.wait_with_output().unwrap();
+    let took = sent.elapsed();
+    let stderr = text(&out.stderr);
+    assert!(
+        took < Duration::from_secs(10),
+        "corral ended {took:?} after SIGTERM (its timeout is 30 s): {stderr}"
+    );
+    assert_eq!(out.status.code(), Some(143), "{stderr}");
+    assert!(
+        stderr.contains(
+            "interrupted by SIGTERM while the sandbox was being set up (the program never started)"
+        ),
+        "{stderr}"
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", text(&out.stdout)));
+    assert_eq!(v["error"]["code"], "run.interrupted", "{v}");
+    assert_eq!(v["exit_code"], 143, "{v}");
+    assert_eq!(
+        v["signal"],
+        serde_json::Value::Null,
+        "not the program's: {v}"
+    );
+    assert_eq!(v["timed_out"], false, "{v}");
+    assert_eq!(v["stdout"], "", "{v}");
+}
+
+/// A timeout that fires while the sandbox is still being set up says the
+/// program never started, which points at the set-up rather than at the
+/// program.
+#[test]
+fn a_timeout_while_the_set_up_hangs_says_the_program_never_started() {
+    if !is_root() {
+        eprintln!("SKIP: mounting the test's FUSE filesystem needs root");
+        return;
+    }
+    let fs = HungFs::mount();
+    let out = run_hung_on(&fs, "1").wait_with_output().unwrap();
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(137), "{stderr}");
+    assert!(
+        stderr.contains(
+            "timed out after 1s while the sandbox was being set up (the program never started)"
+        ),
+        "{stderr}"
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["timed_out"], true, "{v}");
+}

@@ -24,6 +24,10 @@ use crate::reexec::ReadyHelper;
 use crate::resolve::CommandTable;
 use crate::result::{Enforced, ErrorInfo, RunResult};
 
+/// The error code of a run a signal ended while its sandbox was being set
+/// up ([`Outcome::interrupted`]).
+const RUN_INTERRUPTED: &str = "run.interrupted";
+
 /// How the front end wants the run done.
 pub struct ExecuteOptions {
     /// Streamed (CLI without --json) or captured.
@@ -449,14 +453,22 @@ fn execute_run(
         former_group,
         unused: displaced,
     };
-    let sandbox_started = outcome
-        .failure
-        .as_ref()
-        .is_none_or(|(k, _)| matches!(k, FailureKind::ExecNotFound | FailureKind::ExecFailed));
-    let error = outcome.failure.as_ref().map(|(kind, message)| ErrorInfo {
-        code: Outcome::failure_code(*kind).into(),
-        message: message.clone(),
-    });
+    let sandbox_started = outcome.interrupted.is_none()
+        && outcome
+            .failure
+            .as_ref()
+            .is_none_or(|(k, _)| matches!(k, FailureKind::ExecNotFound | FailureKind::ExecFailed));
+    let error = match (&outcome.failure, outcome.interrupted_message()) {
+        (Some((kind, message)), _) => Some(ErrorInfo {
+            code: Outcome::failure_code(*kind).into(),
+            message: message.clone(),
+        }),
+        (None, Some(message)) => Some(ErrorInfo {
+            code: RUN_INTERRUPTED.into(),
+            message,
+        }),
+        (None, None) => None,
+    };
     events.extend(outcome.network_events.iter().cloned());
     let result = RunResult {
         exit_code: outcome.exit_code,
@@ -480,7 +492,7 @@ fn execute_run(
         events,
         enforced: sandbox_started.then_some(in_force),
     };
-    for e in end_events(&result, profile) {
+    for e in end_events(&result, &outcome, profile) {
         sink.emit(&e);
     }
     Ok(Execution {
@@ -568,7 +580,7 @@ fn outcome_word(result: &RunResult) -> &'static str {
 }
 
 /// `run.timeout` and `run.oom` when they happened, then `run.exit`.
-fn end_events(result: &RunResult, profile: &Profile) -> Vec<AuditEvent> {
+fn end_events(result: &RunResult, outcome: &Outcome, profile: &Profile) -> Vec<AuditEvent> {
     let mut out = Vec::new();
     if result.timed_out {
         let secs = profile.limits.timeout_secs.unwrap_or_default();
@@ -576,9 +588,10 @@ fn end_events(result: &RunResult, profile: &Profile) -> Vec<AuditEvent> {
             AuditEvent::new(
                 Level::Warn,
                 ReasonCode::RunTimeout,
-                format!("timed out after {secs}s; the whole sandbox was killed"),
+                outcome.timeout_message(secs),
             )
-            .with("timeout_secs", secs),
+            .with("timeout_secs", secs)
+            .with("program_started", outcome.landlock.is_some()),
         );
     }
     if result.oom_killed {

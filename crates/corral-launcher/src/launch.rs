@@ -181,6 +181,11 @@ pub struct Outcome {
     pub timed_out: bool,
     /// Whether a stream passed the kill ceiling and the sandbox was killed.
     pub output_killed: bool,
+    /// The signal (SIGINT, SIGTERM, SIGHUP or SIGQUIT) that reached corral
+    /// while the sandbox was being set up: the program never started, the
+    /// whole sandbox was killed, and the exit status is 128 + it, as a
+    /// shell expects of a process that signal ended.
+    pub interrupted: Option<i32>,
     /// Set-up or exec failure reported by the helper.
     pub failure: Option<(FailureKind, String)>,
     /// stdout.
@@ -198,6 +203,35 @@ pub struct Outcome {
 }
 
 impl Outcome {
+    /// What ended the run when a signal reached corral during the set-up
+    /// ([`Outcome::interrupted`]), as one sentence.
+    pub fn interrupted_message(&self) -> Option<String> {
+        self.interrupted.map(|sig| {
+            let name = match sig {
+                libc::SIGINT => "SIGINT".to_string(),
+                libc::SIGTERM => "SIGTERM".to_string(),
+                libc::SIGHUP => "SIGHUP".to_string(),
+                libc::SIGQUIT => "SIGQUIT".to_string(),
+                other => format!("signal {other}"),
+            };
+            format!(
+                "interrupted by {name} while the sandbox was being set up (the program never started); the whole sandbox was killed"
+            )
+        })
+    }
+
+    /// What ended a run the timeout of `secs` seconds ended, as one
+    /// sentence: it says so when the program never started (a set-up
+    /// that waited on a filesystem that does not answer, say).
+    pub fn timeout_message(&self, secs: u64) -> String {
+        let when = if self.landlock.is_some() {
+            ""
+        } else {
+            " while the sandbox was being set up (the program never started)"
+        };
+        format!("timed out after {secs}s{when}; the whole sandbox was killed")
+    }
+
     /// Stable error code for a failure.
     pub fn failure_code(kind: FailureKind) -> &'static str {
         match kind {
@@ -539,6 +573,7 @@ pub(crate) fn launch_settling(
     let mut timed_out = false;
     let mut output_killed = false;
     let mut cancelled = false;
+    let mut interrupted = None;
     // Without namespaces the helper itself reports and reaps: nothing
     // slow is left after its report, so there is no settling early.
     let settle_early = !reduced;
@@ -565,6 +600,13 @@ pub(crate) fn launch_settling(
             cancelled = true;
             kill();
             killed_at = Some(Instant::now());
+        }
+        if interrupted.is_none() && !(timed_out || output_killed || cancelled) {
+            if let Some(sig) = pump.interrupted {
+                interrupted = Some(sig);
+                kill();
+                killed_at = Some(Instant::now());
+            }
         }
         // Should the helper not finish the job in time, it dies itself.
         if killed_at.is_some_and(|t| t.elapsed() > Duration::from_secs(2)) {
@@ -655,11 +697,16 @@ pub(crate) fn launch_settling(
     };
     // A kill corral decided on (timeout, output ceiling, cancellation) is
     // an outcome, not a set-up failure.
-    let killed_on_purpose = timed_out || output_killed || cancelled;
+    let killed_on_purpose = timed_out || output_killed || cancelled || interrupted.is_some();
     if killed_on_purpose && failure.is_none() {
-        exit_code = 128 + libc::SIGKILL;
-        signal = Some(libc::SIGKILL);
+        (exit_code, signal) = match interrupted {
+            // The program never ran: no signal of its own to report.
+            Some(sig) => (128 + sig, None),
+            None => (128 + libc::SIGKILL, Some(libc::SIGKILL)),
+        };
     }
+    // A set-up that failed on its own before the signal keeps its cause.
+    let interrupted = interrupted.filter(|_| failure.is_none());
     let failure = match (failure, killed_on_purpose, message) {
         (None, false, None) => Some((
             FailureKind::Setup,
@@ -674,6 +721,7 @@ pub(crate) fn launch_settling(
         signal,
         timed_out,
         output_killed,
+        interrupted,
         failure,
         stdout,
         stderr,

@@ -344,9 +344,20 @@ pub(crate) struct Pump {
     exited: Option<Exit>,
     pub(crate) failure: Option<(FailureKind, String)>,
     landlock: Option<LandlockOutcome>,
+    /// A signal that ends a run (SIGINT, SIGTERM, SIGHUP, SIGQUIT) that
+    /// reached corral before the program's process reported its layers,
+    /// that is before the program started: kept here, not passed on (see
+    /// [`Pump::poll`]).
+    pub(crate) interrupted: Option<i32>,
     pub(crate) listeners: Option<(std::os::fd::OwnedFd, std::os::fd::OwnedFd)>,
     tap: Option<OutputTap>,
 }
+
+/// The forwarded signals whose default action ends a process and that a
+/// terminal, a supervisor or `timeout(1)` sends to stop a run. SIGUSR1 and
+/// SIGUSR2 end a process by default too, but are the program's to define:
+/// they are always passed on.
+const ENDS_THE_RUN: [i32; 4] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT];
 
 impl Pump {
     pub(crate) fn new(
@@ -392,6 +403,7 @@ impl Pump {
             exited: None,
             failure: None,
             landlock: None,
+            interrupted: None,
             listeners: None,
             tap: opts.tap.clone(),
         }
@@ -480,13 +492,24 @@ impl Pump {
             return;
         }
         let ready = |fd: i32| fds.iter().any(|p| p.fd == fd && !p.write && p.ready);
-        if let Some(s) = self.signals.as_ref().filter(|s| ready(s.raw())) {
-            while let Some(sig) = s.take() {
-                let _ = process::kill(self.helper_pid, sig);
-            }
-        }
+        // The control socket first: a `layers` report that came with a
+        // signal means the program has started, and the signal is its.
         if self.ctrl.as_ref().is_some_and(|c| ready(c.as_raw_fd())) {
             self.read_ctrl();
+        }
+        if let Some(s) = self.signals.as_ref().filter(|s| ready(s.raw())) {
+            while let Some(sig) = s.take() {
+                if self.landlock.is_none() && ENDS_THE_RUN.contains(&sig) {
+                    // No program yet to pass it to: init holds every
+                    // signal blocked until it starts one, and a set-up
+                    // that waits on a filesystem that does not answer
+                    // would keep it waiting until the timeout. The caller
+                    // kills the sandbox instead.
+                    self.interrupted.get_or_insert(sig);
+                } else {
+                    let _ = process::kill(self.helper_pid, sig);
+                }
+            }
         }
         for i in 0..2 {
             let writable = match &self.sinks[i] {
