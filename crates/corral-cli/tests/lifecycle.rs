@@ -155,10 +155,16 @@ struct HungFs {
 }
 
 impl HungFs {
-    /// Mounts it (root only).
-    fn mount() -> HungFs {
+    /// Mounts it; `None`, saying why (SKIP), where this host does not let
+    /// a test mount a FUSE filesystem: not root, no `/dev/fuse`, no right
+    /// to mount (a container).
+    fn mount() -> Option<HungFs> {
         use std::io::BufRead;
         use std::os::unix::fs::PermissionsExt;
+        if !is_root() {
+            eprintln!("SKIP: mounting the test's FUSE filesystem needs root");
+            return None;
+        }
         let dir = tempfile::tempdir().expect("a temporary directory");
         // The sandbox's uid walks through it to the mount.
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o711))
@@ -172,6 +178,7 @@ impl HungFs {
             .arg(&script)
             .arg(&mnt)
             .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
             .spawn()
             .expect("python3 for the test's FUSE filesystem");
         let stdout = daemon.stdout.take().expect("the daemon's stdout");
@@ -186,9 +193,24 @@ impl HungFs {
                 }
             }
         });
-        let fs = HungFs { dir, daemon, lines };
-        fs.expect_line("mounted", "the FUSE filesystem was not mounted");
-        fs
+        let mut fs = HungFs { dir, daemon, lines };
+        match fs.lines.recv_timeout(Duration::from_secs(20)) {
+            Ok(line) if line == "mounted" => Some(fs),
+            first => {
+                let status = fs.daemon.wait().expect("wait for the FUSE daemon");
+                let mut why = String::new();
+                if let Some(mut e) = fs.daemon.stderr.take() {
+                    let _ = std::io::Read::read_to_string(&mut e, &mut why);
+                }
+                assert_eq!(
+                    status.code(),
+                    Some(3),
+                    "the FUSE filesystem failed ({first:?}): {why}"
+                );
+                eprintln!("SKIP: this host does not let a test mount FUSE: {why}");
+                None
+            }
+        }
     }
 
     /// The directory in it that only root may use.
@@ -247,11 +269,9 @@ fn run_hung_on(fs: &HungFs, timeout: &str) -> std::process::Child {
 /// (here a bind on a filesystem that does not answer) until its timeout.
 #[test]
 fn a_signal_while_the_set_up_hangs_ends_the_run_at_once() {
-    if !is_root() {
-        eprintln!("SKIP: mounting the test's FUSE filesystem needs root");
+    let Some(fs) = HungFs::mount() else {
         return;
-    }
-    let fs = HungFs::mount();
+    };
     let child = run_hung_on(&fs, "30");
     let sent = Instant::now();
     let status = std::process::Command::new("kill")
@@ -291,11 +311,9 @@ fn a_signal_while_the_set_up_hangs_ends_the_run_at_once() {
 /// program.
 #[test]
 fn a_timeout_while_the_set_up_hangs_says_the_program_never_started() {
-    if !is_root() {
-        eprintln!("SKIP: mounting the test's FUSE filesystem needs root");
+    let Some(fs) = HungFs::mount() else {
         return;
-    }
-    let fs = HungFs::mount();
+    };
     let out = run_hung_on(&fs, "1").wait_with_output().unwrap();
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(137), "{stderr}");
@@ -307,4 +325,5 @@ fn a_timeout_while_the_set_up_hangs_says_the_program_never_started() {
     );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["timed_out"], true, "{v}");
+    assert_eq!(v["signal"], serde_json::Value::Null, "no program: {v}");
 }

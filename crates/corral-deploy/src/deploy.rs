@@ -164,7 +164,7 @@ pub struct PhaseAudit {
     /// The phase's HOME on the host (removed afterwards unless it is the
     /// `--cache` directory).
     pub home: PathBuf,
-    /// Exit status (125 when the sandbox was refused).
+    /// Exit status (125 when the sandbox did not run the phase).
     pub exit_code: i32,
     /// Whether the timeout ended it.
     pub timed_out: bool,

@@ -49,12 +49,14 @@ pub enum DeployError {
     /// A flag or configuration value is invalid.
     #[error("{0}")]
     Config(String),
-    /// corral refused to start a phase's sandbox.
-    #[error("{phase} phase: the sandbox was refused ({code}): {message}")]
+    /// corral refused a phase's sandbox, could not set it up, or a signal
+    /// to corral interrupted its set-up: the phase's command never ran.
+    #[error("{phase} phase: the sandbox did not run the phase ({code}): {message}")]
     Sandbox {
         /// `install` or `build`.
         phase: String,
-        /// corral's error code (`limits.unenforceable`, `mount.invalid`, ...).
+        /// corral's error code (`limits.unenforceable`, `mount.invalid`,
+        /// `run.interrupted`, ...).
         code: String,
         /// corral's message.
         message: String,

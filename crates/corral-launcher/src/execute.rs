@@ -453,7 +453,7 @@ fn execute_run(
         former_group,
         unused: displaced,
     };
-    let sandbox_started = outcome.interrupted.is_none()
+    let sandbox_started = (outcome.interrupted.is_none() || outcome.landlock.is_some())
         && outcome
             .failure
             .as_ref()

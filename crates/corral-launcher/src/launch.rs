@@ -182,9 +182,11 @@ pub struct Outcome {
     /// Whether a stream passed the kill ceiling and the sandbox was killed.
     pub output_killed: bool,
     /// The signal (SIGINT, SIGTERM, SIGHUP or SIGQUIT) that reached corral
-    /// while the sandbox was being set up: the program never started, the
-    /// whole sandbox was killed, and the exit status is 128 + it, as a
-    /// shell expects of a process that signal ended.
+    /// before the program's process reported its layers, so that it was
+    /// not passed on: the whole sandbox was killed, and the exit status is
+    /// 128 + it, as a shell expects of a process that signal ended. The
+    /// program had not started, unless it got as far as its report while
+    /// the kill was on its way ([`Outcome::landlock`] is then set).
     pub interrupted: Option<i32>,
     /// Set-up or exec failure reported by the helper.
     pub failure: Option<(FailureKind, String)>,
@@ -214,9 +216,12 @@ impl Outcome {
                 libc::SIGQUIT => "SIGQUIT".to_string(),
                 other => format!("signal {other}"),
             };
-            format!(
-                "interrupted by {name} while the sandbox was being set up (the program never started); the whole sandbox was killed"
-            )
+            let when = if self.landlock.is_some() {
+                "as the program started"
+            } else {
+                "while the sandbox was being set up (the program never started)"
+            };
+            format!("interrupted by {name} {when}; the whole sandbox was killed")
         })
     }
 
@@ -616,7 +621,12 @@ pub(crate) fn launch_settling(
         let wait_ms = match deadline {
             // Once the sandbox has ended, what is left is handing its
             // output to the reader, which the timeout does not bound.
-            Some(d) if !timed_out && !output_killed && pump.sandbox_running() => {
+            Some(d)
+                if !timed_out
+                    && !output_killed
+                    && interrupted.is_none()
+                    && pump.sandbox_running() =>
+            {
                 let now = Instant::now();
                 if now >= d {
                     kill();
@@ -699,11 +709,11 @@ pub(crate) fn launch_settling(
     // an outcome, not a set-up failure.
     let killed_on_purpose = timed_out || output_killed || cancelled || interrupted.is_some();
     if killed_on_purpose && failure.is_none() {
-        (exit_code, signal) = match interrupted {
-            // The program never ran: no signal of its own to report.
-            Some(sig) => (128 + sig, None),
-            None => (128 + libc::SIGKILL, Some(libc::SIGKILL)),
-        };
+        // The status says why (a shell expects 128 + the signal that ended
+        // a process it ran); `signal` says what the program got, nothing
+        // when it never started.
+        exit_code = 128 + interrupted.unwrap_or(libc::SIGKILL);
+        signal = landlock.is_some().then_some(libc::SIGKILL);
     }
     // A set-up that failed on its own before the signal keeps its cause.
     let interrupted = interrupted.filter(|_| failure.is_none());

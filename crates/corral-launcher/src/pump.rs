@@ -497,7 +497,15 @@ impl Pump {
         if self.ctrl.as_ref().is_some_and(|c| ready(c.as_raw_fd())) {
             self.read_ctrl();
         }
-        if let Some(s) = self.signals.as_ref().filter(|s| ready(s.raw())) {
+        let signalled = self.signals.as_ref().is_some_and(|s| ready(s.raw()));
+        if signalled && self.landlock.is_none() {
+            // One message per poll above: a `layers` report queued behind
+            // another (the proxy's `listeners`) decides too.
+            while self.landlock.is_none() && self.ctrl_has_more() {
+                self.read_ctrl();
+            }
+        }
+        if let Some(s) = self.signals.as_ref().filter(|_| signalled) {
             while let Some(sig) = s.take() {
                 if self.landlock.is_none() && ENDS_THE_RUN.contains(&sig) {
                     // No program yet to pass it to: init holds every
@@ -525,6 +533,15 @@ impl Pump {
                 self.read_pipe(i);
             }
         }
+    }
+
+    /// Whether the control socket has a message (or its end) waiting now.
+    fn ctrl_has_more(&self) -> bool {
+        let Some(c) = &self.ctrl else {
+            return false;
+        };
+        let mut fds = [PollFd::read(c.as_raw_fd())];
+        fd::poll(&mut fds, 0).unwrap_or(0) > 0
     }
 
     fn read_ctrl(&mut self) {

@@ -7,15 +7,22 @@ does for a process that is being killed. A lookup is valid for no time, so
 every path walk through `sub` asks again.
 
 Prints `mounted` once mounted, then `held UID` for each request it holds.
-Runs until the mount is gone or it is killed."""
+Runs until the mount is gone or it is killed. Exits with status 3, saying
+why on stderr, when this host does not let it mount (no /dev/fuse, no
+CAP_SYS_ADMIN: a container, say)."""
 import ctypes, os, stat, struct, sys
 
 target = sys.argv[1]
-dev = os.open("/dev/fuse", os.O_RDWR)
+try:
+    dev = os.open("/dev/fuse", os.O_RDWR)
+except OSError as e:
+    print(f"/dev/fuse: {e.strerror}", file=sys.stderr)
+    sys.exit(3)
 libc = ctypes.CDLL(None, use_errno=True)
 options = f"fd={dev},rootmode=40000,user_id=0,group_id=0,allow_other".encode()
 if libc.mount(b"corral-test-hung", target.encode(), b"fuse", 0, options) != 0:
-    sys.exit("mount: " + os.strerror(ctypes.get_errno()))
+    print("mount: " + os.strerror(ctypes.get_errno()), file=sys.stderr)
+    sys.exit(3)
 print("mounted", flush=True)
 
 # struct fuse_in_header: len, opcode, unique, nodeid, uid, gid, pid, extlen, padding
