@@ -110,6 +110,40 @@ fn root_owned_writable_dirs_are_refused_when_corral_is_root() {
     assert_eq!(out.status.code(), Some(125));
 }
 
+/// The refusal above suggests a command to type. It names the directory
+/// as one shell word (a space or `;` in the name would make the pasted
+/// `chown` act on other paths), and for a system directory it suggests no
+/// `chown` at all: `chown 65534:65534 /etc`, pasted, breaks the host.
+#[test]
+fn the_suggested_chown_is_quoted_and_never_for_a_system_directory() {
+    if !is_root() {
+        eprintln!("unprivileged pass: the program runs as the invoking user; no idmap is involved");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let odd = dir.path().join("my project;x");
+    std::fs::create_dir(&odd).unwrap();
+    let out = run(&["--workdir", odd.to_str().unwrap()], &["sh", "-c", "true"]);
+    assert_eq!(out.status.code(), Some(125));
+    let expected = format!("`chown 65534:65534 '{}'`", odd.display());
+    assert!(
+        text(&out.stderr).contains(&expected),
+        "{}",
+        text(&out.stderr)
+    );
+    for system in ["/etc", "/"] {
+        let out = run(&["--workdir", system], &["sh", "-c", "true"]);
+        assert_eq!(out.status.code(), Some(125), "{system}");
+        let stderr = text(&out.stderr);
+        assert!(stderr.contains("owned by root"), "{system}: {stderr}");
+        assert!(!stderr.contains("chown"), "{system}: {stderr}");
+        assert!(
+            stderr.contains("never change the owner of a system directory"),
+            "{system}: {stderr}"
+        );
+    }
+}
+
 #[test]
 fn default_workspace_is_fresh_and_gone_afterwards() {
     assert_eq!(

@@ -394,7 +394,7 @@ fn reachable_by(dir: &Path, uid: u32, gid: u32) -> Result<(), String> {
                 d.display(),
                 mode & 0o7777,
                 m.uid(),
-                d.display()
+                corral_policy::shell::word(&d.display().to_string())
             ));
         }
     }

@@ -802,8 +802,8 @@ fn plan_mounts(
                     .to_string()
             } else {
                 format!(
-                    "show it at another place with SRC:DEST, e.g. `{}:/opt/{name}`",
-                    spec.source
+                    "show it at another place with SRC:DEST, e.g. `{}`",
+                    corral_policy::shell::word(&format!("{}:/opt/{name}", spec.source))
                 )
             };
             return Err(PlanError::Mount(format!(
@@ -1058,14 +1058,23 @@ fn idmap_owner(
         return Ok(None);
     }
     if owner.0 == 0 || owner.1 == 0 {
+        let shown = path.display().to_string();
+        let instead = if corral_policy::shell::is_system_path(path) {
+            "; never change the owner of a system directory: bind it read-only (`--ro`), or give the sandbox \
+             a copy of what it needs"
+                .to_string()
+        } else {
+            format!(
+                ", e.g. `chown {}:{} {}`",
+                identity.uid,
+                identity.gid,
+                corral_policy::shell::word(&shown)
+            )
+        };
         return Err(PlanError::Mount(format!(
-            "{} is owned by root (user or group) and would be writable by the sandbox: files it creates would be \
+            "{shown} is owned by root (user or group) and would be writable by the sandbox: files it creates would be \
              root-owned on the host (a setuid- or setgid-root plant). Use a directory owned by an unprivileged user \
-             and group (its files then stay theirs), e.g. `chown {}:{} {}`",
-            path.display(),
-            identity.uid,
-            identity.gid,
-            path.display()
+             and group (its files then stay theirs){instead}"
         )));
     }
     Ok(Some(owner))

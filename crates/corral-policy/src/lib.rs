@@ -20,6 +20,7 @@ pub mod path;
 pub mod profile;
 pub mod protect;
 pub mod server;
+pub mod shell;
 pub mod size;
 
 pub use audit::{AuditEvent, Level, ReasonCode};

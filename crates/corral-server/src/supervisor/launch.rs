@@ -268,9 +268,15 @@ struct Deployed {
 fn deployed(server: &McpServer) -> Result<Deployed, LaunchRefused> {
     let m = corral_deploy::Manifest::read(&server.dir).ok_or_else(|| {
         let how = if server.source.is_some() || server.package.is_some() {
-            format!("corral deploy --config FILE --server {}", server.name)
+            format!(
+                "corral deploy --config FILE --server {}",
+                corral_policy::shell::word(&server.name)
+            )
         } else {
-            format!("corral deploy SOURCE --out {}", server.dir.display())
+            format!(
+                "corral deploy SOURCE --out {}",
+                corral_policy::shell::word(&server.dir.display().to_string())
+            )
         };
         refused(
             "mcp.not_deployed",
