@@ -79,7 +79,12 @@ enum Cmd {
     /// Validate a config file; errors name the key and the line.
     Check {
         /// The config file.
-        file: PathBuf,
+        #[arg(required_unless_present = "config")]
+        file: Option<PathBuf>,
+        /// The config file, as the other commands take it (`--config FILE`
+        /// is the same as `FILE`).
+        #[arg(long, conflicts_with = "file")]
+        config: Option<PathBuf>,
         /// Print one JSON object (`ok`, `profiles` or `error`).
         #[arg(long)]
         json: bool,
@@ -174,7 +179,14 @@ fn corral_main() -> ! {
     let code = match cli.command {
         Cmd::Run(args) => run::run(*args),
         Cmd::Deploy(args) => deploy::deploy(*args),
-        Cmd::Check { file, json } => check(&file, json),
+        Cmd::Check { file, config, json } => match file.or(config) {
+            Some(file) => check(&file, json),
+            // clap requires one of the two.
+            None => {
+                say("corral check: name the config file: `corral check FILE`");
+                corral_launcher::EXIT_CORRAL_ERROR
+            }
+        },
         Cmd::Explain {
             profile,
             config,

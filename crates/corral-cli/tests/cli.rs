@@ -169,6 +169,15 @@ fn check_validates_and_names_key_and_line() {
         err.contains("line 5") && err.contains("timeout_sec"),
         "{err}"
     );
+    // `--config FILE`, as run, explain and serve take it, is the same.
+    for (file, code) in [(&good, 0), (&bad, 125)] {
+        let out = corral()
+            .args(["check", "--config"])
+            .arg(file)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(code), "{}", text(&out.stderr));
+    }
     // A run with a bad config is refused the same way.
     let out = run(&["--config", bad.to_str().unwrap()], &["sh", "-c", "true"]);
     assert_eq!(out.status.code(), Some(125));
