@@ -300,7 +300,48 @@ fn check_and_doctor_json_print_their_own_objects() {
         "{v}"
     );
     assert_eq!(v["mcp_servers"], serde_json::json!([]), "{v}");
+    assert_eq!(v["warnings"], serde_json::json!([]), "{v}");
     assert!(v.get("exit_code").is_none(), "{v}");
+    // A bind source this host lacks leaves the file valid (it may be meant
+    // for another machine) and is named, as the run would refuse it.
+    let (_d, elsewhere) = config(
+        "[profile.far]\nextends = \"code\"\n[profile.far.filesystem]\nread_only = [\"/nonexistent-corral-test/data\"]\n",
+    );
+    let out = corral()
+        .args(["check", "--json"])
+        .arg(&elsewhere)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["ok"], true, "{v}");
+    assert_eq!(
+        (
+            &v["warnings"][0]["profile"],
+            &v["warnings"][0]["key"],
+            &v["warnings"][0]["path"]
+        ),
+        (
+            &"far".into(),
+            &"filesystem.read_only".into(),
+            &"/nonexistent-corral-test/data".into()
+        ),
+        "{v}"
+    );
+    let out = corral().arg("check").arg(&elsewhere).output().unwrap();
+    assert!(out.status.success());
+    assert!(
+        text(&out.stderr).contains(
+            "warning: profile `far`: filesystem.read_only `/nonexistent-corral-test/data` does not exist on this host"
+        ),
+        "{}",
+        text(&out.stderr)
+    );
+    let run_out = run(
+        &["--config", elsewhere.to_str().unwrap(), "--profile", "far"],
+        &["sh", "-c", "true"],
+    );
+    assert_eq!(run_out.status.code(), Some(125), "as the warning says");
     // The supervised MCP servers are listed by name, in config order.
     let example = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/example.toml");
     let out = corral()
