@@ -373,60 +373,10 @@ fn mcp(config: Option<&std::path::Path>, code_mode: bool, log_level: Option<&str
 /// `{"file", "ok": true, "profiles": [...]}` or
 /// `{"file", "ok": false, "error": {"code": "config.invalid", "message",
 /// "line", "key"}}`, never a run result.
-/// A path a profile needs from the host that this host lacks: the file is
-/// valid (it may be meant for another machine), but runs of the profile
-/// are refused here.
-#[derive(serde::Serialize)]
-struct HostWarning {
-    profile: String,
-    key: &'static str,
-    path: String,
-    message: String,
-}
-
-/// The bind sources and runtime trees of `config`'s profiles that do not
-/// exist on this host (`symlink_metadata` fails with ENOENT or ENOTDIR).
-fn missing_on_this_host(config: &Config) -> Vec<HostWarning> {
-    let mut out = Vec::new();
-    for (name, profile) in &config.profiles {
-        let fs = &profile.filesystem;
-        let needed = (fs
-            .read_only
-            .iter()
-            .map(|m| ("filesystem.read_only", &m.source)))
-        .chain(
-            fs.read_write
-                .iter()
-                .map(|m| ("filesystem.read_write", &m.source)),
-        )
-        .chain(fs.runtime.iter().map(|r| ("filesystem.runtime", r)));
-        for (key, path) in needed {
-            let missing = std::fs::symlink_metadata(path.as_path()).is_err_and(|e| {
-                matches!(
-                    e.kind(),
-                    std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
-                )
-            });
-            if missing {
-                out.push(HostWarning {
-                    profile: name.clone(),
-                    key,
-                    path: path.as_str().to_string(),
-                    message: format!(
-                        "profile `{name}`: {key} `{}` does not exist on this host; runs of the profile are refused here (mount.invalid)",
-                        path.as_str()
-                    ),
-                });
-            }
-        }
-    }
-    out
-}
-
 fn check(file: &std::path::Path, json: bool) -> i32 {
     match Config::load(file) {
         Ok(config) => {
-            let warnings = missing_on_this_host(&config);
+            let warnings = corral_launcher::missing_host_paths(&config);
             let names: Vec<&str> = config.profiles.keys().map(String::as_str).collect();
             let servers: Vec<&str> = config
                 .server

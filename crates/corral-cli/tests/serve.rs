@@ -1488,8 +1488,13 @@ fn a_refused_request_leaves_its_sandbox_built_ahead_to_the_next() {
 /// A server whose log lines (stderr after the first line) a thread hands
 /// over as they come, with `env` added to its environment.
 fn start_logged(flags: &[&str], env: &[(&str, &str)]) -> (Server, LogLines) {
+    start_logged_with("", flags, env)
+}
+
+/// [`start_logged`] with `extra` added to the config.
+fn start_logged_with(extra: &str, flags: &[&str], env: &[(&str, &str)]) -> (Server, LogLines) {
     let dir = tempfile::tempdir().unwrap();
-    let cfg = serve_config(dir.path(), "");
+    let cfg = serve_config(dir.path(), extra);
     let mut child = corral()
         .arg("serve")
         .arg("--config")
@@ -1601,6 +1606,39 @@ fn terminate(s: &mut Server) {
     assert!(status.success());
     let exit = s.child.wait().unwrap();
     assert_eq!(exit.code(), Some(0), "a graceful stop exits 0");
+}
+
+/// A profile whose bind source this host lacks would refuse every run:
+/// the server says so once, at start (a warning: the config may be shared
+/// with machines that have it), naming the profile, the key and the path.
+#[test]
+fn a_profile_bind_this_host_lacks_is_logged_at_start() {
+    let (_s, mut logs) = start_logged_with(
+        "[profile.far]\nextends = \"code\"\n[profile.far.filesystem]\nread_only = [\"/nonexistent-corral-test/data\"]\n",
+        &[],
+        &[],
+    );
+    let warned = logs.wait_matching("the warning about profile `far`", |v| {
+        v["fields"]["profile"] == "far"
+    });
+    assert_eq!(warned["level"], "WARN", "{warned}");
+    assert_eq!(
+        (
+            warned["fields"]["key"].as_str(),
+            warned["fields"]["path"].as_str()
+        ),
+        (
+            Some("filesystem.read_only"),
+            Some("/nonexistent-corral-test/data")
+        ),
+        "{warned}"
+    );
+    assert!(
+        warned["fields"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("does not exist on this host")),
+        "{warned}"
+    );
 }
 
 #[test]

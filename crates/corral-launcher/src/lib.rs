@@ -26,6 +26,7 @@ mod contain;
 mod egress;
 mod events;
 mod execute;
+mod host_paths;
 mod launch;
 mod output;
 mod plan;
@@ -49,6 +50,7 @@ pub use events::{
 pub use execute::{
     execute, ExecuteOptions, Execution, Prestarted, PrestartedSource, Refusal, Remains,
 };
+pub use host_paths::{missing_host_paths, MissingHostPath};
 pub use launch::{
     is_helper_invocation, launch, Containment, EgressProxy, HelperStart, LaunchError,
     LaunchOptions, Outcome, OutputMode, OutputTap, StartedHelper, StreamResult, FORWARDED_SIGNALS,

@@ -84,6 +84,15 @@ pub async fn serve(
     // The announcement is the first line on stderr: the supervisor's
     // start-up (a refused server's warning) logs after it.
     announce(local);
+    for missing in corral_launcher::missing_host_paths(&state.config) {
+        tracing::warn!(
+            profile = %missing.profile,
+            key = missing.key,
+            path = %missing.path,
+            "{}",
+            missing.message
+        );
+    }
     state.supervisor.boot();
     keep_pruning(state.clone());
     tracing::info!(
