@@ -85,7 +85,8 @@ enum Cmd {
         /// is the same as `FILE`).
         #[arg(long, conflicts_with = "file")]
         config: Option<PathBuf>,
-        /// Print one JSON object (`ok`, `profiles` or `error`).
+        /// Print one JSON object (`ok`; `profiles`, `mcp_servers` and
+        /// `warnings`, or `error`).
         #[arg(long)]
         json: bool,
     },
@@ -370,7 +371,8 @@ fn mcp(config: Option<&std::path::Path>, code_mode: bool, log_level: Option<&str
 }
 
 /// `corral check FILE [--json]`. The JSON object is
-/// `{"file", "ok": true, "profiles": [...]}` or
+/// `{"file", "ok": true, "profiles": [...], "mcp_servers": [...],
+/// "warnings": [...]}` (see [`corral_launcher::missing_host_paths`]) or
 /// `{"file", "ok": false, "error": {"code": "config.invalid", "message",
 /// "line", "key"}}`, never a run result.
 fn check(file: &std::path::Path, json: bool) -> i32 {

@@ -169,6 +169,17 @@ fn check_validates_and_names_key_and_line() {
         err.contains("line 5") && err.contains("timeout_sec"),
         "{err}"
     );
+    // Neither, or both at once, is a usage error.
+    let neither = corral().arg("check").output().unwrap();
+    assert_eq!(neither.status.code(), Some(125));
+    let both = corral()
+        .arg("check")
+        .arg(&good)
+        .arg("--config")
+        .arg(&good)
+        .output()
+        .unwrap();
+    assert_eq!(both.status.code(), Some(125), "{}", text(&both.stderr));
     // `--config FILE`, as run, explain and serve take it, is the same.
     for (file, code) in [(&good, 0), (&bad, 125)] {
         let out = corral()
@@ -332,16 +343,58 @@ fn check_and_doctor_json_print_their_own_objects() {
     assert!(out.status.success());
     assert!(
         text(&out.stderr).contains(
-            "warning: profile `far`: filesystem.read_only `/nonexistent-corral-test/data` does not exist on this host"
+            "warning: profile `far`: filesystem.read_only `/nonexistent-corral-test/data`: it does not exist on this host; runs of the profile are refused here (mount.invalid)"
         ),
         "{}",
         text(&out.stderr)
+    );
+    // A runtime tree is named once, under its own key (it is one of the
+    // read-only binds too); a bind through a symlink is named with the
+    // code its runs get.
+    let links = tempfile::tempdir().unwrap();
+    let link = links.path().join("data-link");
+    std::os::unix::fs::symlink(links.path(), &link).unwrap();
+    let (_d, more) = config(&format!(
+        "[profile.tree]\nextends = \"code\"\n[profile.tree.filesystem]\nruntime = \"/nonexistent-corral-test/venv\"\n\
+         [profile.linked]\nextends = \"code\"\n[profile.linked.filesystem]\nread_only = [\"{}:/data\"]\n",
+        link.display()
+    ));
+    let out = corral()
+        .args(["check", "--json"])
+        .arg(&more)
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let named: Vec<(&str, &str, &str)> = v["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| {
+            (
+                w["profile"].as_str().unwrap(),
+                w["key"].as_str().unwrap(),
+                w["code"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        named,
+        [
+            ("linked", "filesystem.read_only", "mount.symlink"),
+            ("tree", "filesystem.runtime", "mount.invalid")
+        ],
+        "{v}"
     );
     let run_out = run(
         &["--config", elsewhere.to_str().unwrap(), "--profile", "far"],
         &["sh", "-c", "true"],
     );
     assert_eq!(run_out.status.code(), Some(125), "as the warning says");
+    assert!(
+        text(&run_out.stderr).contains("/nonexistent-corral-test/data does not exist"),
+        "{}",
+        text(&run_out.stderr)
+    );
     // The supervised MCP servers are listed by name, in config order.
     let example = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/example.toml");
     let out = corral()

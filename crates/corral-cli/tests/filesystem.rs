@@ -138,7 +138,7 @@ fn the_suggested_chown_is_quoted_and_never_for_a_system_directory() {
         assert!(stderr.contains("owned by root"), "{system}: {stderr}");
         assert!(!stderr.contains("chown"), "{system}: {stderr}");
         assert!(
-            stderr.contains("never change the owner of a system directory"),
+            stderr.contains("never change the owner of a system or top-level directory"),
             "{system}: {stderr}"
         );
     }

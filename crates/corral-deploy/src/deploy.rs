@@ -389,12 +389,22 @@ fn reachable_by(dir: &Path, uid: u32, gid: u32) -> Result<(), String> {
             mode & 0o001 != 0
         };
         if !ok {
+            // Never a suggestion to open a system or a home directory to
+            // every user.
+            let home = d.parent() == Some(std::path::Path::new("/home"));
+            let fix = if corral_policy::shell::is_system_path(d) || home {
+                "choose a tree elsewhere (under /srv or /var/tmp, say)".to_string()
+            } else {
+                format!(
+                    "`chmod o+x {}` or choose a tree elsewhere",
+                    corral_policy::shell::word(&d.display().to_string())
+                )
+            };
             return Err(format!(
-                "the phases run as uid {uid}, which cannot reach {} (mode {:o}, owner {}); `chmod o+x {}` or choose a tree elsewhere",
+                "the phases run as uid {uid}, which cannot reach {} (mode {:o}, owner {}); {fix}",
                 d.display(),
                 mode & 0o7777,
                 m.uid(),
-                corral_policy::shell::word(&d.display().to_string())
             ));
         }
     }

@@ -1008,7 +1008,7 @@ fn deny_pins(
 /// another user's home as root, or to the caller's own files. The helper
 /// opens the source with `RESOLVE_NO_SYMLINKS` as well, so a link planted
 /// after this check is refused by the kernel.
-fn refuse_symlinks(path: &std::path::Path) -> Result<(), PlanError> {
+pub(crate) fn refuse_symlinks(path: &std::path::Path) -> Result<(), PlanError> {
     use std::path::Component;
     let mut prefix = std::path::PathBuf::new();
     for c in path.components() {
@@ -1060,8 +1060,8 @@ fn idmap_owner(
     if owner.0 == 0 || owner.1 == 0 {
         let shown = path.display().to_string();
         let instead = if corral_policy::shell::is_system_path(path) {
-            "; never change the owner of a system directory: bind it read-only (`--ro`), or give the sandbox \
-             a copy of what it needs"
+            "; never change the owner of a system or top-level directory: bind it read-only (`--ro`), or \
+             give the sandbox a directory of its own (a subdirectory owned by an unprivileged user)"
                 .to_string()
         } else {
             format!(

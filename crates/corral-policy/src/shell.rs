@@ -8,21 +8,23 @@ use std::borrow::Cow;
 
 /// `s` as one word of a POSIX shell command line: unchanged when every
 /// character is one no shell treats specially (letters, digits and
-/// `_ . / : = @ % + , -`, and not empty), else in single quotes, with each
-/// `'` written `'\''`.
+/// `_ . / : = @ % + , -`, and not empty) and it does not start with `=`
+/// (zsh expands `=cmd` to the command's path), else in single quotes, with
+/// each `'` written `'\''`.
 pub fn word(s: &str) -> Cow<'_, str> {
     let plain = |c: char| c.is_ascii_alphanumeric() || "_./:=@%+,-".contains(c);
-    if !s.is_empty() && s.chars().all(plain) {
+    if !s.is_empty() && !s.starts_with('=') && s.chars().all(plain) {
         return Cow::Borrowed(s);
     }
     Cow::Owned(format!("'{}'", s.replace('\'', r"'\''")))
 }
 
-/// Whether `path` (absolute) is the root or belongs to the operating system
-/// itself (`/etc`, `/usr`, `/proc`, a top-level directory, …): a directory
-/// whose owner a message must never suggest changing.
+/// Whether `path` (absolute) is the root, a top-level directory, a
+/// directory of `/var` (`/var/tmp`, `/var/www`, …), or belongs to the
+/// operating system (`/etc`, `/usr`, `/proc`, the Nix and Guix stores, …):
+/// one whose owner or mode a message must never suggest changing.
 pub fn is_system_path(path: &std::path::Path) -> bool {
-    const SYSTEM: [&str; 16] = [
+    const SYSTEM: [&str; 18] = [
         "/bin",
         "/boot",
         "/dev",
@@ -39,8 +41,13 @@ pub fn is_system_path(path: &std::path::Path) -> bool {
         "/var/lib",
         "/var/log",
         "/var/cache",
+        "/nix/store",
+        "/gnu/store",
     ];
-    path.components().count() <= 2 || SYSTEM.iter().any(|s| path.starts_with(s))
+    let depth = path.components().count();
+    depth <= 2
+        || (depth == 3 && path.starts_with("/var"))
+        || SYSTEM.iter().any(|s| path.starts_with(s))
 }
 
 #[cfg(test)]
@@ -55,6 +62,9 @@ mod tests {
         assert_eq!(word("/tmp/a;rm -rf ~"), "'/tmp/a;rm -rf ~'");
         assert_eq!(word("/tmp/it's"), r"'/tmp/it'\''s'");
         assert_eq!(word("$(id)"), "'$(id)'");
+        assert_eq!(word("~/x"), "'~/x'");
+        assert_eq!(word("=ls"), "'=ls'");
+        assert_eq!(word("a\nb"), "'a\nb'");
         assert_eq!(word(""), "''");
     }
 
@@ -68,6 +78,9 @@ mod tests {
             "/usr/lib",
             "/var/lib/x",
             "/proc/1",
+            "/var/tmp",
+            "/var/www",
+            "/nix/store/abc-pkg",
         ] {
             assert!(is_system_path(Path::new(p)), "{p}");
         }
