@@ -89,6 +89,7 @@ pub async fn serve(
             profile = %missing.profile,
             key = missing.key,
             path = %missing.path,
+            code = missing.code,
             "{}",
             missing.message
         );
