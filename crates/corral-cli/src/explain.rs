@@ -65,6 +65,12 @@ pub fn explain(name: Option<&str>, config: Option<&Path>, as_json: bool) -> i32 
     ];
     let seccomp_rules =
         corral_launcher::seccomp_rules(profile.security.seccomp, profile.security.unix_sockets);
+    // What runs of this profile would be refused for here, as `corral
+    // check` names it.
+    let warnings = corral_launcher::missing_for_profile(name, profile);
+    for w in &warnings {
+        crate::say(&format!("warning: {}", w.message));
+    }
     if as_json {
         let v = json!({
             "profile": profile,
@@ -73,6 +79,7 @@ pub fn explain(name: Option<&str>, config: Option<&Path>, as_json: bool) -> i32 
             "env_always_blocked": ALWAYS_BLOCKED.iter().map(|(p, why)| json!({"pattern": p, "why": why})).collect::<Vec<_>>(),
             "layers": layers.iter().map(|(k, v)| json!({"layer": k, "state": v})).collect::<Vec<_>>(),
             "seccomp_rules": seccomp_rules,
+            "warnings": warnings,
         });
         println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
         return 0;
@@ -89,11 +96,28 @@ pub fn explain(name: Option<&str>, config: Option<&Path>, as_json: bool) -> i32 
         };
         println!("  {p:<28} {state}");
     }
+    let refused = |source: &corral_policy::SandboxPath| {
+        warnings
+            .iter()
+            .find(|w| w.path == source.as_str())
+            .map(|w| format!(" (runs refused here: {})", w.code))
+            .unwrap_or_default()
+    };
     for m in &fs.read_only {
-        println!("  {:<28} read-only bind of {}", m.dest.as_str(), m.source);
+        println!(
+            "  {:<28} read-only bind of {}{}",
+            m.dest.as_str(),
+            m.source,
+            refused(&m.source)
+        );
     }
     for m in &fs.read_write {
-        println!("  {:<28} read-WRITE bind of {}", m.dest.as_str(), m.source);
+        println!(
+            "  {:<28} read-WRITE bind of {}{}",
+            m.dest.as_str(),
+            m.source,
+            refused(&m.source)
+        );
     }
     println!(
         "  {:<28} read-write: --workdir, or a {} tmpfs",

@@ -201,6 +201,50 @@ fn unknown_profile_is_refused() {
     assert!(text(&out.stderr).contains("unknown profile `nope`"));
 }
 
+/// `corral explain` marks a bind this host lacks, as `corral check` warns
+/// of it: a reviewer sees the profile would not run here.
+#[test]
+fn explain_marks_a_bind_this_host_lacks() {
+    let (_d, cfg) = config(
+        "[profile.far]\nextends = \"code\"\n[profile.far.filesystem]\nread_only = [\"/nonexistent-corral-test/data:/data\", \"/usr/share:/share\"]\n",
+    );
+    let out = corral()
+        .args(["explain", "far", "--config"])
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains(
+            "read-only bind of /nonexistent-corral-test/data (runs refused here: mount.invalid)"
+        ),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("read-only bind of /usr/share\n"),
+        "an existing source is not marked: {stdout}"
+    );
+    assert!(
+        text(&out.stderr).contains(
+            "warning: profile `far`: filesystem.read_only `/nonexistent-corral-test/data`"
+        ),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = corral()
+        .args(["explain", "far", "--json", "--config"])
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        v["warnings"][0]["path"], "/nonexistent-corral-test/data",
+        "{v}"
+    );
+    assert_eq!(v["warnings"].as_array().map(Vec::len), Some(1), "{v}");
+}
+
 #[test]
 fn explain_lists_mounts_commands_and_layers() {
     let out = corral().arg("explain").output().unwrap();

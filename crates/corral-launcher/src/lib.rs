@@ -50,7 +50,7 @@ pub use events::{
 pub use execute::{
     execute, ExecuteOptions, Execution, Prestarted, PrestartedSource, Refusal, Remains,
 };
-pub use host_paths::{missing_host_paths, MissingHostPath};
+pub use host_paths::{missing_for_profile, missing_host_paths, MissingHostPath};
 pub use launch::{
     is_helper_invocation, launch, Containment, EgressProxy, HelperStart, LaunchError,
     LaunchOptions, Outcome, OutputMode, OutputTap, StartedHelper, StreamResult, FORWARDED_SIGNALS,
