@@ -370,6 +370,37 @@ fn mcp(config: Option<&std::path::Path>, code_mode: bool, log_level: Option<&str
     run_async(corral_server::serve_stdio(config))
 }
 
+/// How long `corral check` waits for the host's answers about the bind
+/// sources it names: a bind on a filesystem that does not answer (a hung
+/// NFS mount) must not hold a config check.
+const HOST_CHECK_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// [`corral_launcher::missing_host_paths`] on a thread of its own, waited
+/// for at most [`HOST_CHECK_WAIT`]; past that, one warning that says the
+/// host did not answer (the thread is left to the process's exit).
+fn host_warnings(config: &Config) -> Vec<corral_launcher::MissingHostPath> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let profiles = config.clone();
+    let spawned = std::thread::Builder::new()
+        .name("host-paths".into())
+        .spawn(move || {
+            let _ = tx.send(corral_launcher::missing_host_paths(&profiles));
+        });
+    match spawned.map(|_| rx.recv_timeout(HOST_CHECK_WAIT)) {
+        Ok(Ok(found)) => found,
+        _ => vec![corral_launcher::MissingHostPath {
+            profile: String::new(),
+            key: "filesystem",
+            path: String::new(),
+            code: "host.unanswered",
+            message: format!(
+                "the bind sources were not all looked at: the host did not answer within {}s (a filesystem that does not answer, such as a hung NFS mount?); runs of a profile that binds it would wait on it too",
+                HOST_CHECK_WAIT.as_secs()
+            ),
+        }],
+    }
+}
+
 /// `corral check FILE [--json]`. The JSON object is
 /// `{"file", "ok": true, "profiles": [...], "mcp_servers": [...],
 /// "warnings": [...]}` (see [`corral_launcher::missing_host_paths`]) or
@@ -378,7 +409,7 @@ fn mcp(config: Option<&std::path::Path>, code_mode: bool, log_level: Option<&str
 fn check(file: &std::path::Path, json: bool) -> i32 {
     match Config::load(file) {
         Ok(config) => {
-            let warnings = corral_launcher::missing_host_paths(&config);
+            let warnings = host_warnings(&config);
             let names: Vec<&str> = config.profiles.keys().map(String::as_str).collect();
             let servers: Vec<&str> = config
                 .server

@@ -159,6 +159,12 @@ impl HungFs {
     /// a test mount a FUSE filesystem: not root, no `/dev/fuse`, no right
     /// to mount (a container).
     fn mount() -> Option<HungFs> {
+        HungFs::mount_answering(true)
+    }
+
+    /// [`HungFs::mount`], or with `answering` false one that answers no
+    /// one, root included.
+    fn mount_answering(answering: bool) -> Option<HungFs> {
         use std::io::BufRead;
         use std::os::unix::fs::PermissionsExt;
         if !is_root() {
@@ -177,6 +183,7 @@ impl HungFs {
         let mut daemon = std::process::Command::new("/usr/bin/python3")
             .arg(&script)
             .arg(&mnt)
+            .args((!answering).then_some("none"))
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
             .spawn()
@@ -326,4 +333,35 @@ fn a_timeout_while_the_set_up_hangs_says_the_program_never_started() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["timed_out"], true, "{v}");
     assert_eq!(v["signal"], serde_json::Value::Null, "no program: {v}");
+}
+
+/// `corral check` looks at the bind sources on the host to warn of missing
+/// ones; a filesystem that answers nothing (a hung NFS mount) must not
+/// hold the check: after a bounded wait it says so and ends normally.
+#[test]
+fn check_does_not_wait_for_a_filesystem_that_does_not_answer() {
+    let Some(fs) = HungFs::mount_answering(false) else {
+        return;
+    };
+    let cfg = fs.dir.path().join("corral.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[profile.hung]\nextends = \"code\"\n[profile.hung.filesystem]\nread_only = [\"{}:/data\"]\n",
+            fs.sub().display()
+        ),
+    )
+    .expect("write the config");
+    let started = Instant::now();
+    let out = corral()
+        .args(["check", "--json"])
+        .arg(&cfg)
+        .output()
+        .expect("corral check");
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(15), "the check took {took:?}");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["ok"], true, "{v}");
+    assert_eq!(v["warnings"][0]["code"], "host.unanswered", "{v}");
 }

@@ -84,16 +84,21 @@ pub async fn serve(
     // The announcement is the first line on stderr: the supervisor's
     // start-up (a refused server's warning) logs after it.
     announce(local);
-    for missing in corral_launcher::missing_host_paths(&state.config) {
-        tracing::warn!(
-            profile = %missing.profile,
-            key = missing.key,
-            path = %missing.path,
-            code = missing.code,
-            "{}",
-            missing.message
-        );
-    }
+    // Off the runtime and not awaited: a bind on a filesystem that does
+    // not answer would otherwise hold the server's start in `lstat`.
+    let checked = state.clone();
+    tokio::task::spawn_blocking(move || {
+        for missing in corral_launcher::missing_host_paths(&checked.config) {
+            tracing::warn!(
+                profile = %missing.profile,
+                key = missing.key,
+                path = %missing.path,
+                code = missing.code,
+                "{}",
+                missing.message
+            );
+        }
+    });
     state.supervisor.boot();
     keep_pruning(state.clone());
     tracing::info!(

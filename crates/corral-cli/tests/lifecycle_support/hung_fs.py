@@ -6,11 +6,14 @@ runs as another uid) are held until the kernel interrupts them, which it
 does for a process that is being killed. A lookup is valid for no time, so
 every path walk through `sub` asks again.
 
+With `none` as argv[2] it answers nothing at all, not even the kernel's
+first request: every access waits (until killed).
+
 Prints `mounted` once mounted, then `held UID` for each request it holds.
 Runs until the mount is gone or it is killed. Exits with status 3, saying
 why on stderr, when this host does not let it mount (no /dev/fuse, no
 CAP_SYS_ADMIN: a container, say)."""
-import ctypes, os, stat, struct, sys
+import ctypes, os, signal, stat, struct, sys
 
 target = sys.argv[1]
 try:
@@ -24,6 +27,10 @@ if libc.mount(b"corral-test-hung", target.encode(), b"fuse", 0, options) != 0:
     print("mount: " + os.strerror(ctypes.get_errno()), file=sys.stderr)
     sys.exit(3)
 print("mounted", flush=True)
+if sys.argv[2:] == ["none"]:
+    # Read nothing: each request stays queued, so its process can be killed.
+    while True:
+        signal.pause()
 
 # struct fuse_in_header: len, opcode, unique, nodeid, uid, gid, pid, extlen, padding
 IN_HEADER = struct.Struct("<IIQQIIIHH")
