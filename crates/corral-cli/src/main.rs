@@ -338,14 +338,24 @@ fn run_async(
             return corral_launcher::EXIT_CORRAL_ERROR;
         }
     };
-    match runtime.block_on(fut) {
+    let code = match runtime.block_on(fut) {
         Ok(()) => 0,
         Err(e) => {
             say(&e.to_string());
             corral_launcher::EXIT_CORRAL_ERROR
         }
-    }
+    };
+    // The server has waited for what it must (its executions, their
+    // sandboxes, the audit). A blocking task still running now waits on a
+    // filesystem that does not answer, which may never end: dropping the
+    // runtime would wait for it, so the exit does not.
+    runtime.shutdown_timeout(RUNTIME_STOP_WAIT);
+    code
 }
+
+/// How long a stopping server waits for the runtime's blocking tasks
+/// after it has finished its own work.
+const RUNTIME_STOP_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// `corral mcp`: MCP over stdio. stdout carries the protocol and nothing
 /// else; messages and logs go to stderr.

@@ -499,6 +499,7 @@ pub fn run(args: RunArgs) -> i32 {
         tap: None,
         prestarted: None,
         prepared: None,
+        gate: None,
     };
     let run = execute(&profile, &commands, &request, &lookup, opts, &sink);
     match run {

@@ -365,3 +365,147 @@ fn check_does_not_wait_for_a_filesystem_that_does_not_answer() {
     assert_eq!(v["ok"], true, "{v}");
     assert_eq!(v["warnings"][0]["code"], "host.unanswered", "{v}");
 }
+
+/// One request of profile `hung` (a bind of the FUSE filesystem's `sub`)
+/// with a 2 s timeout: (status, body, how long it took).
+fn post_hung(addr: &str) -> (u16, serde_json::Value, Duration) {
+    let started = Instant::now();
+    let (status, _, body) = http(
+        addr,
+        "POST",
+        "/v1/executions",
+        None,
+        Some(
+            r#"{"profile": "hung", "command": ["sh", "-c", "echo hi"], "limits": {"timeout_ms": 2000}}"#,
+        ),
+    );
+    let v = serde_json::from_str(&body).unwrap_or_else(|_| panic!("{status}: {body}"));
+    (status, v, started.elapsed())
+}
+
+/// A profile whose bind sits on a filesystem that stops answering (a hung
+/// NFS mount) must not take the service down with it: the server starts
+/// (its command table for that profile is refused until it arrives), a run
+/// whose plan waits on the filesystem is given up at its timeout and
+/// recorded as refused, later runs of that profile are refused at once
+/// while the lookup still waits, other profiles run all along, the server
+/// stops when told, and once the filesystem answers again the profile
+/// runs.
+#[test]
+fn serve_outlasts_a_profiles_filesystem_that_stops_answering() {
+    let Some(fs) = HungFs::mount_answering(false) else {
+        return;
+    };
+    let extra = format!(
+        "[profile.hung]\nextends = \"code\"\n[profile.hung.filesystem]\nread_only = [\"{}:/data\"]\n",
+        fs.sub().display()
+    );
+    // A `python3` outside the system trees first on PATH (as pyenv's shim
+    // is): resolving it looks at each bind source, the hung one too.
+    let shims = fs.dir.path().join("shims");
+    std::fs::create_dir(&shims).expect("mkdir shims");
+    let shim = shims.join("python3");
+    std::fs::write(&shim, "#!/bin/sh\nexec /usr/bin/python3 \"$@\"\n").expect("write the shim");
+    std::fs::set_permissions(&shim, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod the shim");
+    let start = |path: &str| {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let cfg = serve_config(dir.path(), &extra);
+        let started = Instant::now();
+        let server = start_server_with_env(dir, &cfg, &[], &[("PATH", path)]);
+        (server, started.elapsed())
+    };
+    let ran_code = |addr: &str| {
+        let (status, _, body) = http(
+            addr,
+            "POST",
+            "/v1/executions",
+            None,
+            Some(r#"{"command": ["sh", "-c", "echo hi"]}"#),
+        );
+        assert_eq!(status, 200, "{body}");
+        assert!(body.contains(r#""stdout":"hi\n""#), "{body}");
+    };
+
+    // Its command table cannot be resolved: the start waits a bounded time.
+    let (mut unresolved, took) = start(&format!("{}:/usr/bin:/bin", shims.display()));
+    assert!(took < Duration::from_secs(15), "the start took {took:?}");
+    let (status, v, took) = post_hung(&unresolved.addr);
+    assert_eq!(
+        (status, &v["error"]["code"]),
+        (422, &"host.unanswered".into()),
+        "{v}"
+    );
+    assert!(took < Duration::from_secs(2), "refused in {took:?}");
+    let message = v["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("not resolved yet") && message.contains(&fs.sub().display().to_string()),
+        "{v}"
+    );
+    ran_code(&unresolved.addr);
+
+    // Its table resolves (no shim): the run's plan is what waits.
+    let (planning, _) = start("/usr/bin:/bin");
+    let (status, v, took) = post_hung(&planning.addr);
+    assert_eq!(
+        (status, &v["error"]["code"]),
+        (422, &"host.unanswered".into()),
+        "{v}"
+    );
+    assert!(
+        took >= Duration::from_secs(2) && took < Duration::from_secs(9),
+        "given up after {took:?}"
+    );
+    assert!(v["id"].is_string(), "recorded like any refusal: {v}");
+    let (status, v, took) = post_hung(&planning.addr);
+    assert_eq!(
+        (status, &v["error"]["code"]),
+        (422, &"host.unanswered".into()),
+        "{v}"
+    );
+    assert!(
+        took < Duration::from_secs(1),
+        "refused in {took:?} while the first waits"
+    );
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("still waiting"),
+        "{v}"
+    );
+    ran_code(&planning.addr);
+
+    // Threads stuck in the filesystem do not hold the server's stop.
+    let pid = unresolved.child.id().to_string();
+    let stopping = Instant::now();
+    assert!(std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let status = loop {
+        if let Some(status) = unresolved.child.try_wait().expect("wait for the server") {
+            break status;
+        }
+        assert!(
+            stopping.elapsed() < Duration::from_secs(10),
+            "the server did not stop"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "{status:?}");
+
+    // The filesystem's server is back: the lookups return, the profile runs.
+    let daemon = fs.daemon.id().to_string();
+    assert!(std::process::Command::new("kill")
+        .args(["-USR1", &daemon])
+        .status()
+        .unwrap()
+        .success());
+    fs.expect_line("answering", "the FUSE filesystem answering again");
+    wait_until(20, "profile `hung` to run again", || {
+        let (status, v, _) = post_hung(&planning.addr);
+        status == 200 && v["stdout"] == "hi\n"
+    });
+}

@@ -393,6 +393,7 @@ pub(crate) fn run_phase(
         tap: None,
         prestarted: None,
         prepared: None,
+        gate: None,
     };
     // No variable of corral's own environment reaches a phase.
     let lookup = |_: &str| None;

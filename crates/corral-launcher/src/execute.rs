@@ -13,6 +13,7 @@ use corral_helper::{FailureKind, RlimitKind, SandboxIdentity, SandboxPlan, EXIT_
 use crate::contain::{cgroup_limits, LimitsUnenforceable, RunCgroup, RunCgroupStats};
 use crate::egress::ProxyService;
 use crate::events::EventSink;
+use crate::gate::PlanGate;
 use crate::launch::{
     launch_settling, EgressProxy, HelperStart, LaunchOptions, Leftover, Outcome, OutputMode,
     StartedHelper,
@@ -55,6 +56,9 @@ pub struct ExecuteOptions {
     /// after the answer. A refused run hands it back untouched
     /// ([`Refusal::unused`]).
     pub prepared: Option<PreparedSandbox>,
+    /// Lets the caller give the run up while it plans (see [`PlanGate`]):
+    /// checked once the plan stands, before anything is started.
+    pub gate: Option<Arc<PlanGate>>,
 }
 
 /// Hands out a helper started ahead of a run with these limits (see
@@ -314,6 +318,17 @@ fn execute_run(
         events.push(event);
     }
     emit_all(&events);
+    // The last look at the host is over: from here the run's own timeout
+    // bounds it, unless its caller gave it up while it planned.
+    if opts.gate.as_ref().is_some_and(|g| !g.pass()) {
+        drop(protection);
+        return Err(refusal(
+            EXIT_CORRAL_ERROR,
+            PlanGate::CODE,
+            "the run was given up while it planned: a path of the host's that it looks at did not answer in time".into(),
+            events,
+        ));
+    }
     let program = match planned {
         Planned::Program(program, _) => Ok(program),
         Planned::Whole(plan) => Err(plan),
@@ -701,4 +716,49 @@ fn enforced(
         e.landlock = outcome.landlock.clone();
     }
     e
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::events::NoEvents;
+
+    /// A run given up while it planned is refused at the gate, before
+    /// anything is started (no helper, no group): no root needed.
+    #[test]
+    fn a_run_given_up_while_it_planned_never_launches() {
+        let profile = corral_policy::builtin::code();
+        let work = tempfile::tempdir().expect("tempdir");
+        // As root, a workdir root owns is refused: the sandbox's own
+        // (fails, harmlessly, unprivileged: the directory is the user's).
+        let id = sandbox_identity(&profile);
+        let _ = std::os::unix::fs::chown(work.path(), Some(id.uid), Some(id.gid));
+        let request = RunRequest {
+            argv: vec!["sh".into(), "-c".into(), "true".into()],
+            workdir: Some(work.path().to_path_buf()),
+            ..Default::default()
+        };
+        let commands = CommandTable::resolve(&profile, Some("/usr/bin:/bin"));
+        let gate = Arc::new(PlanGate::new());
+        assert!(gate.abandon());
+        let opts = ExecuteOptions {
+            output: OutputMode::Capture,
+            helper: HelperStart::ReExec,
+            forward_signals: false,
+            cancel: None,
+            stdin: None,
+            tap: None,
+            // Would start a helper: never called.
+            prestarted: Some(|_| panic!("a run given up started a helper")),
+            prepared: None,
+            gate: Some(gate),
+        };
+        let sink: Arc<dyn EventSink> = Arc::new(NoEvents);
+        let refused = match execute(&profile, &commands, &request, &|_| None, opts, &sink) {
+            Err(r) => r,
+            Ok(_) => panic!("a run given up launched"),
+        };
+        assert_eq!(refused.code, PlanGate::CODE, "{}", refused.message);
+        assert_eq!(refused.exit_code, EXIT_CORRAL_ERROR);
+    }
 }

@@ -26,6 +26,7 @@ mod contain;
 mod egress;
 mod events;
 mod execute;
+mod gate;
 mod host_paths;
 mod launch;
 mod output;
@@ -50,6 +51,7 @@ pub use events::{
 pub use execute::{
     execute, ExecuteOptions, Execution, Prestarted, PrestartedSource, Refusal, Remains,
 };
+pub use gate::PlanGate;
 pub use host_paths::{missing_for_profile, missing_host_paths, MissingHostPath};
 pub use launch::{
     is_helper_invocation, launch, Containment, EgressProxy, HelperStart, LaunchError,

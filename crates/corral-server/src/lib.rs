@@ -23,6 +23,7 @@ mod base64;
 mod conn;
 mod error;
 mod exec;
+mod host;
 mod logging;
 mod mcp;
 mod mounts;
@@ -84,21 +85,28 @@ pub async fn serve(
     // The announcement is the first line on stderr: the supervisor's
     // start-up (a refused server's warning) logs after it.
     announce(local);
-    // Off the runtime and not awaited: a bind on a filesystem that does
-    // not answer would otherwise hold the server's start in `lstat`.
-    let checked = state.clone();
-    tokio::task::spawn_blocking(move || {
-        for missing in corral_launcher::missing_host_paths(&checked.config) {
-            tracing::warn!(
-                profile = %missing.profile,
-                key = missing.key,
-                path = %missing.path,
-                code = missing.code,
-                "{}",
-                missing.message
-            );
-        }
-    });
+    state.commands.log_missing(&state.config.profiles);
+    // On a detached thread, not awaited: a bind on a filesystem that does
+    // not answer would otherwise hold the server's start in `lstat` (or,
+    // on the runtime's blocking pool, its stop: see `crate::host`).
+    let checked = state.config.clone();
+    let spawned = std::thread::Builder::new()
+        .name("corral-host-paths".into())
+        .spawn(move || {
+            for missing in corral_launcher::missing_host_paths(&checked) {
+                tracing::warn!(
+                    profile = %missing.profile,
+                    key = missing.key,
+                    path = %missing.path,
+                    code = missing.code,
+                    "{}",
+                    missing.message
+                );
+            }
+        });
+    if let Err(e) = spawned {
+        tracing::warn!(error = %e, "the profiles' host paths are not checked: no thread for it");
+    }
     state.supervisor.boot();
     keep_pruning(state.clone());
     tracing::info!(

@@ -127,11 +127,8 @@ fn make(state: &AppState) -> Result<Held, Unmade> {
         .config
         .profile(DEFAULT_PROFILE)
         .map_err(|e| never(&e))?;
-    let commands = state
-        .commands
-        .get(&profile.name)
-        .cloned()
-        .unwrap_or_default();
+    // Still being resolved (the host holds a lookup back): later.
+    let commands = state.commands.get(profile).map_err(|_| Unmade::Later)?;
     // Any allowed command that resolves: the program is sent per run.
     let found = commands
         .entries()

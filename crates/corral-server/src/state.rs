@@ -1,11 +1,9 @@
 //! What every request shares: configuration, tenants with their quotas,
 //! commands resolved once at start-up, the audit store, metrics.
 
-use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
-use corral_launcher::CommandTable;
 use corral_policy::{Config, Tenant};
 use tokio::sync::Semaphore;
 
@@ -111,8 +109,11 @@ pub struct AppState {
     pub config: Config,
     /// Tenants (one anonymous tenant when none is configured).
     pub tenants: Vec<Arc<TenantState>>,
-    /// Allowlisted commands of every profile, resolved once at start-up.
-    pub commands: HashMap<String, CommandTable>,
+    /// Allowlisted commands of every profile, resolved once at start-up
+    /// (a table the host holds back arrives later: see [`crate::host`]).
+    pub commands: crate::host::CommandTables,
+    /// Profiles whose plans were given up and still wait on the host.
+    pub stalls: Arc<crate::host::Stalls>,
     /// Executions running at once, all tenants together.
     pub global: Arc<Semaphore>,
     /// Sandboxes in existence, answered or still being torn down, all
@@ -191,12 +192,11 @@ impl AppState {
         config: Config,
         config_file: Option<&std::path::Path>,
     ) -> Result<AppState, ServerError> {
-        let path = std::env::var("PATH").ok();
-        let commands = config
-            .profiles
-            .iter()
-            .map(|(name, p)| (name.clone(), CommandTable::resolve(p, path.as_deref())))
-            .collect();
+        let commands = crate::host::CommandTables::resolve(
+            &config.profiles,
+            std::env::var("PATH").ok(),
+            crate::host::START_WAIT,
+        );
         let s = &config.server;
         let anonymous = s.tenants.is_empty();
         let tenants: Vec<Tenant> = if anonymous {
@@ -258,6 +258,7 @@ impl AppState {
             sandboxes: Arc::new(Semaphore::new(s.max_concurrent as usize)),
             in_flight: std::sync::Mutex::new(Vec::new()),
             commands,
+            stalls: Arc::default(),
             tenants,
             audit,
             metrics: Metrics::default(),

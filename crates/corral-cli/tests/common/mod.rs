@@ -342,7 +342,18 @@ pub fn start_server(extra: &str, flags: &[&str]) -> Server {
 /// `corral serve --config cfg` on 127.0.0.1 (a free port), owning `dir`:
 /// a restart on an earlier server's directory and audit database.
 pub fn start_server_in(dir: tempfile::TempDir, cfg: &Path, flags: &[&str]) -> Server {
+    start_server_with_env(dir, cfg, flags, &[])
+}
+
+/// [`start_server_in`] with `env` set in the server's environment.
+pub fn start_server_with_env(
+    dir: tempfile::TempDir,
+    cfg: &Path,
+    flags: &[&str],
+    env: &[(&str, &str)],
+) -> Server {
     let mut child = corral()
+        .envs(env.iter().copied())
         .arg("serve")
         .arg("--config")
         .arg(cfg)

@@ -7,7 +7,9 @@ does for a process that is being killed. A lookup is valid for no time, so
 every path walk through `sub` asks again.
 
 With `none` as argv[2] it answers nothing at all, not even the kernel's
-first request: every access waits (until killed).
+first request: every access waits (until killed), until it gets SIGUSR1:
+then it answers everyone, root or not, the requests waiting first (the
+filesystem's server is back).
 
 Prints `mounted` once mounted, then `held UID` for each request it holds.
 Runs until the mount is gone or it is killed. Exits with status 3, saying
@@ -27,10 +29,15 @@ if libc.mount(b"corral-test-hung", target.encode(), b"fuse", 0, options) != 0:
     print("mount: " + os.strerror(ctypes.get_errno()), file=sys.stderr)
     sys.exit(3)
 print("mounted", flush=True)
-if sys.argv[2:] == ["none"]:
-    # Read nothing: each request stays queued, so its process can be killed.
-    while True:
+answer_all = sys.argv[2:] == ["none"]
+if answer_all:
+    # Read nothing: each request stays queued, so its process can be
+    # killed; SIGUSR1 ends the wait.
+    back = []
+    signal.signal(signal.SIGUSR1, lambda *_: back.append(True))
+    while not back:
         signal.pause()
+    print("answering", flush=True)
 
 # struct fuse_in_header: len, opcode, unique, nodeid, uid, gid, pid, extlen, padding
 IN_HEADER = struct.Struct("<IIQQIIIHH")
@@ -73,7 +80,7 @@ while True:
             reply(interrupted, -4)  # EINTR
     elif opcode in NO_REPLY:
         pass
-    elif uid != 0:
+    elif uid != 0 and not answer_all:
         held.add(unique)
         print(f"held {uid}", flush=True)
     elif opcode == LOOKUP and body.rstrip(b"\0") == b"sub":

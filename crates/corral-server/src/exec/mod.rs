@@ -15,7 +15,7 @@ use std::time::Instant;
 
 use corral_launcher::{
     execute, sandbox_identity, EventSink, ExecuteOptions, HelperStart, NoEvents, OutputMode,
-    OutputTap, PreparedSandbox, Remains, RunRequest,
+    OutputTap, PlanGate, PreparedSandbox, Remains, RunRequest,
 };
 use corral_policy::env::EnvRequest;
 use corral_policy::Profile;
@@ -437,11 +437,7 @@ pub fn execute_in(
         },
         ..Default::default()
     };
-    let commands = state
-        .commands
-        .get(&prepared.profile.name)
-        .cloned()
-        .unwrap_or_default();
+    let gate = Arc::new(PlanGate::new());
     let opts = ExecuteOptions {
         output: OutputMode::Capture,
         // This process has threads: the helper is always re-executed.
@@ -451,17 +447,34 @@ pub fn execute_in(
         stdin: Some(Arc::new(stdin)),
         tap,
         prestarted: Some(crate::warm::take),
-        prepared: sandbox.take(),
+        prepared: None,
+        gate: Some(gate.clone()),
     };
-    // The server's own environment never reaches a sandbox.
-    let (outcome, remains) = match execute(
-        &prepared.profile,
-        &commands,
-        &request,
-        &|_| None,
-        opts,
-        &(Arc::new(NoEvents) as Arc<dyn EventSink>),
-    ) {
+    let profile = &prepared.profile;
+    // Planned on a thread the run can leave behind, should the host not
+    // answer (see `crate::host`); the server's own environment never
+    // reaches a sandbox.
+    // Refused before the sandbox built ahead is taken: it stays there.
+    let table = state.commands.get(profile);
+    let ran = table.and_then(|t| state.stalls.check(profile).map(|()| t));
+    let ran = ran.and_then(|commands| {
+        let opts = ExecuteOptions {
+            prepared: sandbox.take(),
+            ..opts
+        };
+        let owned = profile.clone();
+        crate::host::execute_bounded(
+            &state.stalls,
+            profile,
+            plan_limit(profile),
+            gate,
+            move || {
+                let sink: Arc<dyn EventSink> = Arc::new(NoEvents);
+                execute(&owned, &commands, &request, &|_| None, opts, &sink)
+            },
+        )
+    });
+    let (outcome, remains) = match ran {
         Ok(done) => {
             let m = &state.metrics;
             if done.result.timed_out {
@@ -487,6 +500,16 @@ pub fn execute_in(
         outputs: None,
     };
     Ok((response, remains))
+}
+
+/// How long a run's plan may wait on the host: the run's timeout, at most
+/// [`crate::host::PLAN_LIMIT`].
+fn plan_limit(profile: &corral_policy::Profile) -> std::time::Duration {
+    let limit = crate::host::PLAN_LIMIT;
+    profile
+        .limits
+        .timeout_secs
+        .map_or(limit, |s| limit.min(std::time::Duration::from_secs(s)))
 }
 
 /// Stores the audit record of a finished execution (its answer is kept

@@ -15,10 +15,24 @@ use corral_policy::{Config, McpRuntime, McpServer, SandboxPath};
 #[error("{message}")]
 pub struct LaunchRefused {
     /// Stable code: `mcp.dir_missing`, `mcp.dir_reserved`, `mcp.not_deployed`, `mcp.entry_missing`,
-    /// `mcp.runtime_missing`, `mcp.env_missing`, `mcp.profile`.
+    /// `mcp.runtime_missing`, `mcp.env_missing`, `mcp.profile`, `host.unanswered`.
     pub code: &'static str,
     /// What is wrong and what to do.
     pub message: String,
+}
+
+/// The refusal of a server whose launch could not be resolved within
+/// [`crate::host::START_WAIT`]: a path it needs does not answer.
+pub fn unanswered(server: &McpServer) -> LaunchRefused {
+    refused(
+        corral_launcher::PlanGate::CODE,
+        format!(
+            "server `{}`: resolving its launch waited {} s on the host: a path it needs (its directory {}, its runtime or its profile's binds) does not answer (a network filesystem whose server is down?); check the mounts, then restart corral serve",
+            server.name,
+            crate::host::START_WAIT.as_secs(),
+            server.dir.display()
+        ),
+    )
 }
 
 fn refused(code: &'static str, message: String) -> LaunchRefused {

@@ -368,14 +368,30 @@ impl Supervisor {
         tenants: Vec<String>,
         anonymous: bool,
     ) -> Supervisor {
-        let lookup = |k: &str| std::env::var(k).ok();
+        // Each on a thread of its own, for at most START_WAIT together: a
+        // server whose directory, runtime or binds sit on a filesystem
+        // that does not answer is refused rather than holding the start.
+        let jobs = config.server.mcp_servers.iter().map(|spec| {
+            let (spec, config) = (spec.clone(), config.clone());
+            let config_file = config_file.map(std::path::Path::to_path_buf);
+            move || {
+                let lookup = |k: &str| std::env::var(k).ok();
+                launch::resolve(&spec, &config, config_file.as_deref(), &lookup)
+            }
+        });
+        let resolved = crate::host::all_within(
+            crate::host::START_WAIT,
+            "corral-mcp-resolve",
+            jobs.collect(),
+        );
         let servers = config
             .server
             .mcp_servers
             .iter()
-            .map(|spec| {
+            .zip(resolved)
+            .map(|(spec, launch)| {
                 let entry = ServerEntry {
-                    launch: launch::resolve(spec, config, config_file, &lookup),
+                    launch: launch.unwrap_or_else(|| Err(launch::unanswered(spec))),
                     spec: spec.clone(),
                     slots: Mutex::default(),
                     metrics: Arc::default(),
