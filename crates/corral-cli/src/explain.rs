@@ -23,18 +23,49 @@ pub fn explain(name: Option<&str>, config: Option<&Path>, as_json: bool) -> i32 
             return corral_launcher::EXIT_CORRAL_ERROR;
         }
     };
-    let table = CommandTable::resolve(profile, std::env::var("PATH").ok().as_deref());
-    let commands: Vec<(String, String)> = table
-        .entries()
-        .iter()
-        .map(|(n, r)| {
-            let where_ = match r {
-                Resolution::Found(p) => p.clone(),
-                Resolution::Missing(dirs) => format!("NOT FOUND (searched {})", dirs.join(", ")),
-            };
-            (n.clone(), where_)
+    // What runs of this profile would be refused for here, as `corral
+    // check` names it, and where its commands resolve: both look at the
+    // host, so neither may hold the review on a filesystem that does not
+    // answer.
+    let looked = {
+        let (profile, path) = (profile.clone(), std::env::var("PATH").ok());
+        let name = name.to_string();
+        crate::within_host_wait(move || {
+            (
+                CommandTable::resolve(&profile, path.as_deref()),
+                corral_launcher::missing_for_profile(&name, &profile),
+            )
         })
-        .collect();
+    };
+    let (commands, warnings): (Vec<(String, String)>, _) = match looked {
+        Some((table, warnings)) => (
+            table
+                .entries()
+                .iter()
+                .map(|(n, r)| {
+                    let where_ = match r {
+                        Resolution::Found(p) => p.clone(),
+                        Resolution::Missing(dirs) => {
+                            format!("NOT FOUND (searched {})", dirs.join(", "))
+                        }
+                    };
+                    (n.clone(), where_)
+                })
+                .collect(),
+            warnings,
+        ),
+        None => (
+            profile
+                .commands
+                .allow
+                .iter()
+                .map(|n| (n.clone(), "NOT RESOLVED (the host did not answer)".into()))
+                .collect(),
+            vec![crate::host_unanswered(
+                "the commands and the bind sources were",
+            )],
+        ),
+    };
     // What init holds once the program runs, from the filter it installs.
     let init_layer = format!(
         "corral's init: reaps, forwards signals, non-dumpable, empty environment; kills the whole tree when the program ends. \
@@ -65,9 +96,6 @@ pub fn explain(name: Option<&str>, config: Option<&Path>, as_json: bool) -> i32 
     ];
     let seccomp_rules =
         corral_launcher::seccomp_rules(profile.security.seccomp, profile.security.unix_sockets);
-    // What runs of this profile would be refused for here, as `corral
-    // check` names it.
-    let warnings = corral_launcher::missing_for_profile(name, profile);
     for w in &warnings {
         crate::say(&format!("warning: {}", w.message));
     }

@@ -385,30 +385,44 @@ fn mcp(config: Option<&std::path::Path>, code_mode: bool, log_level: Option<&str
 /// NFS mount) must not hold a config check.
 const HOST_CHECK_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// [`corral_launcher::missing_host_paths`] on a thread of its own, waited
-/// for at most [`HOST_CHECK_WAIT`]; past that, one warning that says the
-/// host did not answer (the thread is left to the process's exit).
-fn host_warnings(config: &Config) -> Vec<corral_launcher::MissingHostPath> {
+/// Runs `look` (a look at the host's filesystem) on a thread of its own
+/// and waits at most [`HOST_CHECK_WAIT`] for it: `None` past that (the
+/// thread is left to the process's exit).
+pub(crate) fn within_host_wait<T: Send + 'static>(
+    look: impl FnOnce() -> T + Send + 'static,
+) -> Option<T> {
     let (tx, rx) = std::sync::mpsc::channel();
-    let profiles = config.clone();
     let spawned = std::thread::Builder::new()
         .name("host-paths".into())
         .spawn(move || {
-            let _ = tx.send(corral_launcher::missing_host_paths(&profiles));
+            let _ = tx.send(look());
         });
-    match spawned.map(|_| rx.recv_timeout(HOST_CHECK_WAIT)) {
-        Ok(Ok(found)) => found,
-        _ => vec![corral_launcher::MissingHostPath {
-            profile: String::new(),
-            key: "filesystem",
-            path: String::new(),
-            code: "host.unanswered",
-            message: format!(
-                "the bind sources were not all looked at: the host did not answer within {}s (a filesystem that does not answer, such as a hung NFS mount?); runs of a profile that binds it would wait on it too",
-                HOST_CHECK_WAIT.as_secs()
-            ),
-        }],
+    spawned
+        .ok()
+        .and_then(|_| rx.recv_timeout(HOST_CHECK_WAIT).ok())
+}
+
+/// The warning that the host did not answer within [`HOST_CHECK_WAIT`]:
+/// `what` was not all looked at.
+pub(crate) fn host_unanswered(what: &str) -> corral_launcher::MissingHostPath {
+    corral_launcher::MissingHostPath {
+        profile: String::new(),
+        key: "filesystem",
+        path: String::new(),
+        code: "host.unanswered",
+        message: format!(
+            "{what} not all looked at: the host did not answer within {}s (a filesystem that does not answer, such as a hung NFS mount?); runs of a profile that binds it would wait on it too",
+            HOST_CHECK_WAIT.as_secs()
+        ),
     }
+}
+
+/// [`corral_launcher::missing_host_paths`], bounded by
+/// [`within_host_wait`]; past the wait, [`host_unanswered`].
+fn host_warnings(config: &Config) -> Vec<corral_launcher::MissingHostPath> {
+    let profiles = config.clone();
+    within_host_wait(move || corral_launcher::missing_host_paths(&profiles))
+        .unwrap_or_else(|| vec![host_unanswered("the bind sources were")])
 }
 
 /// `corral check FILE [--json]`. The JSON object is

@@ -339,7 +339,7 @@ fn a_timeout_while_the_set_up_hangs_says_the_program_never_started() {
 /// ones; a filesystem that answers nothing (a hung NFS mount) must not
 /// hold the check: after a bounded wait it says so and ends normally.
 #[test]
-fn check_does_not_wait_for_a_filesystem_that_does_not_answer() {
+fn check_and_explain_do_not_wait_for_a_filesystem_that_does_not_answer() {
     let Some(fs) = HungFs::mount_answering(false) else {
         return;
     };
@@ -364,6 +364,32 @@ fn check_does_not_wait_for_a_filesystem_that_does_not_answer() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["ok"], true, "{v}");
     assert_eq!(v["warnings"][0]["code"], "host.unanswered", "{v}");
+
+    // `explain` resolves the profile's commands through its binds too.
+    let started = Instant::now();
+    let out = corral()
+        .args(["explain", "hung", "--json", "--config"])
+        .arg(&cfg)
+        .output()
+        .expect("corral explain");
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_secs(15),
+        "the explanation took {took:?}"
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["warnings"][0]["code"], "host.unanswered", "{v}");
+    assert_eq!(
+        v["commands"][0]["path"], "NOT RESOLVED (the host did not answer)",
+        "{v}"
+    );
+    assert!(
+        text(&out.stderr)
+            .contains("warning: the commands and the bind sources were not all looked at"),
+        "{}",
+        text(&out.stderr)
+    );
 }
 
 /// One request of profile `hung` (a bind of the FUSE filesystem's `sub`)
