@@ -345,17 +345,19 @@ fn run_async(
             corral_launcher::EXIT_CORRAL_ERROR
         }
     };
-    // The server has waited for what it must (its executions, their
-    // sandboxes, the audit). A blocking task still running now waits on a
-    // filesystem that does not answer, which may never end: dropping the
-    // runtime would wait for it, so the exit does not.
+    // The server has waited for what it must (its executions and their
+    // sandboxes). What the runtime still holds ends now: its tasks are
+    // dropped (the server's state with them, which removes its directory),
+    // and a blocking task still running (a session's workspace removal,
+    // or a look at a filesystem that does not answer, which may never
+    // end) gets a bounded wait; dropping the runtime would wait for ever.
     runtime.shutdown_timeout(RUNTIME_STOP_WAIT);
     code
 }
 
-/// How long a stopping server waits for the runtime's blocking tasks
-/// after it has finished its own work.
-const RUNTIME_STOP_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+/// How long a stopping server waits for the runtime's tasks and blocking
+/// tasks after it has finished its own work.
+const RUNTIME_STOP_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// `corral mcp`: MCP over stdio. stdout carries the protocol and nothing
 /// else; messages and logs go to stderr.

@@ -393,38 +393,66 @@ fn check_and_explain_do_not_wait_for_a_filesystem_that_does_not_answer() {
 }
 
 /// One request of profile `hung` (a bind of the FUSE filesystem's `sub`)
-/// with a 2 s timeout: (status, body, how long it took).
-fn post_hung(addr: &str) -> (u16, serde_json::Value, Duration) {
+/// running `sh -c SCRIPT`, with a 2 s timeout: (status, body, how long it
+/// took).
+fn post_hung(addr: &str, script: &str) -> (u16, serde_json::Value, Duration) {
     let started = Instant::now();
-    let (status, _, body) = http(
-        addr,
-        "POST",
-        "/v1/executions",
-        None,
-        Some(
-            r#"{"profile": "hung", "command": ["sh", "-c", "echo hi"], "limits": {"timeout_ms": 2000}}"#,
-        ),
-    );
+    let body = serde_json::json!({
+        "profile": "hung",
+        "command": ["sh", "-c", script],
+        "limits": {"timeout_ms": 2000},
+    })
+    .to_string();
+    let (status, _, body) = http(addr, "POST", "/v1/executions", None, Some(&body));
     let v = serde_json::from_str(&body).unwrap_or_else(|_| panic!("{status}: {body}"));
     (status, v, started.elapsed())
 }
 
+/// Sends SIGTERM to `server` and waits (at most `within`) for its exit 0.
+fn stop_server(server: &mut Server, within: Duration) {
+    let pid = server.child.id().to_string();
+    let stopping = Instant::now();
+    assert!(std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("kill -TERM")
+        .success());
+    let status = loop {
+        if let Some(status) = server.child.try_wait().expect("wait for the server") {
+            break status;
+        }
+        assert!(
+            stopping.elapsed() < within,
+            "the server did not stop within {within:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "{status:?}");
+}
+
 /// A profile whose bind sits on a filesystem that stops answering (a hung
 /// NFS mount) must not take the service down with it: the server starts
-/// (its command table for that profile is refused until it arrives), a run
-/// whose plan waits on the filesystem is given up at its timeout and
-/// recorded as refused, later runs of that profile are refused at once
-/// while the lookup still waits, other profiles run all along, the server
-/// stops when told, and once the filesystem answers again the profile
-/// runs.
+/// (that profile is refused until its command table arrives), a run whose
+/// plan waits on the filesystem is given up after its bound and recorded
+/// as refused, later runs of that profile are refused at once while the
+/// lookup still waits, other profiles run all along, the server stops
+/// when told, and once the filesystem answers again the profile runs,
+/// while the run given up never does.
 #[test]
 fn serve_outlasts_a_profiles_filesystem_that_stops_answering() {
     let Some(fs) = HungFs::mount_answering(false) else {
         return;
     };
+    // A writable bind that answers: where a run given up would leave a
+    // trace, were it ever to run.
+    let out = fs.dir.path().join("out");
+    std::fs::create_dir(&out).expect("mkdir out");
+    let uid = sandbox_uid();
+    std::os::unix::fs::chown(&out, Some(uid), Some(uid)).expect("chown out");
     let extra = format!(
-        "[profile.hung]\nextends = \"code\"\n[profile.hung.filesystem]\nread_only = [\"{}:/data\"]\n",
-        fs.sub().display()
+        "[profile.hung]\nextends = \"code\"\n[profile.hung.filesystem]\nread_only = [\"{}:/data\"]\nread_write = [\"{}:/out\"]\n",
+        fs.sub().display(),
+        out.display()
     );
     // A `python3` outside the system trees first on PATH (as pyenv's shim
     // is): resolving it looks at each bind source, the hung one too.
@@ -452,86 +480,85 @@ fn serve_outlasts_a_profiles_filesystem_that_stops_answering() {
         assert_eq!(status, 200, "{body}");
         assert!(body.contains(r#""stdout":"hi\n""#), "{body}");
     };
+    let unanswered = |(status, v, _): &(u16, serde_json::Value, Duration)| {
+        assert_eq!(
+            (*status, &v["error"]["code"]),
+            (422, &"host.unanswered".into()),
+            "{v}"
+        );
+        v["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    };
 
     // Its command table cannot be resolved: the start waits a bounded time.
     let (mut unresolved, took) = start(&format!("{}:/usr/bin:/bin", shims.display()));
     assert!(took < Duration::from_secs(15), "the start took {took:?}");
-    let (status, v, took) = post_hung(&unresolved.addr);
-    assert_eq!(
-        (status, &v["error"]["code"]),
-        (422, &"host.unanswered".into()),
-        "{v}"
+    let refused = post_hung(&unresolved.addr, "echo hi");
+    let message = unanswered(&refused);
+    assert!(
+        refused.2 < Duration::from_secs(2),
+        "refused in {:?}",
+        refused.2
     );
-    assert!(took < Duration::from_secs(2), "refused in {took:?}");
-    let message = v["error"]["message"].as_str().unwrap_or_default();
     assert!(
         message.contains("not resolved yet") && message.contains(&fs.sub().display().to_string()),
-        "{v}"
+        "{message}"
     );
     ran_code(&unresolved.addr);
 
-    // Its table resolves (no shim): the run's plan is what waits.
+    // Tables that resolve (no shim): the runs' plans are what wait. Two
+    // servers: one to stop with a plan stuck, one to see the recovery.
     let (planning, _) = start("/usr/bin:/bin");
-    let (status, v, took) = post_hung(&planning.addr);
-    assert_eq!(
-        (status, &v["error"]["code"]),
-        (422, &"host.unanswered".into()),
-        "{v}"
+    let (mut stopped, _) = start("/usr/bin:/bin");
+    let stopped_addr = stopped.addr.clone();
+    let other = std::thread::spawn(move || post_hung(&stopped_addr, "echo hi"));
+    let given_up = post_hung(&planning.addr, "touch /out/given-up; echo hi");
+    unanswered(&given_up);
+    assert!(
+        given_up.2 >= Duration::from_secs(5) && given_up.2 < Duration::from_secs(10),
+        "given up after {:?} (the plan's bound is 5 s for a 2 s timeout)",
+        given_up.2
     );
     assert!(
-        took >= Duration::from_secs(2) && took < Duration::from_secs(9),
-        "given up after {took:?}"
+        given_up.1["id"].is_string(),
+        "recorded like any refusal: {}",
+        given_up.1
     );
-    assert!(v["id"].is_string(), "recorded like any refusal: {v}");
-    let (status, v, took) = post_hung(&planning.addr);
-    assert_eq!(
-        (status, &v["error"]["code"]),
-        (422, &"host.unanswered".into()),
-        "{v}"
-    );
+    unanswered(&other.join().expect("the other server's request"));
+    let again = post_hung(&planning.addr, "echo hi");
+    assert!(unanswered(&again).contains("still waiting"), "{}", again.1);
     assert!(
-        took < Duration::from_secs(1),
-        "refused in {took:?} while the first waits"
-    );
-    assert!(
-        v["error"]["message"]
-            .as_str()
-            .unwrap_or_default()
-            .contains("still waiting"),
-        "{v}"
+        again.2 < Duration::from_secs(1),
+        "refused in {:?} while the first waits",
+        again.2
     );
     ran_code(&planning.addr);
 
-    // Threads stuck in the filesystem do not hold the server's stop.
-    let pid = unresolved.child.id().to_string();
-    let stopping = Instant::now();
-    assert!(std::process::Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .unwrap()
-        .success());
-    let status = loop {
-        if let Some(status) = unresolved.child.try_wait().expect("wait for the server") {
-            break status;
-        }
-        assert!(
-            stopping.elapsed() < Duration::from_secs(10),
-            "the server did not stop"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    assert!(status.success(), "{status:?}");
+    // Threads stuck in the filesystem do not hold the servers' stop: the
+    // table's threads, and a plan on the runtime's blocking pool.
+    stop_server(&mut unresolved, Duration::from_secs(10));
+    stop_server(&mut stopped, Duration::from_secs(20));
 
-    // The filesystem's server is back: the lookups return, the profile runs.
+    // The filesystem's server is back: the lookups return, the profile
+    // runs, and the run given up does not (its gate refuses it, and its
+    // workspace went with its answer; the unit tests of `execute` and
+    // `crate::host` hold the gate to it).
     let daemon = fs.daemon.id().to_string();
     assert!(std::process::Command::new("kill")
         .args(["-USR1", &daemon])
         .status()
-        .unwrap()
+        .expect("kill -USR1")
         .success());
     fs.expect_line("answering", "the FUSE filesystem answering again");
     wait_until(20, "profile `hung` to run again", || {
-        let (status, v, _) = post_hung(&planning.addr);
+        let (status, v, _) = post_hung(&planning.addr, "echo hi");
         status == 200 && v["stdout"] == "hi\n"
     });
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        !out.join("given-up").exists(),
+        "the run given up ran once the filesystem answered"
+    );
 }

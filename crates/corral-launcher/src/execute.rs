@@ -302,6 +302,19 @@ fn execute_run(
             .with("workdir", plan.cwd.as_str()),
         );
     }
+    // A run given up while it planned: no placeholders made to be undone.
+    let given_up = |events: Vec<AuditEvent>| {
+        refusal(
+            EXIT_CORRAL_ERROR,
+            PlanGate::CODE,
+            "the run was given up while it planned: a path of the host's that it looks at did not answer in time".into(),
+            events,
+        )
+    };
+    if opts.gate.as_ref().is_some_and(|g| g.is_abandoned()) {
+        emit_all(&events);
+        return Err(given_up(events));
+    }
     let protection = match Protection::prepare(&plan.mounts) {
         Ok(p) => p,
         Err(e) => {
@@ -322,12 +335,7 @@ fn execute_run(
     // bounds it, unless its caller gave it up while it planned.
     if opts.gate.as_ref().is_some_and(|g| !g.pass()) {
         drop(protection);
-        return Err(refusal(
-            EXIT_CORRAL_ERROR,
-            PlanGate::CODE,
-            "the run was given up while it planned: a path of the host's that it looks at did not answer in time".into(),
-            events,
-        ));
+        return Err(given_up(events));
     }
     let program = match planned {
         Planned::Program(program, _) => Ok(program),

@@ -41,6 +41,12 @@ impl PlanGate {
             .is_ok()
     }
 
+    /// Whether the run was given up: a cheap look, for skipping work a
+    /// run given up would only undo (the passage decides).
+    pub fn is_abandoned(&self) -> bool {
+        self.state.load(Ordering::Acquire) == ABANDONED
+    }
+
     /// The passage from planning to launch, which [`crate::execute`]
     /// takes once the plan stands: `false` when the run was given up (it
     /// must not launch then).
@@ -62,13 +68,16 @@ mod tests {
     #[test]
     fn the_first_of_abandon_and_pass_wins_for_good() {
         let given_up = PlanGate::new();
+        assert!(!given_up.is_abandoned());
         assert!(given_up.abandon());
+        assert!(given_up.is_abandoned());
         assert!(!given_up.pass(), "a run given up never launches");
         assert!(!given_up.abandon(), "given up once");
 
         let launched = PlanGate::new();
         assert!(launched.pass());
         assert!(!launched.abandon(), "a launched run is not given up");
+        assert!(!launched.is_abandoned());
         assert!(!launched.pass(), "it passes once");
     }
 }

@@ -18,7 +18,7 @@
 //!   ([`CommandTables`]);
 //! - each execution plans on a thread it can leave behind
 //!   ([`execute_bounded`]); a plan that takes longer than the run's timeout
-//!   (at most [`PLAN_LIMIT`]) is given up through its
+//!   (within 5 to 10 s: [`plan_limit`]) is given up through its
 //!   [`PlanGate`](corral_launcher::PlanGate), which makes sure it never
 //!   launches, and the run is refused with `host.unanswered`, recorded like
 //!   any refusal, its slots given back;
@@ -39,9 +39,21 @@ use corral_policy::Profile;
 pub const START_WAIT: Duration = Duration::from_secs(5);
 
 /// The longest an execution's plan may look at the host before it is given
-/// up (a run whose timeout is shorter gives up at its timeout). A plan
-/// takes about a millisecond on a filesystem that answers.
+/// up: the run's timeout, but never more than this... A plan takes about a
+/// millisecond on a filesystem that answers.
 pub const PLAN_LIMIT: Duration = Duration::from_secs(10);
+
+/// ...nor less than this: a slow filesystem that still answers (a cold
+/// network cache) is not taken for one that stopped.
+pub const PLAN_LIMIT_MIN: Duration = Duration::from_secs(5);
+
+/// How long a run's plan may look at the host: its timeout (`None`: no
+/// timeout), within [`PLAN_LIMIT_MIN`]..=[`PLAN_LIMIT`].
+pub fn plan_limit(timeout_secs: Option<u64>) -> Duration {
+    timeout_secs
+        .map_or(PLAN_LIMIT, Duration::from_secs)
+        .clamp(PLAN_LIMIT_MIN, PLAN_LIMIT)
+}
 
 /// Every profile's command table, resolved once, at start, each on a thread
 /// of its own (see the module's doc): a table still missing after
@@ -225,42 +237,68 @@ struct Handover {
 /// options) on a thread of its own and waits for it; gives it up (the
 /// `host.unanswered` refusal) when its plan takes longer than `limit`.
 /// A run that has launched is waited for: its own timeout bounds it.
-/// Callers check [`Stalls::check`] first.
+/// The result of a run given up, which nobody waits for, goes to `late`
+/// when its lookups return (to let go what it holds). Callers check
+/// [`Stalls::check`] first.
 pub fn execute_bounded<T: Send + 'static>(
     stalls: &Arc<Stalls>,
     profile: &Profile,
     limit: Duration,
     gate: Arc<PlanGate>,
     run: impl FnOnce() -> Result<T, Refusal> + Send + 'static,
+    late: impl FnOnce(Result<T, Refusal>) + Send + 'static,
 ) -> Result<T, Refusal> {
     let since = Instant::now();
     let handover = Arc::new(Mutex::new(Handover::default()));
     let theirs = handover.clone();
     let (send, result) = std::sync::mpsc::sync_channel(1);
-    // Detached, unlike the runtime's blocking threads, which a stopping
-    // server waits for.
-    std::thread::Builder::new()
-        .name("corral-plan".into())
-        .spawn(move || {
-            let ran = run();
-            // Under the lock: the waiting side sees either this or the
-            // stall it leaves here, never neither.
-            let stalled = {
-                let mut h = theirs.lock().unwrap_or_else(|p| p.into_inner());
-                h.returned = true;
-                h.stalled.take()
-            };
-            drop(stalled);
-            let _ = send.send(ran);
-        })
-        .map_err(|e| {
-            refusal(
+    let task = move || {
+        let ran = run();
+        // Under the lock: the waiting side sees either this or the stall
+        // it leaves here, never neither.
+        let stalled = {
+            let mut h = theirs.lock().unwrap_or_else(|p| p.into_inner());
+            h.returned = true;
+            h.stalled.take()
+        };
+        match stalled {
+            // Given up: nobody waits for this result.
+            Some(stalled) => {
+                late(ran);
+                drop(stalled);
+            }
+            None => {
+                let _ = send.send(ran);
+            }
+        }
+    };
+    // On the runtime's pool of blocking threads, whose idle ones take a
+    // task for a fraction of a new thread's start (a stopping server gives
+    // one stuck in the host a bounded wait: see `run_async` in the CLI);
+    // a thread of its own outside a runtime.
+    match tokio::runtime::Handle::try_current() {
+        Ok(runtime) => drop(runtime.spawn_blocking(task)),
+        Err(_) => {
+            std::thread::Builder::new()
+                .name("corral-plan".into())
+                .spawn(task)
+                .map_err(|e| {
+                    refusal(
+                        "sandbox.launch",
+                        format!("no thread to plan the run on: {e}"),
+                    )
+                })?;
+        }
+    }
+    match result.recv_timeout(limit) {
+        Ok(ran) => return ran,
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+            return Err(refusal(
                 "sandbox.launch",
-                format!("no thread to plan the run on: {e}"),
-            )
-        })?;
-    if let Ok(ran) = result.recv_timeout(limit) {
-        return ran;
+                "the run's thread ended without a result".into(),
+            ))
+        }
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
     }
     {
         let mut h = handover.lock().unwrap_or_else(|p| p.into_inner());
@@ -389,6 +427,7 @@ mod tests {
         let (hung, other) = (profile("hung"), profile("other"));
         let (go, wait) = mpsc::channel();
         let (returned, has_returned) = mpsc::channel();
+        let (late_results, late) = mpsc::channel();
         let gate = Arc::new(PlanGate::new());
         let ran = execute_bounded(
             &stalls,
@@ -396,6 +435,7 @@ mod tests {
             Duration::from_millis(200),
             gate.clone(),
             planning(gate.clone(), wait, returned),
+            move |late| late_results.send(late.is_err()).unwrap(),
         );
         let refused = ran.expect_err("given up");
         assert_eq!(refused.code, PlanGate::CODE);
@@ -408,9 +448,14 @@ mod tests {
         let again = stalls.check(&hung).expect_err("stalled");
         assert!(again.message.contains("still waiting"), "{}", again.message);
         assert!(stalls.check(&other).is_ok());
-        // Its lookups return: it never launches, and the stall is over.
+        // Its lookups return: it never launches, its result goes to
+        // `late`, and the stall is over.
         go.send(()).unwrap();
         has_returned.recv().unwrap();
+        assert!(
+            late.recv().unwrap(),
+            "a run given up is refused at its gate"
+        );
         let deadline = Instant::now() + Duration::from_secs(5);
         while stalls.check(&hung).is_err() {
             assert!(Instant::now() < deadline, "the stall outlived its plan");
@@ -433,16 +478,24 @@ mod tests {
             Duration::from_secs(10),
             gate.clone(),
             planning(gate, wait, returned),
+            |_| panic!("not given up"),
         );
         assert_eq!(ran.expect("ran"), "launched");
         // Past its gate, a run outlasting the plan's bound is waited for.
         let gate = Arc::new(PlanGate::new());
         let passed = gate.clone();
-        let ran = execute_bounded(&stalls, &hung, Duration::from_millis(50), gate, move || {
-            assert!(passed.pass());
-            std::thread::sleep(Duration::from_millis(300));
-            Ok("launched")
-        });
+        let ran = execute_bounded(
+            &stalls,
+            &hung,
+            Duration::from_millis(50),
+            gate,
+            move || {
+                assert!(passed.pass());
+                std::thread::sleep(Duration::from_millis(300));
+                Ok("launched")
+            },
+            |_| panic!("not given up"),
+        );
         assert_eq!(ran.expect("waited for"), "launched");
         assert!(stalls.check(&hung).is_ok());
     }

@@ -127,8 +127,10 @@ fn make(state: &AppState) -> Result<Held, Unmade> {
         .config
         .profile(DEFAULT_PROFILE)
         .map_err(|e| never(&e))?;
-    // Still being resolved (the host holds a lookup back): later.
+    // Still being resolved, or a plan of the profile's waits on the host:
+    // later (this thread would wait on it too).
     let commands = state.commands.get(profile).map_err(|_| Unmade::Later)?;
+    state.stalls.check(profile).map_err(|_| Unmade::Later)?;
     // Any allowed command that resolves: the program is sent per run.
     let found = commands
         .entries()

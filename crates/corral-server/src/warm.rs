@@ -290,12 +290,31 @@ impl<T: Pooled> Pool<T> {
         self.changed.notify_all();
         let refill = self.refill.lock().unwrap_or_else(|p| p.into_inner()).take();
         if let Some(t) = refill {
-            let _ = t.join();
+            // One making a sandbox whose plan waits on a filesystem that
+            // does not answer may never return (see `crate::host`): it is
+            // left behind after a bounded wait (were it to return, it
+            // finds the pool stopped and lets what it made go).
+            let deadline = std::time::Instant::now() + REFILL_STOP_WAIT;
+            while !t.is_finished() && std::time::Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            if t.is_finished() {
+                let _ = t.join();
+            } else {
+                tracing::warn!(
+                    waited_secs = REFILL_STOP_WAIT.as_secs(),
+                    "a pool's refill thread did not stop (a look at the host that does not return?); left behind"
+                );
+            }
         }
         // A refill thread that gave up (or never started) left these.
         self.release_all();
     }
 }
+
+/// How long a stopping pool waits for its refill thread, which finishes
+/// what it is making first (milliseconds, unless the host holds it).
+const REFILL_STOP_WAIT: Duration = Duration::from_secs(5);
 
 /// A helper waiting in the pool, with the group made for it.
 struct Waiting {
@@ -497,6 +516,36 @@ mod tests {
         taken.release();
         pool.shutdown();
         assert_eq!(released.load(Ordering::SeqCst), 3, "every one let go");
+    }
+
+    /// A make that does not return (a plan waiting on a filesystem that
+    /// stopped answering) holds the stop for a bounded time only; should
+    /// it return later, what it made is let go.
+    #[test]
+    fn a_refill_thread_that_does_not_return_is_left_behind_at_the_stop() {
+        let pool: &'static Pool<Made> = Box::leak(Box::new(Pool::new(1)));
+        let released = Arc::new(AtomicUsize::new(0));
+        let (go, wait) = std::sync::mpsc::channel::<()>();
+        let (making, started) = std::sync::mpsc::channel::<()>();
+        let r = released.clone();
+        pool.start("test-pool", move || {
+            let _ = making.send(());
+            let _ = wait.recv();
+            Ok(Made(0, r.clone()))
+        });
+        started.recv().expect("the refill thread makes one");
+        let stopping = Instant::now();
+        pool.shutdown();
+        let took = stopping.elapsed();
+        assert!(
+            took >= REFILL_STOP_WAIT && took < REFILL_STOP_WAIT + Duration::from_secs(5),
+            "the stop took {took:?}"
+        );
+        go.send(()).expect("the make is still waiting");
+        assert!(
+            made_within(&released, 1, Duration::from_secs(10)),
+            "made after the stop, let go"
+        );
     }
 
     #[test]

@@ -466,11 +466,20 @@ pub fn execute_in(
         crate::host::execute_bounded(
             &state.stalls,
             profile,
-            plan_limit(profile),
+            crate::host::plan_limit(profile.limits.timeout_secs),
             gate,
             move || {
                 let sink: Arc<dyn EventSink> = Arc::new(NoEvents);
                 execute(&owned, &commands, &request, &|_| None, opts, &sink)
+            },
+            // A sandbox built ahead that the run given up took: its
+            // workspace was removed with the answer; the sandbox goes now.
+            |late| {
+                if let Err(refused) = late {
+                    if let Some(sandbox) = refused.unused {
+                        sandbox.release();
+                    }
+                }
             },
         )
     });
@@ -500,16 +509,6 @@ pub fn execute_in(
         outputs: None,
     };
     Ok((response, remains))
-}
-
-/// How long a run's plan may wait on the host: the run's timeout, at most
-/// [`crate::host::PLAN_LIMIT`].
-fn plan_limit(profile: &corral_policy::Profile) -> std::time::Duration {
-    let limit = crate::host::PLAN_LIMIT;
-    profile
-        .limits
-        .timeout_secs
-        .map_or(limit, |s| limit.min(std::time::Duration::from_secs(s)))
 }
 
 /// Stores the audit record of a finished execution (its answer is kept

@@ -38,10 +38,18 @@ pub async fn serve_stdio(config: Config) -> Result<(), ServerError> {
         .map_err(|e| ServerError::Stdio(Box::new(e)))?;
     crate::start_warm_helpers(&state.config);
     tracing::info!(work_dir = %state.work_dir.display(), "serving MCP over stdio");
+    state.commands.log_missing(&state.config.profiles);
     let ended = tokio::select! {
         r = running.waiting() => r.map(drop).map_err(|e| ServerError::Stdio(Box::new(e))),
         () = crate::shutdown_signal() => Ok(()),
     };
+    // As `serve` does: a call still running is killed, and its sandbox is
+    // gone (and recorded) before the process ends.
+    state.cancel_all();
+    let _ = state
+        .sandboxes
+        .acquire_many(state.config.server.max_concurrent)
+        .await;
     crate::warm::shutdown();
     ended
 }
