@@ -385,6 +385,19 @@ mod tests {
     }
 
     #[test]
+    fn a_plans_bound_is_its_runs_timeout_within_5_to_10_s() {
+        let s = Duration::from_secs;
+        assert_eq!(
+            plan_limit(Some(1)),
+            s(5),
+            "a slow filesystem is not a dead one"
+        );
+        assert_eq!(plan_limit(Some(7)), s(7));
+        assert_eq!(plan_limit(Some(300)), s(10));
+        assert_eq!(plan_limit(None), s(10));
+    }
+
+    #[test]
     fn all_within_leaves_a_job_that_does_not_return_behind() {
         let (_never, waits) = mpsc::channel::<()>();
         let waits = Mutex::new(waits);
