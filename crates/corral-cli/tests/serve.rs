@@ -20,6 +20,44 @@ fn post(s: &Server, token: Option<&str>, body: &str) -> (u16, serde_json::Value)
     (status, json(&body))
 }
 
+/// Another process holding the audit database's write lock for a moment
+/// (a second server handing over, an operator's `sqlite3`, a backup) must
+/// not cost an execution its record: the write waits for the lock.
+#[test]
+fn a_record_waits_for_another_holder_of_the_database_lock() {
+    let s = start_server("", &[]);
+    let db = s.path().join("audit.db");
+    // Python's own SQLite: takes the write lock, says so, holds it 1.5 s.
+    let mut holder = std::process::Command::new("/usr/bin/python3")
+        .args([
+            "-c",
+            "import sqlite3, sys, time\n\
+             c = sqlite3.connect(sys.argv[1], isolation_level=None)\n\
+             c.execute('BEGIN IMMEDIATE')\n\
+             print('locked', flush=True)\n\
+             time.sleep(1.5)\n\
+             c.execute('COMMIT')\n",
+        ])
+        .arg(&db)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3 holding the lock");
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(holder.stdout.take().expect("stdout")),
+        &mut line,
+    )
+    .expect("the holder's line");
+    assert_eq!(line.trim(), "locked");
+    let (status, v) = post(&s, None, r#"{"command": ["sh", "-c", "echo kept"]}"#);
+    assert_eq!(status, 200, "{v}");
+    assert!(holder.wait().expect("the holder").success());
+    let id = v["id"].as_str().unwrap();
+    let (status, _, body) = http(&s.addr, "GET", &format!("/v1/executions/{id}"), None, None);
+    assert_eq!(status, 200, "the record was lost: {body}");
+    assert_eq!(json(&body)["stdout_bytes"], 5, "{body}");
+}
+
 #[test]
 fn runs_a_command_and_keeps_its_record() {
     let s = start_server("", &[]);

@@ -263,6 +263,10 @@ fn sqlite(path: &str) -> impl Fn(rusqlite::Error) -> AuditError + '_ {
     }
 }
 
+/// How long a write waits for another connection's lock on the database
+/// before it fails (and the record is logged as not stored).
+const BUSY_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 impl AuditStore {
     /// Opens (creating) the database and prunes records older than
     /// `retention_days`.
@@ -283,6 +287,11 @@ impl AuditStore {
             })?;
         }
         let conn = Connection::open(db).map_err(sqlite(&path))?;
+        // Another process may hold the database's write lock for a moment
+        // (a second server on the same file while one hands over to the
+        // other, an operator's `sqlite3`): wait for it rather than lose the
+        // record. rusqlite's default today; said here so that it stays.
+        conn.busy_timeout(BUSY_WAIT).map_err(sqlite(&path))?;
         conn.pragma_update(None, "journal_mode", "WAL")
             .map_err(sqlite(&path))?;
         conn.pragma_update(None, "synchronous", "NORMAL")
