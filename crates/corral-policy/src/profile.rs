@@ -65,6 +65,19 @@ impl Profile {
         Ok(())
     }
 
+    /// The host paths the profile binds (read-only, read-write, then the
+    /// runtime tree), for messages about the host: where a filesystem
+    /// that stops answering is likely to be.
+    pub fn host_sources(&self) -> Vec<&str> {
+        let fs = &self.filesystem;
+        fs.read_only
+            .iter()
+            .chain(&fs.read_write)
+            .map(|m| m.source.as_str())
+            .chain(fs.runtime.iter().map(SandboxPath::as_str))
+            .collect()
+    }
+
     /// The directory of a runtime tree's commands.
     pub fn runtime_bin(tree: &SandboxPath) -> Result<SandboxPath, crate::PathError> {
         let sub = if tree.as_str().ends_with("/node_modules") {

@@ -355,21 +355,9 @@ fn unanswered(profile: &Profile, what: String) -> Refusal {
 /// The host paths a profile binds, for messages: where a hung mount is
 /// most likely to be.
 fn bind_sources(profile: Option<&Profile>) -> String {
-    let Some(p) = profile else {
-        return "none".into();
-    };
-    let fs = &p.filesystem;
-    let sources: Vec<&str> = fs
-        .read_only
-        .iter()
-        .chain(&fs.read_write)
-        .map(|m| m.source.as_str())
-        .chain(fs.runtime.iter().map(|r| r.as_str()))
-        .collect();
-    if sources.is_empty() {
-        "none".into()
-    } else {
-        sources.join(", ")
+    match profile.map(Profile::host_sources) {
+        Some(sources) if !sources.is_empty() => sources.join(", "),
+        _ => "none".into(),
     }
 }
 
