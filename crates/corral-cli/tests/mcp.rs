@@ -1558,3 +1558,61 @@ fn python_sdk_1x_resumes_a_call_whose_stream_broke_and_gets_its_answer() {
         "{m}"
     );
 }
+
+/// `run_code` on a profile whose bind stopped answering (a hung NFS mount,
+/// here a FUSE filesystem that answers nothing): the call is given up
+/// after its plan's bound with `host.unanswered`, the next is refused at
+/// once while that plan still waits, and the session's other tools work
+/// all along.
+#[test]
+fn run_code_on_a_filesystem_that_stops_answering_is_given_up_and_the_session_goes_on() {
+    let Some(fs) = HungFs::mount_answering(false) else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = serve_config(
+        dir.path(),
+        &format!(
+            "[profile.code.filesystem]\nread_only = [\"{}:/data\"]\n",
+            fs.sub().display()
+        ),
+    );
+    // A PATH whose commands resolve in the system trees: the plans are
+    // what wait, not the start.
+    let s = start_server_with_env(dir, &cfg, &["--code-mode"], &[("PATH", "/usr/bin:/bin")]);
+    let started = Instant::now();
+    let out = session(
+        s.target(None),
+        json!([
+            call(
+                "run_code",
+                json!({"language": "bash", "code": "echo hi", "timeout_ms": 2000})
+            ),
+            call("run_code", json!({"language": "bash", "code": "echo hi"})),
+            call(
+                "write_file",
+                json!({"path": "kept.txt", "content": "the session goes on"})
+            ),
+            call("read_file", json!({"path": "kept.txt"})),
+        ]),
+    );
+    let took = started.elapsed();
+    refused(&out[1], "host.unanswered");
+    assert!(
+        out[1]["text"]
+            .as_str()
+            .unwrap()
+            .contains("waited on the host for 5 s"),
+        "{}",
+        out[1]
+    );
+    refused(&out[2], "host.unanswered");
+    assert!(
+        out[2]["text"].as_str().unwrap().contains("still waiting"),
+        "{}",
+        out[2]
+    );
+    ok(&out[3]);
+    assert_eq!(ok(&out[4])["content"], "the session goes on");
+    assert!(took < Duration::from_secs(20), "the session took {took:?}");
+}

@@ -6,7 +6,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The corral binary under test: `CORRAL_BIN` when the suite runs as
 /// another user from a copied location, else cargo's build.
@@ -823,4 +823,114 @@ pub fn children_of(pid: i32) -> Vec<i32> {
         .split_whitespace()
         .filter_map(|p| p.parse().ok())
         .collect()
+}
+
+/// A FUSE filesystem that answers root and holds every other uid's
+/// requests (`lifecycle_support/hung_fs.py`), as a network filesystem
+/// whose server went away does: a sandbox's init, which runs as another
+/// uid, waits on it while it builds the root, until it is killed. Mounted
+/// in a fresh directory; stopped and unmounted on drop.
+pub struct HungFs {
+    pub dir: tempfile::TempDir,
+    pub daemon: std::process::Child,
+    lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl HungFs {
+    /// Mounts it; `None`, saying why (SKIP), where this host does not let
+    /// a test mount a FUSE filesystem: not root, no `/dev/fuse`, no right
+    /// to mount (a container).
+    pub fn mount() -> Option<HungFs> {
+        HungFs::mount_answering(true)
+    }
+
+    /// [`HungFs::mount`], or with `answering` false one that answers no
+    /// one, root included.
+    pub fn mount_answering(answering: bool) -> Option<HungFs> {
+        use std::io::BufRead;
+        use std::os::unix::fs::PermissionsExt;
+        if !is_root() {
+            eprintln!("SKIP: mounting the test's FUSE filesystem needs root");
+            return None;
+        }
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        // The sandbox's uid walks through it to the mount.
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o711))
+            .expect("chmod the temporary directory");
+        let script = dir.path().join("hung_fs.py");
+        std::fs::write(&script, include_str!("../lifecycle_support/hung_fs.py"))
+            .expect("write the FUSE filesystem's script");
+        let mnt = dir.path().join("mnt");
+        std::fs::create_dir(&mnt).expect("make the mount point");
+        let mut daemon = std::process::Command::new("/usr/bin/python3")
+            .arg(&script)
+            .arg(&mnt)
+            .args((!answering).then_some("none"))
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("python3 for the test's FUSE filesystem");
+        let stdout = daemon.stdout.take().expect("the daemon's stdout");
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+            {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut fs = HungFs { dir, daemon, lines };
+        match fs.lines.recv_timeout(Duration::from_secs(20)) {
+            Ok(line) if line == "mounted" => Some(fs),
+            first => {
+                let status = fs.daemon.wait().expect("wait for the FUSE daemon");
+                let mut why = String::new();
+                if let Some(mut e) = fs.daemon.stderr.take() {
+                    let _ = std::io::Read::read_to_string(&mut e, &mut why);
+                }
+                assert_eq!(
+                    status.code(),
+                    Some(3),
+                    "the FUSE filesystem failed ({first:?}): {why}"
+                );
+                eprintln!("SKIP: this host does not let a test mount FUSE: {why}");
+                None
+            }
+        }
+    }
+
+    /// The directory in it that only root may use.
+    pub fn sub(&self) -> std::path::PathBuf {
+        self.dir.path().join("mnt/sub")
+    }
+
+    /// Waits (20 s at most) for a line of the daemon's that starts with
+    /// `prefix`.
+    pub fn expect_line(&self, prefix: &str, what: &str) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) if line.starts_with(prefix) => return,
+                Ok(_) => {}
+                Err(e) => panic!("{what} ({e})"),
+            }
+        }
+    }
+}
+
+impl Drop for HungFs {
+    fn drop(&mut self) {
+        // Its end of /dev/fuse closed, the kernel fails what it still
+        // holds; the mount stays until unmounted.
+        let _ = self.daemon.kill();
+        let _ = self.daemon.wait();
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(self.dir.path().join("mnt"))
+            .status();
+    }
 }
