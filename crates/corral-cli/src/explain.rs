@@ -54,11 +54,14 @@ pub fn explain(name: Option<&str>, config: Option<&Path>, as_json: bool) -> i32 
                 .collect(),
             warnings,
         ),
+        // In the table's order: sorted, each name once.
         None => (
             profile
                 .commands
                 .allow
                 .iter()
+                .collect::<std::collections::BTreeSet<_>>()
+                .into_iter()
                 .map(|n| (n.clone(), "NOT RESOLVED (the host did not answer)".into()))
                 .collect(),
             vec![crate::host_unanswered(

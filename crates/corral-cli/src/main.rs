@@ -309,7 +309,7 @@ fn serve(
     if let Err(code) = private_mounts(&config) {
         return code;
     }
-    run_async(corral_server::serve(config, file))
+    run_async(corral_server::serve(config, file), SERVE_STOP_WAIT)
 }
 
 /// Gives the server its own mount namespace, so workspaces can be tmpfs
@@ -327,6 +327,7 @@ fn private_mounts(config: &Config) -> Result<(), i32> {
 /// helper dispatch; maps its outcome to an exit status.
 fn run_async(
     fut: impl std::future::Future<Output = Result<(), corral_server::ServerError>>,
+    stop_wait: std::time::Duration,
 ) -> i32 {
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -351,13 +352,19 @@ fn run_async(
     // and a blocking task still running (a session's workspace removal,
     // or a look at a filesystem that does not answer, which may never
     // end) gets a bounded wait; dropping the runtime would wait for ever.
-    runtime.shutdown_timeout(RUNTIME_STOP_WAIT);
+    runtime.shutdown_timeout(stop_wait);
     code
 }
 
-/// How long a stopping server waits for the runtime's tasks and blocking
-/// tasks after it has finished its own work.
-const RUNTIME_STOP_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+/// How long a stopping `corral serve` waits for the runtime's tasks and
+/// blocking tasks after it has finished its own work (its state's removal
+/// of its directory among them).
+const SERVE_STOP_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The same for `corral mcp`, shorter: a read of a standard input that is
+/// not a pipe (a terminal, a socket) runs on the blocking pool and ends
+/// only with input, so a stop by signal always waits this long then.
+const MCP_STOP_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// `corral mcp`: MCP over stdio. stdout carries the protocol and nothing
 /// else; messages and logs go to stderr.
@@ -379,7 +386,7 @@ fn mcp(config: Option<&std::path::Path>, code_mode: bool, log_level: Option<&str
     if let Err(code) = private_mounts(&config) {
         return code;
     }
-    run_async(corral_server::serve_stdio(config))
+    run_async(corral_server::serve_stdio(config), MCP_STOP_WAIT)
 }
 
 /// How long `corral check` waits for the host's answers about the bind

@@ -1616,3 +1616,75 @@ fn run_code_on_a_filesystem_that_stops_answering_is_given_up_and_the_session_goe
     assert_eq!(ok(&out[4])["content"], "the session goes on");
     assert!(took < Duration::from_secs(20), "the session took {took:?}");
 }
+
+/// `corral mcp` told to stop (SIGTERM) while its client still holds its
+/// input open and a `run_code` call runs: the call's sandbox is killed and
+/// the execution recorded (cancelled) before corral exits, and the exit
+/// does not wait for input that is not coming.
+#[test]
+fn stdio_stopped_by_a_signal_ends_its_running_call_and_exits_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = serve_config(dir.path(), "");
+    let mut child = corral()
+        .args(["mcp", "--code-mode", "--log-level", "off", "--config"])
+        .arg(&cfg)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    for r in [
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "corral-test", "version": "0"}}}),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+            "name": "run_code",
+            "arguments": {"language": "bash", "code": "exec sleep 60.0417"}}}),
+    ] {
+        writeln!(stdin, "{r}").unwrap();
+    }
+    stdin.flush().unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    assert!(
+        stdout.read_line(&mut line).unwrap() > 0,
+        "no answer to initialize"
+    );
+    wait_until(20, "the call's program", || {
+        process_running("sleep", "60.0417")
+    });
+    let stopping = Instant::now();
+    let pid = child.id().to_string();
+    assert!(std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("kill -TERM")
+        .success());
+    let status = child.wait().unwrap();
+    let took = stopping.elapsed();
+    assert!(took < Duration::from_millis(1800), "the stop took {took:?}");
+    assert_eq!(status.code(), Some(0), "{status:?}");
+    drop(stdin);
+    // The execution is on record, cancelled.
+    let db = dir.path().join("audit.db");
+    let out = std::process::Command::new("/usr/bin/python3")
+        .args([
+            "-c",
+            "import json, sqlite3, sys\n\
+             rows = sqlite3.connect(sys.argv[1]).execute('SELECT result FROM executions').fetchall()\n\
+             print(json.dumps([json.loads(r[0]) for r in rows]))\n",
+        ])
+        .arg(&db)
+        .output()
+        .expect("python3 reading the audit store");
+    let records: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", text(&out.stderr)));
+    assert_eq!(records.as_array().map(Vec::len), Some(1), "{records}");
+    assert_eq!(records[0]["cancelled"], true, "{records}");
+    assert!(
+        !process_running("sleep", "60.0417"),
+        "the call's program outlived corral"
+    );
+}

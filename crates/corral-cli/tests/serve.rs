@@ -21,24 +21,27 @@ fn post(s: &Server, token: Option<&str>, body: &str) -> (u16, serde_json::Value)
 }
 
 /// Another process holding the audit database's write lock for a moment
-/// (a second server handing over, an operator's `sqlite3`, a backup) must
-/// not cost an execution its record: the write waits for the lock.
+/// (a second server handing over, an operator's `sqlite3`) must not cost
+/// an execution its record: the write waits for the lock, and the answer
+/// (which follows the record) with it.
 #[test]
 fn a_record_waits_for_another_holder_of_the_database_lock() {
     let s = start_server("", &[]);
     let db = s.path().join("audit.db");
-    // Python's own SQLite: takes the write lock, says so, holds it 1.5 s.
+    // Python's own SQLite: takes the write lock, says so, and holds it
+    // until its input ends.
     let mut holder = std::process::Command::new("/usr/bin/python3")
         .args([
             "-c",
-            "import sqlite3, sys, time\n\
+            "import sqlite3, sys\n\
              c = sqlite3.connect(sys.argv[1], isolation_level=None)\n\
              c.execute('BEGIN IMMEDIATE')\n\
              print('locked', flush=True)\n\
-             time.sleep(1.5)\n\
+             sys.stdin.read()\n\
              c.execute('COMMIT')\n",
         ])
         .arg(&db)
+        .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .spawn()
         .expect("python3 holding the lock");
@@ -49,9 +52,27 @@ fn a_record_waits_for_another_holder_of_the_database_lock() {
     )
     .expect("the holder's line");
     assert_eq!(line.trim(), "locked");
-    let (status, v) = post(&s, None, r#"{"command": ["sh", "-c", "echo kept"]}"#);
-    assert_eq!(status, 200, "{v}");
+    let addr = s.addr.clone();
+    let started = std::time::Instant::now();
+    let posted = std::thread::spawn(move || {
+        let (status, _, body) = http(
+            &addr,
+            "POST",
+            "/v1/executions",
+            None,
+            Some(r#"{"command": ["sh", "-c", "echo kept"]}"#),
+        );
+        (status, json(&body), started.elapsed())
+    });
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    drop(holder.stdin.take());
     assert!(holder.wait().expect("the holder").success());
+    let (status, v, took) = posted.join().expect("the request");
+    assert_eq!(status, 200, "{v}");
+    assert!(
+        took >= std::time::Duration::from_secs(1),
+        "answered in {took:?}, before the lock was let go: the record was not waited for"
+    );
     let id = v["id"].as_str().unwrap();
     let (status, _, body) = http(&s.addr, "GET", &format!("/v1/executions/{id}"), None, None);
     assert_eq!(status, 200, "the record was lost: {body}");

@@ -225,10 +225,13 @@ impl Drop for Stalled {
     }
 }
 
-/// Between a plan's thread and the execution waiting for it: whether the
-/// thread has returned, and the stall it ends when it returns late.
+/// Between a plan's thread and the execution waiting for it: when the
+/// task started (a full pool of blocking threads may queue it: its bound
+/// counts from its start), whether it has returned, and the stall it ends
+/// when it returns late.
 #[derive(Default)]
 struct Handover {
+    started: Option<Instant>,
     returned: bool,
     stalled: Option<Stalled>,
 }
@@ -253,6 +256,7 @@ pub fn execute_bounded<T: Send + 'static>(
     let theirs = handover.clone();
     let (send, result) = std::sync::mpsc::sync_channel(1);
     let task = move || {
+        theirs.lock().unwrap_or_else(|p| p.into_inner()).started = Some(Instant::now());
         let ran = run();
         // Under the lock: the waiting side sees either this or the stall
         // it leaves here, never neither.
@@ -290,18 +294,26 @@ pub fn execute_bounded<T: Send + 'static>(
                 })?;
         }
     }
-    match result.recv_timeout(limit) {
-        Ok(ran) => return ran,
-        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
-            return Err(refusal(
-                "sandbox.launch",
-                "the run's thread ended without a result".into(),
-            ))
+    let mut deadline = Instant::now() + limit;
+    loop {
+        match result.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(ran) => return ran,
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                return Err(refusal(
+                    "sandbox.launch",
+                    "the run's thread ended without a result".into(),
+                ))
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
         }
-        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
-    }
-    {
         let mut h = handover.lock().unwrap_or_else(|p| p.into_inner());
+        // Still queued, or started later than the wait began: the pool
+        // was busy, not the host; the bound counts from the task's start.
+        let bound = h.started.map_or(Instant::now(), |t| t) + limit;
+        if bound > Instant::now() + Duration::from_millis(1) {
+            deadline = bound;
+            continue;
+        }
         if !h.returned && gate.abandon() {
             h.stalled = Some(stalls.begin(&profile.name, since));
             tracing::warn!(
@@ -319,6 +331,7 @@ pub fn execute_bounded<T: Send + 'static>(
                 ),
             ));
         }
+        break;
     }
     // Launched (or just returned): the run's own timeout bounds it now.
     result.recv().unwrap_or_else(|_| {
@@ -463,6 +476,45 @@ mod tests {
             std::thread::sleep(Duration::from_millis(10));
         }
         assert!(!gate.abandon(), "decided once");
+    }
+
+    /// On a pool of blocking threads that is full, a plan waits in its
+    /// queue: that wait is the pool's, not the host's, and does not count
+    /// against its bound.
+    #[test]
+    fn a_plan_queued_behind_a_full_pool_is_not_given_up() {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .max_blocking_threads(2)
+            .enable_time()
+            .build()
+            .expect("a runtime");
+        let ran = runtime.block_on(async {
+            // The pool's other thread is busy for 1 s.
+            let busy = tokio::task::spawn_blocking(|| std::thread::sleep(Duration::from_secs(1)));
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let waiting = tokio::task::spawn_blocking(|| {
+                let stalls = Arc::new(Stalls::default());
+                let gate = Arc::new(PlanGate::new());
+                let passed = gate.clone();
+                let ran = execute_bounded(
+                    &stalls,
+                    &profile("queued"),
+                    Duration::from_millis(300),
+                    gate,
+                    move || {
+                        assert!(passed.pass());
+                        Ok("launched")
+                    },
+                    |_| panic!("not given up"),
+                );
+                (ran, stalls.check(&profile("queued")).is_ok())
+            });
+            busy.await.expect("the busy task");
+            waiting.await.expect("the waiting task")
+        });
+        assert_eq!(ran.0.expect("planned once it started"), "launched");
+        assert!(ran.1, "no stall");
     }
 
     #[test]

@@ -32,8 +32,11 @@ pub async fn serve_stdio(config: Config) -> Result<(), ServerError> {
         local: Some(local),
         live: Mutex::default(),
     });
+    // A pipe (what MCP clients give their servers) is read without the
+    // runtime's blocking pool, so a stop by signal does not wait for
+    // input; anything else falls back to blocking reads.
     let running = CorralMcp::new(shared)
-        .serve(rmcp::transport::stdio())
+        .serve(rmcp::transport::stdio_pipes())
         .await
         .map_err(|e| ServerError::Stdio(Box::new(e)))?;
     crate::start_warm_helpers(&state.config);
