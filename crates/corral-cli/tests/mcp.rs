@@ -677,20 +677,38 @@ fn stdio_serves_the_same_tools() {
     }
 }
 
+/// `corral mcp FLAGS --config CFG` with piped stdin and stdout, for tests
+/// that speak JSON-RPC to it themselves.
+fn stdio_child(cfg: &Path, flags: &[&str], stderr: Stdio) -> std::process::Child {
+    corral()
+        .arg("mcp")
+        .args(flags)
+        .arg("--config")
+        .arg(cfg)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(stderr)
+        .spawn()
+        .unwrap()
+}
+
+/// A session's first two messages: `initialize` (id 1) and `initialized`.
+fn handshake() -> [Value; 2] {
+    [
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "corral-test", "version": "0"}}}),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    ]
+}
+
 #[test]
 fn stdio_writes_only_json_rpc_to_stdout_and_json_logs_to_stderr() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = serve_config(dir.path(), "");
     // The most verbose filter: whatever the SDK and corral log must still
     // stay off stdout.
-    let mut child = corral()
-        .args(["mcp", "--log-level", "trace", "--config"])
-        .arg(&cfg)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = stdio_child(&cfg, &["--log-level", "trace"], Stdio::piped());
     let stderr = child.stderr.take().unwrap();
     let logs = std::thread::spawn(move || {
         BufReader::new(stderr)
@@ -699,11 +717,10 @@ fn stdio_writes_only_json_rpc_to_stdout_and_json_logs_to_stderr() {
             .collect::<Vec<String>>()
     });
     let mut stdin = child.stdin.take().unwrap();
+    let [init, initialized] = handshake();
     let requests = [
-        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-            "protocolVersion": "2025-06-18", "capabilities": {},
-            "clientInfo": {"name": "corral-test", "version": "0"}}}),
-        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        init,
+        initialized,
         json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
                "params": {"name": "list_files", "arguments": {}}}),
         json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
@@ -1625,20 +1642,12 @@ fn run_code_on_a_filesystem_that_stops_answering_is_given_up_and_the_session_goe
 fn stdio_stopped_by_a_signal_ends_its_running_call_and_exits_at_once() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = serve_config(dir.path(), "");
-    let mut child = corral()
-        .args(["mcp", "--code-mode", "--log-level", "off", "--config"])
-        .arg(&cfg)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = stdio_child(&cfg, &["--code-mode", "--log-level", "off"], Stdio::null());
     let mut stdin = child.stdin.take().unwrap();
+    let [init, initialized] = handshake();
     for r in [
-        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-            "protocolVersion": "2025-06-18", "capabilities": {},
-            "clientInfo": {"name": "corral-test", "version": "0"}}}),
-        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        init,
+        initialized,
         json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
             "name": "run_code",
             "arguments": {"language": "bash", "code": "exec sleep 60.0417"}}}),
