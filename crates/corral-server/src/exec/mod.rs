@@ -451,12 +451,12 @@ pub fn execute_in(
         gate: Some(gate.clone()),
     };
     let profile = &prepared.profile;
-    // Planned on a thread the run can leave behind, should the host not
-    // answer (see `crate::host`); the server's own environment never
-    // reaches a sandbox.
     // Refused before the sandbox built ahead is taken: it stays there.
     let table = state.commands.get(profile);
     let ran = table.and_then(|t| state.stalls.check(profile).map(|()| t));
+    // Planned on a thread the run can leave behind, should the host not
+    // answer (see `crate::host`); the server's own environment never
+    // reaches a sandbox.
     let ran = ran.and_then(|commands| {
         let opts = ExecuteOptions {
             prepared: sandbox.take(),
