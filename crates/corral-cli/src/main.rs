@@ -400,15 +400,9 @@ const HOST_CHECK_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 pub(crate) fn within_host_wait<T: Send + 'static>(
     look: impl FnOnce() -> T + Send + 'static,
 ) -> Option<T> {
-    let (tx, rx) = std::sync::mpsc::channel();
-    let spawned = std::thread::Builder::new()
-        .name("host-paths".into())
-        .spawn(move || {
-            let _ = tx.send(look());
-        });
-    spawned
-        .ok()
-        .and_then(|_| rx.recv_timeout(HOST_CHECK_WAIT).ok())
+    corral_launcher::all_within(HOST_CHECK_WAIT, "host-paths", vec![look])
+        .pop()
+        .flatten()
 }
 
 /// The warning that the host did not answer within [`HOST_CHECK_WAIT`]:

@@ -1,4 +1,5 @@
-//! What a config needs from this host's filesystem that the host lacks.
+//! What a config needs from this host's filesystem that the host lacks,
+//! and how to look at the host without waiting on it for good ([`all_within`]).
 //! A config may be written for another machine, so this is a warning, not
 //! an error: `corral check` prints it and `corral serve` logs it at start,
 //! since every run of such a profile is refused here.
@@ -83,4 +84,64 @@ pub fn missing_for_profile(name: &str, profile: &Profile) -> Vec<MissingHostPath
         }
     }
     out
+}
+
+/// Runs each job (a look at the host's filesystem, which may wait for good
+/// on one that does not answer) on a detached thread named `name`, one
+/// that never returns holding neither the caller nor its process's exit,
+/// and waits at most `wait` for them all: each one's result, in order, or
+/// `None` for one still running then (or that got no thread).
+pub fn all_within<T: Send + 'static>(
+    wait: std::time::Duration,
+    name: &str,
+    jobs: Vec<impl FnOnce() -> T + Send + 'static>,
+) -> Vec<Option<T>> {
+    let deadline = std::time::Instant::now() + wait;
+    let (send, results) = std::sync::mpsc::channel();
+    let mut out: Vec<Option<T>> = Vec::new();
+    for (i, job) in jobs.into_iter().enumerate() {
+        out.push(None);
+        let send = send.clone();
+        let _ = std::thread::Builder::new()
+            .name(name.into())
+            .spawn(move || {
+                let _ = send.send((i, job()));
+            });
+    }
+    drop(send);
+    let mut left = out.len();
+    while left > 0 {
+        let Ok((i, result)) =
+            results.recv_timeout(deadline.saturating_duration_since(std::time::Instant::now()))
+        else {
+            // The wait is over, or every thread that started has ended.
+            break;
+        };
+        out[i] = Some(result);
+        left -= 1;
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn all_within_leaves_a_job_that_does_not_return_behind() {
+        let (_never, waits) = std::sync::mpsc::channel::<()>();
+        let waits = std::sync::Mutex::new(waits);
+        let jobs: Vec<Box<dyn FnOnce() -> u8 + Send>> = vec![
+            Box::new(|| 1),
+            Box::new(move || {
+                let _ = waits.lock().unwrap().recv();
+                2
+            }),
+            Box::new(|| 3),
+        ];
+        let started = std::time::Instant::now();
+        let got = all_within(std::time::Duration::from_millis(300), "test", jobs);
+        assert_eq!(got, vec![Some(1), None, Some(3)]);
+        assert!(started.elapsed() < std::time::Duration::from_secs(5));
+    }
 }

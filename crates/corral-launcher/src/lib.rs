@@ -52,7 +52,7 @@ pub use execute::{
     execute, ExecuteOptions, Execution, Prestarted, PrestartedSource, Refusal, Remains,
 };
 pub use gate::PlanGate;
-pub use host_paths::{missing_for_profile, missing_host_paths, MissingHostPath};
+pub use host_paths::{all_within, missing_for_profile, missing_host_paths, MissingHostPath};
 pub use launch::{
     is_helper_invocation, launch, Containment, EgressProxy, HelperStart, LaunchError,
     LaunchOptions, Outcome, OutputMode, OutputTap, StartedHelper, StreamResult, FORWARDED_SIGNALS,

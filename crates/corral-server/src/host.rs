@@ -31,7 +31,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use corral_launcher::{CommandTable, PlanGate, Refusal, EXIT_CORRAL_ERROR};
+use corral_launcher::{all_within, CommandTable, PlanGate, Refusal, EXIT_CORRAL_ERROR};
 use corral_policy::Profile;
 
 /// How long the start waits for the profiles' command tables: resolving
@@ -125,45 +125,6 @@ impl CommandTables {
             }),
         }
     }
-}
-
-/// Runs each job on a detached thread of its own (one that never returns
-/// holds neither the caller nor the server's exit) and waits at most
-/// `wait` for them all: each one's result, in order, or `None` for one
-/// still running then (or that had no thread).
-pub fn all_within<T: Send + 'static>(
-    wait: Duration,
-    name: &str,
-    jobs: Vec<impl FnOnce() -> T + Send + 'static>,
-) -> Vec<Option<T>> {
-    let deadline = Instant::now() + wait;
-    let (send, results) = std::sync::mpsc::channel();
-    let mut out: Vec<Option<T>> = Vec::new();
-    for (i, job) in jobs.into_iter().enumerate() {
-        out.push(None);
-        let send = send.clone();
-        let spawned = std::thread::Builder::new()
-            .name(name.into())
-            .spawn(move || {
-                let _ = send.send((i, job()));
-            });
-        if let Err(e) = spawned {
-            tracing::warn!(error = %e, thread = name, "no thread for a look at the host");
-        }
-    }
-    drop(send);
-    let mut left = out.len();
-    while left > 0 {
-        let Ok((i, result)) =
-            results.recv_timeout(deadline.saturating_duration_since(Instant::now()))
-        else {
-            // The wait is over, or every thread that started has ended.
-            break;
-        };
-        out[i] = Some(result);
-        left -= 1;
-    }
-    out
 }
 
 /// The profiles whose plans were given up and still wait on the host,
@@ -396,24 +357,6 @@ mod tests {
         assert_eq!(plan_limit(Some(7)), s(7));
         assert_eq!(plan_limit(Some(300)), s(10));
         assert_eq!(plan_limit(None), s(10));
-    }
-
-    #[test]
-    fn all_within_leaves_a_job_that_does_not_return_behind() {
-        let (_never, waits) = mpsc::channel::<()>();
-        let waits = Mutex::new(waits);
-        let jobs: Vec<Box<dyn FnOnce() -> u8 + Send>> = vec![
-            Box::new(|| 1),
-            Box::new(move || {
-                let _ = waits.lock().unwrap().recv();
-                2
-            }),
-            Box::new(|| 3),
-        ];
-        let started = Instant::now();
-        let got = all_within(Duration::from_millis(300), "test", jobs);
-        assert_eq!(got, vec![Some(1), None, Some(3)]);
-        assert!(started.elapsed() < Duration::from_secs(5));
     }
 
     /// A stand-in for `execute`: waits until `go`, then passes the gate

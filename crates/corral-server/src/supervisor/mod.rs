@@ -379,7 +379,7 @@ impl Supervisor {
                 launch::resolve(&spec, &config, config_file.as_deref(), &lookup)
             }
         });
-        let resolved = crate::host::all_within(
+        let resolved = corral_launcher::all_within(
             crate::host::START_WAIT,
             "corral-mcp-resolve",
             jobs.collect(),
